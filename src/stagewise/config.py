@@ -1,0 +1,214 @@
+"""Configuration: the pydantic v2 base model, YAML files, ``--set a.b=value`` overrides,
+commented-YAML rendering and a stable config hash.
+
+Resolution order (later wins): the lab's defaults < preset < ``--config F.yaml`` <
+``--set`` overrides < ``--seeds``. Everything is validated before any work starts; every
+bad value becomes one line of a :class:`~stagewise.errors.UserError`.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .errors import UserError
+
+
+class ConfigModel(BaseModel):
+    """Base of every config section: unknown keys are errors, values are re-validated on
+    assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# ---------------------------------------------------------------------------- loading
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping; one-line UserError on a missing file or bad YAML."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"--config {path}: file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise UserError(f"--config {path} is not valid YAML{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"--config {path}: expected a mapping of keys to values, got {type(data).__name__}")
+    return data
+
+
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge; returns a new dict, inputs untouched."""
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    """The BaseModel class inside an annotation (``X`` or ``X | None``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) is not None:
+        for arg in get_args(annotation):
+            found = _submodel(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _did_you_mean(name: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def parse_overrides(cls: type[BaseModel], sets: list[str]) -> dict[str, Any]:
+    """Turn ``["train.eta=0.1", "data.file=x.json"]`` into a nested dict.
+
+    Keys are checked against the config schema (unknown keys suggest the closest name);
+    values are parsed as YAML scalars/lists (``0.1``, ``true``, ``[1, 3]``, ``null``).
+    """
+    out: dict[str, Any] = {}
+    errors: list[str] = []
+    for item in sets:
+        if "=" not in item:
+            errors.append(f"--set {item!r}: expected KEY=VALUE, e.g. train.eta=0.05")
+            continue
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        parts = key.split(".")
+        model: type[BaseModel] | None = cls
+        for depth, part in enumerate(parts):
+            fields = list(model.model_fields) if model is not None else []
+            if model is None or part not in model.model_fields:
+                where = ".".join(parts[:depth]) or "top level"
+                hint = _did_you_mean(part, fields)
+                errors.append(f"--set {key}: unknown key '{part}' in {where}{hint}; allowed: {', '.join(fields)}")
+                break
+            annotation = model.model_fields[part].annotation
+            model = _submodel(annotation) if depth < len(parts) - 1 else None
+            if depth < len(parts) - 1 and model is None:
+                errors.append(f"--set {key}: '{'.'.join(parts[:depth + 1])}' is a value, not a section")
+                break
+        else:
+            try:
+                value = yaml.safe_load(raw) if raw.strip() else None
+            except yaml.YAMLError:
+                value = raw
+            node = out
+            for part in parts[:-1]:
+                node = node.setdefault(part, {})
+            node[parts[-1]] = value
+    if errors:
+        raise UserError(*errors)
+    return out
+
+
+def _format_error(err: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in err["loc"])
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"unknown key '{loc}'"
+    value = err.get("input")
+    shown = json.dumps(value, default=str) if not isinstance(value, dict) else "{...}"
+    msg = err["msg"]
+    ctx = err.get("ctx") or {}
+    if kind == "literal_error" and "expected" in ctx:
+        msg = f"must be one of {ctx['expected']}"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if not loc:
+        return msg
+    return f"{loc}={shown}: {msg}"
+
+
+def validate(cls: type[BaseModel], data: dict[str, Any]) -> BaseModel:
+    """Build ``cls`` from ``data``; every problem becomes one line of a UserError."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            line = _format_error(err)
+            if err["type"] == "extra_forbidden":
+                parent = cls
+                for part in err["loc"][:-1]:
+                    parent = _submodel(parent.model_fields[part].annotation) if parent and part in parent.model_fields else None
+                if parent is not None:
+                    line += _did_you_mean(str(err["loc"][-1]), list(parent.model_fields))
+            lines.append(line)
+        raise UserError(*lines) from None
+
+
+def resolve(
+    cls: type[BaseModel],
+    preset: dict[str, Any] | None = None,
+    file: str | Path | None = None,
+    sets: list[str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> BaseModel:
+    """Defaults < preset < file < --set < extra (e.g. ``{"n_seeds": 8}``), validated."""
+    data: dict[str, Any] = copy.deepcopy(preset or {})
+    if file is not None:
+        file_data = load_yaml(file)
+        validate(cls, deep_merge(data, file_data))  # unknown keys reported against the file
+        data = deep_merge(data, file_data)
+    if sets:
+        data = deep_merge(data, parse_overrides(cls, sets))
+    if extra:
+        data = deep_merge(data, extra)
+    return validate(cls, data)
+
+
+# ---------------------------------------------------------------------------- output
+def config_hash(config: BaseModel) -> str:
+    """Stable 16-hex-digit hash of the resolved config (key order independent)."""
+    blob = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def to_yaml(config: BaseModel) -> str:
+    """Plain YAML of the resolved config (what a run directory stores)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def to_commented_yaml(config: BaseModel, indent: int = 0) -> str:
+    """YAML with each field's description as a comment above it."""
+    lines: list[str] = []
+    pad = " " * indent
+    for name, field in type(config).model_fields.items():
+        value = getattr(config, name)
+        if field.description:
+            for text in field.description.splitlines():
+                lines.append(f"{pad}# {text}")
+        if isinstance(value, BaseModel):
+            lines.append(f"{pad}{name}:")
+            lines.append(to_commented_yaml(value, indent + 2))
+        else:
+            dumped = yaml.safe_dump({name: _jsonable(value)}, default_flow_style=True, width=1000).strip()
+            lines.append(f"{pad}{dumped[1:-1] if dumped.startswith('{') else dumped}")
+    return "\n".join(lines)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    return value

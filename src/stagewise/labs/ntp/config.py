@@ -1,0 +1,114 @@
+"""Config of the NTP lab. Tags in descriptions: [paper] stated by Huang, Liang, Yang
+(NeurIPS 2024), [derived] follows from it, [default] our choice."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from ...config import ConfigModel
+
+
+class DataConfig(ConfigModel):
+    source: Literal["random", "example1", "file"] = Field(
+        "random", description="random: the realizable generator [default]; example1: the paper's Example 1 [paper];\n"
+        "file: a JSON dataset given by data.file (set automatically when data.file is set)")
+    file: Path | None = Field(None, description='JSON dataset {"tokens": [...], "samples": [{"input": [...], "next": "..."}]}')
+    vocab_size: int = Field(20, ge=3, description="|V| of the random generator [paper experiment: 20]")
+    dim: int | None = Field(None, ge=1, description="embedding dimension d; null = |V| (one-hot) [paper]; d > |V| is an option")
+    embedding: Literal["onehot", "rotated", "gaussian"] = Field(
+        "onehot", description="onehot [paper]; rotated: a random orthogonal rotation (results must not change);\n"
+        "gaussian: random unit-norm, non-orthonormal columns (outside the theory; max-margin via full QPs)")
+    optimal_per_query: tuple[int, int] = Field((1, 3), description="generator: range of optimal tokens per query [default]")
+    non_optimal_per_query: tuple[int, int] = Field((2, 6), description="generator: range of non-optimal tokens per query, query included [default]")
+    sentences_per_query: int = Field(4, ge=1, description="generator: sentences drawn per query [default]")
+    complete: bool = Field(False, description="generator: cover every optimal x non-optimal pair")
+    prefix_closed: bool = Field(False, description="generator: also keep all prefixes (sentences breaking the assumptions are rejected)")
+    weights: Literal["empirical", "uniform"] = Field("empirical", description="sample weights pi: empirical frequency [paper, Eq. 1] or uniform")
+    max_len: int = Field(8, ge=2, description="longest sentence (L_max)")
+    vary_with_seed: bool = Field(True, description="draw a new dataset / rotation for every seed (false: all seeds share seed's data)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _file_implies_source(cls, data):
+        if isinstance(data, dict) and data.get("file") is not None and "source" not in data:
+            data = {**data, "source": "file"}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self):
+        for name in ("optimal_per_query", "non_optimal_per_query"):
+            lo, hi = getattr(self, name)
+            if not 1 <= lo <= hi:
+                raise ValueError(f"data.{name}={[lo, hi]}: need 1 <= low <= high")
+        if self.source == "file" and self.file is None:
+            raise ValueError("data.source=file needs data.file=PATH.json")
+        if self.source != "file" and self.file is not None:
+            raise ValueError(f"data.file is set but data.source={self.source}; use data.source=file")
+        return self
+
+
+class ModelConfig(ConfigModel):
+    init: Literal["zero", "random"] = Field("zero", description="zero init [paper]; random: i.i.d. normal entries of std init_scale")
+    init_scale: float = Field(0.05, ge=0, allow_inf_nan=False, description="std of random init (the paper's Figure 2 looks like ~0.05)")
+    factored: bool = Field(False, description="train factors W_kq = W_k^T W_q and W_ov = W_o W_v instead of the merged matrices")
+    dtype: Literal["float64", "float32"] = Field("float64", description="float64 by default: normalized GD amplifies round-off")
+
+
+class TrainConfig(ConfigModel):
+    algorithm: Literal["two_stage", "joint"] = Field(
+        "two_stage", description="two_stage: W_ov for T steps, then W_kq for T1 steps [paper, Algorithm 1];\n"
+        "joint: both matrices for T+T1 steps, one gradient normalized jointly, step eta0 (ablation)")
+    optimizer: Literal["normalized_gd", "gd", "adam", "adamw"] = Field(
+        "normalized_gd", description="normalized_gd [paper]: W <- W - eta g/||g||_F; gd, adam, adamw are ablations")
+    eta0: float | None = Field(None, gt=0, allow_inf_nan=False, description="stage-1 step size; null = 0.2/sqrt(d) [paper experiment]")
+    eta: float | None = Field(None, gt=0, allow_inf_nan=False, description="stage-2 step size; null = 0.05/sqrt(d) [paper experiment]")
+    steps_stage1: int = Field(900, ge=0, description="T [paper experiment: 900]")
+    steps_stage2: int = Field(900, ge=0, description="T1 [paper experiment: 900]")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="adam/adamw betas")
+    adam_eps: float = Field(1e-8, gt=0, description="adam/adamw epsilon")
+    weight_decay: float = Field(0.01, ge=0, description="adamw decoupled weight decay (bounds the norm: no directional convergence expected)")
+    loss_reduction: Literal["mean", "sum"] = Field("mean", description="mean (pi-weighted) or sum; normalized GD iterates are identical")
+    grad_tol: float = Field(1e-14, ge=0, description="tiny-gradient guard: below this ||g||_F round-off steers normalized GD")
+    on_tiny_grad: Literal["stop", "flag"] = Field("stop", description="stop: that seed stops updating (flagged); flag: keep going, flagged")
+    log_every: int = Field(1, ge=1, description="log metrics every k steps (stage ends and the last step are always logged)")
+    checkpoint_every: int = Field(100, ge=1, description="safetensors checkpoint every k steps (for --resume)")
+
+    @model_validator(mode="after")
+    def _check(self):
+        b1, b2 = self.betas
+        if not (0 <= b1 < 1 and 0 <= b2 < 1):
+            raise ValueError(f"train.betas={[b1, b2]}: each must be in [0, 1)")
+        if self.steps_stage1 + self.steps_stage2 < 1:
+            raise ValueError("train.steps_stage1 + train.steps_stage2 must be >= 1")
+        return self
+
+
+class GeneralizeConfig(ConfigModel):
+    max_cases: int = Field(200, ge=1, description="at most this many unseen sentences per category and seed")
+
+
+class Config(ConfigModel):
+    seed: int = Field(0, ge=0, description="first seed; the ensemble runs seeds seed .. seed + n_seeds - 1")
+    n_seeds: int = Field(1, ge=1, le=4096, description="ensemble size, computed in one batched pass (--seeds K)")
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    generalize: GeneralizeConfig = Field(default_factory=GeneralizeConfig)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.model.factored and self.model.init == "zero":
+            raise ValueError("model.factored=true needs model.init=random (zero factors get zero gradients forever)")
+        if self.model.factored and self.model.init_scale == 0:
+            raise ValueError("model.factored=true needs model.init_scale > 0")
+        return self
+
+    def step_sizes(self, dim: int) -> tuple[float, float]:
+        """(eta0, eta) with the paper's defaults 0.2/sqrt(d), 0.05/sqrt(d) filled in."""
+        eta0 = self.train.eta0 if self.train.eta0 is not None else 0.2 / math.sqrt(dim)
+        eta = self.train.eta if self.train.eta is not None else 0.05 / math.sqrt(dim)
+        return eta0, eta

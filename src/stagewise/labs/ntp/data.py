@@ -1,0 +1,383 @@
+"""Datasets of the NTP lab: build and validate, Example 1, the random generator, JSON, tensors.
+
+Every dataset passes through :func:`build_dataset`, which merges duplicate samples, sets the
+weights ``pi``, resolves the collocation ``n`` (given or inferred), computes the per-query
+partial orders from the samples (Definition 1) and rejects non-realizable data with one
+message per violation (see :mod:`stagewise.labs.ntp.validate`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+
+from stagewise.errors import UserError
+from stagewise.labs.ntp.dataset import NTPDataset, Sample
+from stagewise.labs.ntp.validate import (
+    IncrementalChecker,
+    Pair,
+    next_conflicts,
+    order_checks,
+    resolve_collocation,
+    sentence_checks,
+)
+
+Weights = Literal["empirical", "uniform"]
+_WEIGHTS = ("empirical", "uniform")
+
+
+def _is_index(item: object) -> bool:
+    return isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_))
+
+
+def _is_token_json(item: object) -> bool:
+    return isinstance(item, (str, int)) and not isinstance(item, bool)
+
+
+def _raw(inp: object, nxt: object) -> str:
+    """Render a sample as given (before resolution), e.g. ``"S X" -> P``."""
+    if isinstance(inp, str):
+        words = inp.split()
+    else:
+        words = list(inp) if isinstance(inp, Sequence) else [inp]
+    return '"' + " ".join(str(t) for t in words) + f'" -> {nxt}'
+
+
+def _check_tokens(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Token names and the errors about them (empty list, non-strings, duplicates)."""
+    if isinstance(tokens, str) or not isinstance(tokens, Sequence):
+        return [], [f'"tokens" must be a list of token names, got {type(tokens).__name__}']
+    if not tokens:
+        return [], ['the token list is empty: "tokens" needs at least one token name']
+    errors, seen = [], {}
+    for pos, name in enumerate(tokens):
+        if not isinstance(name, str) or not name or name != name.strip() or " " in name:
+            errors.append(f"tokens[{pos}]={name!r} is not a valid token name (a non-empty string without spaces)")
+        elif name in seen:
+            errors.append(
+                f"duplicate token name '{name}' in \"tokens\" (positions {seen[name]} and {pos}); "
+                "token names must be unique"
+            )
+        else:
+            seen[name] = pos
+    return [str(t) for t in tokens], errors
+
+
+def _resolve(item: object, lookup: Mapping[str, int], where: str, names: Sequence[str],
+             errors: list[str]) -> int | None:
+    """Index of a token given by name or index; appends an error and returns None if unknown."""
+    if isinstance(item, str) and item in lookup:
+        return lookup[item]
+    if _is_index(item) and 0 <= int(item) < len(names):
+        return int(item)
+    if _is_index(item):
+        errors.append(f"unknown token index {item} {where}; allowed indices are 0..{len(names) - 1} "
+                      '(positions in "tokens")')
+    else:
+        allowed = ", ".join(names) if len(names) <= 12 else f"{len(names)} names"
+        errors.append(f"unknown token {item!r} {where}; allowed tokens are those in \"tokens\" ({allowed})")
+    return None
+
+
+def _parse_sample(pos: int, sample: object, names: Sequence[str], lookup: Mapping[str, int],
+                  max_len: int | None, errors: list[str]) -> Pair | None:
+    if not isinstance(sample, Sequence) or isinstance(sample, str) or len(sample) != 2:
+        errors.append(f"sample #{pos} is not an (input, next) pair: {sample!r}")
+        return None
+    inp, nxt = sample
+    words = inp.split() if isinstance(inp, str) else inp
+    words = words.tolist() if isinstance(words, np.ndarray) else words
+    if not isinstance(words, Sequence):
+        errors.append(f"sample #{pos}: the input must be a list of tokens, got {inp!r}")
+        return None
+    shown = _raw(words, nxt)
+    if len(words) == 0:
+        errors.append(f"sample #{pos} {shown} has an empty input; every input needs at least one token")
+        return None
+    if max_len is not None and len(words) > max_len:
+        errors.append(f"sample {shown} has {len(words)} input tokens, more than max_len={max_len}")
+    before = len(errors)
+    ids = [_resolve(t, lookup, f"in sample {shown}", names, errors) for t in words]
+    y = _resolve(nxt, lookup, f"as next token of sample {shown}", names, errors)
+    if len(errors) > before or y is None:
+        return None
+    return tuple(ids), y
+
+
+def build_dataset(
+    tokens: Sequence[str],
+    samples: Sequence[tuple[Sequence[str | int], str | int]],
+    *,
+    collocation: Mapping[str, str] | None = None,
+    weights: Weights = "empirical",
+    max_len: int | None = None,
+) -> NTPDataset:
+    """Validate samples and build the dataset.
+
+    Args:
+        tokens: ``|V|`` distinct token names.
+        samples: ``(input, next)`` pairs, tokens by name or index (an input may also be one
+            space-separated string). Duplicates are merged.
+        collocation: optional ``{x: n(x)}`` entries; the rest of ``n`` comes from length-1
+            samples or is inferred. Missing length-1 samples ``([x], n(x))`` are added.
+        weights: ``pi`` = frequency of each distinct sample ("empirical", added collocation
+            samples count once) or ``1/N`` ("uniform").
+        max_len: optional cap on the input length.
+
+    Returns:
+        An :class:`NTPDataset` with samples sorted by ``(len(input), input, next)``.
+
+    Raises:
+        UserError: with one message per violation found.
+    """
+    if weights not in _WEIGHTS:
+        raise UserError(f"weights={weights!r} is not supported; allowed: empirical, uniform")
+    if max_len is not None and (not _is_index(max_len) or max_len < 1):
+        raise UserError(f"max_len={max_len!r} is invalid; it must be a positive integer")
+    names, errors = _check_tokens(tokens)
+    if not samples:
+        errors.append("the dataset is empty (no samples)")
+    if errors:  # bad token names make every later check noise
+        raise UserError(*errors)
+    lookup = {name: i for i, name in reversed(list(enumerate(names)))}
+    counts: Counter[Pair] = Counter()
+    for pos, sample in enumerate(samples):
+        pair = _parse_sample(pos, sample, names, lookup, max_len, errors)
+        if pair is not None:
+            counts[pair] += 1
+    given: dict[int, int] = {}
+    for key, value in (collocation or {}).items():
+        where = f"in collocation entry {key!r}: {value!r}"
+        x, y = (_resolve(t, lookup, where, names, errors) for t in (key, value))
+        if x is not None and y is not None:
+            given[x] = y
+    if not counts:
+        raise UserError(*errors)
+    pairs = sorted(counts, key=lambda s: (len(s[0]), s))
+    errors += next_conflicts(names, pairs)
+    n, collocation_errors = resolve_collocation(names, pairs, given)
+    errors += collocation_errors
+    if n is None:
+        raise UserError(*errors)
+    has_length_one = {inp[0] for inp, _ in pairs if len(inp) == 1}
+    for x in range(len(names)):
+        if x not in has_length_one:
+            counts[((x,), n[x])] += 1
+    ordered = sorted(counts, key=lambda s: (len(s[0]), s[0], s[1]))
+    optimal, relations, sentence_errors = sentence_checks(names, ordered, n)
+    structure, order_errors = order_checks(names, relations)
+    errors += sentence_errors + order_errors
+    if errors:
+        raise UserError(*errors)
+    total = sum(counts.values())
+    pi = [counts[s] / total if weights == "empirical" else 1.0 / len(ordered) for s in ordered]
+    return NTPDataset(
+        tokens=tuple(names),
+        samples=tuple(Sample(input=inp, next=nxt) for inp, nxt in ordered),
+        weights=tuple(pi),
+        collocation=tuple(n),
+        structure=structure,
+        optimal_token=tuple(optimal),
+    )
+
+
+def example1() -> NTPDataset:
+    """The paper's Example 1: sentences SVOP, VOP, OPP, PSV with all proper prefixes.
+
+    9 distinct samples, uniform weights, collocation S->V->O->P->S.
+    """
+    samples = []
+    for sentence in ("S V O P", "V O P", "O P P", "P S V"):
+        words = sentence.split()
+        samples += [(words[:k], words[k]) for k in range(1, len(words))]
+    return build_dataset(("S", "V", "O", "P"), samples, weights="uniform")
+
+
+def _check_range(name: str, value: object, low: int) -> tuple[int, int]:
+    ok = (isinstance(value, Sequence) and len(value) == 2 and all(_is_index(v) for v in value)
+          and low <= value[0] <= value[1])
+    if not ok:
+        raise UserError(f"data.{name}={value!r} is invalid; it must be [low, high] with {low} <= low <= high")
+    return int(value[0]), int(value[1])
+
+
+def random_dataset(
+    vocab_size: int,
+    *,
+    seed: int,
+    optimal_per_query: tuple[int, int] = (1, 3),
+    non_optimal_per_query: tuple[int, int] = (2, 6),
+    sentences_per_query: int = 4,
+    complete: bool = False,
+    prefix_closed: bool = False,
+    max_len: int = 8,
+    weights: Weights = "empirical",
+) -> NTPDataset:
+    """A random realizable dataset over tokens ``t0..t{V-1}``, deterministic in ``seed``.
+
+    ``n`` is a random permutation. Each query q gets disjoint optimal (``O_q``) and
+    non-optimal (``N_q``, containing q) sets, sizes drawn from the inclusive ranges and
+    clipped to the vocabulary. Each of the ``sentences_per_query`` sentences is one optimal
+    token plus a random subset of ``N_q \\ {q}`` in random order, then q; next = n(optimal).
+    ``complete`` adds ``[o, q]`` and ``[o, x, q]`` (random order of o, x) for every pair.
+    ``prefix_closed`` adds each sentence's prefixes of length >= 2 (next = the following
+    token) and drops any sentence whose samples would break realizability or Assumption 3
+    (so complete coverage is not guaranteed then).
+    """
+    if not _is_index(vocab_size) or vocab_size < 3:
+        raise UserError(f"data.vocab_size={vocab_size} is too small: the generator needs at least 3 tokens")
+    opt_low, opt_high = _check_range("optimal_per_query", optimal_per_query, 1)
+    non_low, non_high = _check_range("non_optimal_per_query", non_optimal_per_query, 1)
+    if not _is_index(sentences_per_query) or sentences_per_query < 0:
+        raise UserError(f"data.sentences_per_query={sentences_per_query!r} is invalid; it must be >= 0")
+    if not _is_index(max_len) or max_len < 2:
+        raise UserError(f"data.max_len={max_len!r} is too small: a sentence needs an optimal token "
+                        "and the query (max_len >= 2)")
+    vocab = int(vocab_size)
+    rng = np.random.default_rng(seed)
+    n = rng.permutation(vocab).tolist()
+    samples: list[Pair] = [((x,), n[x]) for x in range(vocab)]
+    checker = IncrementalChecker(n) if prefix_closed else None
+    if checker is not None:
+        checker.try_add(samples)
+
+    def emit(sentence: list[int], optimal: int) -> None:
+        batch = [(tuple(sentence), n[optimal])]
+        if prefix_closed:
+            batch += [(tuple(sentence[:j]), sentence[j]) for j in range(2, len(sentence))]
+            if not checker.try_add(batch):
+                return
+        samples.extend(batch)
+
+    for q in range(vocab):
+        shifted = rng.permutation(vocab - 1)
+        others = (shifted + (shifted >= q)).tolist()  # every token but q, shuffled
+        k = int(rng.integers(opt_low, opt_high + 1))
+        k = max(1, min(k, vocab - min(non_low, vocab - 1)))
+        m = max(1, min(int(rng.integers(non_low, non_high + 1)), vocab - k))
+        optimal, extra = others[:k], others[k:k + m - 1]  # N_q = extra + [q]
+        for _ in range(sentences_per_query):
+            o = optimal[int(rng.integers(k))]
+            size = int(rng.integers(0, min(len(extra), max_len - 2) + 1))
+            chosen = rng.choice(len(extra), size=size, replace=False).tolist()
+            body = [o] + [extra[i] for i in chosen]
+            emit([body[i] for i in rng.permutation(len(body)).tolist()] + [q], o)
+        if complete:
+            for o in optimal:
+                emit([o, q], o)
+                for x in extra if max_len >= 3 else ():
+                    emit(([o, x] if rng.random() < 0.5 else [x, o]) + [q], o)
+    names = [f"t{i}" for i in range(vocab)]
+    return build_dataset(names, samples, weights=weights, max_len=max_len)
+
+
+def _schema_errors(obj: object) -> list[str]:
+    """Schema problems of a parsed JSON dataset, one message each (empty if fine)."""
+    if not isinstance(obj, dict):
+        return [f'the top level must be an object with "tokens" and "samples", got {type(obj).__name__}']
+    errors = [f'unknown key "{key}" at the top level; allowed: tokens, samples, collocation'
+              for key in obj if key not in ("tokens", "samples", "collocation")]
+    wanted = (("tokens", "a list of token names"), ("samples", "a list of {input, next} objects"))
+    for key, what in wanted:
+        if key not in obj:
+            errors.append(f'missing "{key}" ({what})')
+        elif not isinstance(obj[key], list):
+            errors.append(f'"{key}" must be {what}, got {type(obj[key]).__name__}')
+    if isinstance(obj.get("tokens"), list):
+        errors += [f'tokens[{i}]={t!r} is not a string' for i, t in enumerate(obj["tokens"])
+                   if not isinstance(t, str)]
+    for i, sample in enumerate(obj.get("samples") if isinstance(obj.get("samples"), list) else []):
+        if not isinstance(sample, dict):
+            errors.append(f'samples[{i}] must be an object {{"input": [...], "next": ...}}, got {sample!r}')
+            continue
+        for key in ("input", "next"):
+            if key not in sample:
+                errors.append(f'samples[{i}] is missing "{key}"')
+        errors += [f'samples[{i}] has unknown key "{key}"; allowed: input, next'
+                   for key in sample if key not in ("input", "next")]
+        inp, nxt = sample.get("input", []), sample.get("next", "")
+        if not isinstance(inp, list) or not all(_is_token_json(t) for t in inp):
+            errors.append(f'samples[{i}].input must be a list of token names, got {inp!r}')
+        if not _is_token_json(nxt):
+            errors.append(f'samples[{i}].next must be a token name, got {nxt!r}')
+    colloc = obj.get("collocation", {})
+    if not isinstance(colloc, dict) or not all(isinstance(v, str) for v in colloc.values()):
+        errors.append(f'"collocation" must be an object mapping token names to token names, got {colloc!r}')
+    return errors
+
+
+def load_json_dataset(path: str | Path, *, weights: Weights = "empirical",
+                      max_len: int | None = None) -> NTPDataset:
+    """Load ``{"tokens": [...], "samples": [{"input": [...], "next": ...}], "collocation": {...}}``.
+
+    Raises:
+        UserError: one line per problem, each prefixed with ``data.file=<path>``.
+    """
+    label = f"data.file={path}"
+    file = Path(path)
+    if not file.is_file():
+        raise UserError(f"{label} not found" + (" (it is a directory)" if file.is_dir() else ""))
+    try:
+        obj = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise UserError(f"{label} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"{label} cannot be read: {err}") from None
+    errors = _schema_errors(obj)
+    if errors:
+        raise UserError(*(f"{label}: {m}" for m in errors))
+    if not obj["samples"]:
+        raise UserError(f"{label}: the dataset is empty (no samples)")
+    samples = [(s["input"], s["next"]) for s in obj["samples"]]
+    try:
+        return build_dataset(obj["tokens"], samples, collocation=obj.get("collocation"),
+                             weights=weights, max_len=max_len)
+    except UserError as err:
+        raise UserError(*(f"{label}: {m}" for m in err.messages)) from None
+
+
+def to_tensors(
+    ds: NTPDataset, max_len: int, n_samples: int | None = None
+) -> dict[str, torch.Tensor]:
+    """Left-aligned, padded tensors of a dataset.
+
+    With ``N = n_samples or len(ds.samples)`` and ``L = max_len``:
+    ``idx`` (N, L) long token indices (0 on padding), ``mask`` (N, L) bool valid positions,
+    ``query`` (N,) long, ``next`` (N,) long, ``weight`` (N,) float64 ``pi``, ``opt_mask``
+    (N, L) bool valid positions holding the optimal token. Rows beyond ``len(ds.samples)``
+    are padding samples: token 0 at position 0 only, next 0, weight 0.
+    """
+    count = len(ds.samples)
+    rows = count if n_samples is None else n_samples
+    if rows < count:
+        raise UserError(f"n_samples={n_samples} is smaller than the dataset ({count} samples)")
+    if ds.max_len > max_len:
+        raise UserError(f"max_len={max_len} is shorter than the longest sample ({ds.max_len} tokens)")
+    idx = np.zeros((rows, max_len), dtype=np.int64)  # (N, L)
+    mask = np.zeros((rows, max_len), dtype=bool)  # (N, L)
+    query = np.zeros(rows, dtype=np.int64)  # (N,)
+    nxt = np.zeros(rows, dtype=np.int64)  # (N,)
+    weight = np.zeros(rows, dtype=np.float64)  # (N,)
+    optimal = np.zeros(rows, dtype=np.int64)  # (N,)
+    for i, sample in enumerate(ds.samples):
+        length = len(sample.input)
+        idx[i, :length] = sample.input
+        mask[i, :length] = True
+        query[i], nxt[i], weight[i] = sample.input[-1], sample.next, ds.weights[i]
+        optimal[i] = ds.optimal_token[i]
+    mask[count:, 0] = True
+    opt_mask = mask & (idx == optimal[:, None])  # (N, L)
+    return {
+        "idx": torch.from_numpy(idx),
+        "mask": torch.from_numpy(mask),
+        "query": torch.from_numpy(query),
+        "next": torch.from_numpy(nxt),
+        "weight": torch.from_numpy(weight),
+        "opt_mask": torch.from_numpy(opt_mask),
+    }

@@ -1,0 +1,164 @@
+"""The batched problem of an NTP run: one dataset, embedding and max-margin target per
+ensemble member, padded and stacked along a leading axis S.
+
+Every member's randomness comes from its own seed (data, rotation, init), so member i of
+an ensemble equals a single run with seed ``seed + i``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ...errors import UserError
+from .config import Config
+from .data import example1, load_json_dataset, random_dataset, to_tensors
+from .dataset import NTPDataset
+from .generalize import GenCase, build_suite
+from .maxmargin import MaxMarginTargets, max_margin_targets
+
+# sub-streams of a member's seed
+_DATA, _EMBED, INIT_STREAM, _SUITE = 1, 2, 3, 4
+
+
+def member_rng(seed: int, stream: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([seed, stream]))
+
+
+def build_dataset(config: Config, seed: int) -> NTPDataset:
+    """The dataset of the member with ``seed`` (UserError on bad data)."""
+    d = config.data
+    if d.source == "example1":
+        return example1()
+    if d.source == "file":
+        return load_json_dataset(d.file, weights=d.weights, max_len=d.max_len)
+    data_seed = seed if d.vary_with_seed else config.seed
+    return random_dataset(
+        d.vocab_size, seed=int(np.random.SeedSequence([data_seed, _DATA]).generate_state(1)[0]),
+        optimal_per_query=tuple(d.optimal_per_query), non_optimal_per_query=tuple(d.non_optimal_per_query),
+        sentences_per_query=d.sentences_per_query, complete=d.complete, prefix_closed=d.prefix_closed,
+        max_len=d.max_len, weights=d.weights,
+    )
+
+
+def embedding(config: Config, vocab: int, seed: int) -> np.ndarray:
+    """Token embeddings as columns, shape (d, |V|)."""
+    dim = config.data.dim or vocab
+    kind = config.data.embedding
+    if kind != "gaussian" and dim < vocab:
+        raise UserError(f"data.dim={dim}: must be >= |V| = {vocab} for orthonormal embeddings (or use data.embedding=gaussian)")
+    rng = member_rng(seed if config.data.vary_with_seed else config.seed, _EMBED)
+    if kind == "onehot":
+        return np.eye(dim, vocab)
+    if kind == "rotated":
+        q, r = np.linalg.qr(rng.standard_normal((dim, dim)))
+        q = q * np.sign(np.diag(r))  # Haar-distributed orthogonal matrix
+        return q[:, :vocab]
+    cols = rng.standard_normal((dim, vocab))
+    return cols / np.linalg.norm(cols, axis=0, keepdims=True)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Everything the trainer needs, stacked over the ensemble (S members).
+
+    Shapes: N samples (padded to the largest member), L positions, d dim, V vocabulary,
+    G generalization cases (padded).
+    """
+
+    seeds: list[int]
+    datasets: list[NTPDataset]
+    targets: list[MaxMarginTargets]
+    suites: list[list[GenCase]]
+    emb: torch.Tensor  # (S, d, V) token embeddings as columns
+    x: torch.Tensor  # (S, N, L, d) embedded sentences (0 on padding)
+    query: torch.Tensor  # (S, N, d) embedded query token
+    mask: torch.Tensor  # (S, N, L) valid positions
+    opt_mask: torch.Tensor  # (S, N, L) positions holding the sample's optimal token
+    target: torch.Tensor  # (S, N) next token
+    weight: torch.Tensor  # (S, N) pi (0 on padding samples)
+    multi: torch.Tensor  # (S, N) bool: real samples of length >= 2
+    colloc: torch.Tensor  # (S, V) n(x)
+    wov_star: torch.Tensor  # (S, V, d)
+    wkq_star: torch.Tensor  # (S, d, d)
+    floor_x: torch.Tensor  # (S, N, d) embedding of each sample's optimal token
+    type_masks: torch.Tensor  # (S, 3, V, V) [optimal, non-optimal, non-comparable][key, query]
+    gen_x: torch.Tensor  # (S, G, Lg, d)
+    gen_query: torch.Tensor  # (S, G, d)
+    gen_mask: torch.Tensor  # (S, G, Lg)
+    gen_expected: torch.Tensor  # (S, G) expected token, -1 where not covered or padding
+
+    @property
+    def n_members(self) -> int:
+        return len(self.seeds)
+
+
+def _pad_stack(tensors: list[torch.Tensor], length: int, dim: int, value=0) -> torch.Tensor:
+    out = []
+    for t in tensors:
+        pad = [0, 0] * (t.dim() - dim - 1) + [0, length - t.shape[dim]]
+        out.append(torch.nn.functional.pad(t, pad, value=value))
+    return torch.stack(out)
+
+
+def build_problem(config: Config, dtype: torch.dtype = torch.float64) -> Problem:
+    """Build datasets, embeddings, targets and suites for every seed of the ensemble."""
+    seeds = [config.seed + i for i in range(config.n_seeds)]
+    datasets = [build_dataset(config, s) for s in seeds]
+    vocab = {ds.vocab_size for ds in datasets}
+    if len(vocab) != 1:
+        raise UserError(f"ensemble members have different vocabularies {sorted(vocab)}")
+    max_len = max(ds.max_len for ds in datasets)
+    n_max = max(len(ds.samples) for ds in datasets)
+    embs = [embedding(config, ds.vocab_size, s) for ds, s in zip(datasets, seeds)]
+    targets = [max_margin_targets(ds, e) for ds, e in zip(datasets, embs)]
+    suites = [build_suite(ds, config.generalize.max_cases, int(member_rng(s, _SUITE).integers(2**31)))
+              for ds, s in zip(datasets, seeds)]
+
+    tens = [to_tensors(ds, max_len, n_max) for ds in datasets]
+    stack = {k: torch.stack([t[k] for t in tens]) for k in tens[0]}  # each (S, N[, L])
+    emb = torch.tensor(np.stack(embs), dtype=dtype)  # (S, d, V)
+    tok = emb.transpose(1, 2)  # (S, V, d) one embedding per row
+    members = torch.arange(len(seeds))[:, None, None]
+    x = tok[members, stack["idx"]] * stack["mask"].unsqueeze(-1)  # (S, N, L, d)
+    query = tok[members[:, :, 0], stack["query"]]  # (S, N, d)
+    opt_tok = torch.stack([torch.tensor([ds.optimal_token[i] if i < len(ds.samples) else 0 for i in range(n_max)])
+                           for ds in datasets])  # (S, N)
+    floor_x = tok[members[:, :, 0], opt_tok]  # (S, N, d)
+    lengths = stack["mask"].sum(-1)  # (S, N)
+    multi = (lengths >= 2) & (stack["weight"] > 0)
+
+    V = datasets[0].vocab_size
+    type_masks = torch.zeros(len(seeds), 3, V, V, dtype=torch.bool)
+    for i, ds in enumerate(datasets):
+        for q, qs in ds.structure.items():
+            for k, group in enumerate((qs.optimal, qs.non_optimal, qs.non_comparable)):
+                type_masks[i, k, sorted(group), q] = True
+
+    g_max = max(1, max(len(s) for s in suites))
+    lg = max([len(c.input) for s in suites for c in s] + [1])
+    tok_unk = torch.cat([tok, torch.zeros_like(tok[:, :1])], dim=1)  # (S, V+1, d) unknown = 0
+    gen_idx = torch.zeros(len(seeds), g_max, lg, dtype=torch.long)
+    gen_mask = torch.zeros(len(seeds), g_max, lg, dtype=torch.bool)
+    gen_expected = torch.full((len(seeds), g_max), -1, dtype=torch.long)
+    for i, suite in enumerate(suites):
+        for j, case in enumerate(suite):
+            gen_idx[i, j, : len(case.input)] = torch.tensor(case.input)
+            gen_mask[i, j, : len(case.input)] = True
+            gen_expected[i, j] = -1 if case.expected is None else case.expected
+        gen_mask[i, len(suite):, 0] = True  # padding cases: one valid position
+    gen_x = tok_unk[members, gen_idx] * gen_mask.unsqueeze(-1)  # (S, G, Lg, d)
+    gen_len = gen_mask.sum(-1)  # (S, G)
+    gen_query = tok_unk[members[:, :, 0], gen_idx.gather(-1, (gen_len - 1).unsqueeze(-1)).squeeze(-1)]  # (S, G, d)
+
+    return Problem(
+        seeds=seeds, datasets=datasets, targets=targets, suites=suites, emb=emb, x=x, query=query,
+        mask=stack["mask"], opt_mask=stack["opt_mask"], target=stack["next"], weight=stack["weight"].to(dtype),
+        multi=multi, colloc=torch.tensor([list(ds.collocation) for ds in datasets]),
+        wov_star=torch.tensor(np.stack([t.wov_star for t in targets]), dtype=dtype),
+        wkq_star=torch.tensor(np.stack([t.wkq_star for t in targets]), dtype=dtype),
+        floor_x=floor_x, type_masks=type_masks, gen_x=gen_x, gen_query=gen_query, gen_mask=gen_mask,
+        gen_expected=gen_expected,
+    )

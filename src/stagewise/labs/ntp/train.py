@@ -1,0 +1,269 @@
+"""Training of the NTP lab: two-stage normalized GD [paper, Algorithm 1] and its ablations,
+batched over the ensemble axis S, with per-member step rules and resumable state.
+
+Stage 1 (steps 1..T) updates W_ov on the collocation loss L0; stage 2 (steps T+1..T+T1)
+freezes W_ov and updates W_kq on the main loss L. ``joint`` updates both on L for all
+T+T1 steps with one jointly normalized gradient and step eta0. Step t's logged metrics
+describe the weights after t updates (step 0 is the initialization); gradient norms are
+those of the objective at those weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ...runs import Diverged, RunContext
+from .config import Config
+from .model import collocation_loss, cross_entropy, forward, gradients, predict
+from .problem import INIT_STREAM, Problem, member_rng
+
+OV, KQ = "ov", "kq"
+
+
+def _flat_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Per-member Frobenius norm over several (S, ...) tensors -> (S,)."""
+    return torch.sqrt(sum(t.pow(2).flatten(1).sum(-1) for t in tensors))
+
+
+def cosine(w: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos(W, W*), ||W/||W|| - W*/||W*|| ||_F) per member; W = 0 gives (0, 1). w, target (S, a, b)."""
+    nw, nt = _flat_norm([w]), _flat_norm([target])
+    dot = (w * target).flatten(1).sum(-1)
+    cos = torch.where(nw > 0, dot / (nw * nt).clamp_min(1e-300), torch.zeros_like(dot))
+    unit = w / nw.clamp_min(1e-300)[:, None, None]
+    dist = _flat_norm([unit - target / nt[:, None, None]])
+    return cos, torch.where(nw > 0, dist, torch.ones_like(dist))
+
+
+@dataclass
+class Params:
+    """Trainable tensors, merged (wkq, wov) or factored (wk, wq, wo, wv), each (S, ...)."""
+
+    tensors: dict[str, torch.Tensor]
+    factored: bool
+
+    def merged(self) -> tuple[torch.Tensor, torch.Tensor]:
+        t = self.tensors
+        if not self.factored:
+            return t["wkq"], t["wov"]
+        return t["wk"].transpose(1, 2) @ t["wq"], t["wo"] @ t["wv"]  # (S, d, d), (S, V, d)
+
+    def group(self, name: str) -> list[str]:
+        if self.factored:
+            return ["wo", "wv"] if name == OV else ["wk", "wq"]
+        return ["wov"] if name == OV else ["wkq"]
+
+    def chain(self, g_wkq: torch.Tensor | None, g_wov: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """Gradients of the factors from gradients of the merged matrices."""
+        t = self.tensors
+        if not self.factored:
+            return {k: g for k, g in (("wkq", g_wkq), ("wov", g_wov)) if g is not None}
+        out = {}
+        if g_wkq is not None:  # W_kq = W_k^T W_q
+            out["wk"] = t["wq"] @ g_wkq.transpose(1, 2)
+            out["wq"] = t["wk"] @ g_wkq
+        if g_wov is not None:  # W_ov = W_o W_v
+            out["wo"] = g_wov @ t["wv"].transpose(1, 2)
+            out["wv"] = t["wo"].transpose(1, 2) @ g_wov
+        return out
+
+
+def init_params(config: Config, problem: Problem, dtype: torch.dtype) -> Params:
+    """Zero [paper] or i.i.d. normal (std init_scale) init, drawn per member seed."""
+    S, d, V = problem.n_members, problem.emb.shape[1], problem.emb.shape[2]
+    shapes = {"wk": (d, d), "wq": (d, d), "wo": (V, d), "wv": (d, d)} if config.model.factored else {"wkq": (d, d), "wov": (V, d)}
+    tensors = {}
+    for k, (name, shape) in enumerate(shapes.items()):
+        if config.model.init == "zero":
+            tensors[name] = torch.zeros(S, *shape, dtype=dtype)
+        else:
+            draws = [member_rng(s, INIT_STREAM + 10 * (k + 1)).standard_normal(shape) for s in problem.seeds]
+            tensors[name] = config.model.init_scale * torch.tensor(np.stack(draws), dtype=dtype)
+    return Params(tensors, config.model.factored)
+
+
+@dataclass
+class Optimizer:
+    """Per-member optimizer state for normalized GD, GD, Adam and AdamW."""
+
+    config: Config
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def step(self, params: Params, grads: dict[str, torch.Tensor], names: list[str], lr: float,
+             active: torch.Tensor) -> None:
+        tc = self.config.train
+        kind = tc.optimizer
+        if kind == "normalized_gd":
+            norm = _flat_norm([grads[n] for n in names])  # (S,)
+            updates = {n: grads[n] / norm.clamp_min(1e-300).view(-1, *[1] * (grads[n].dim() - 1)) for n in names}
+        elif kind == "gd":
+            updates = {n: grads[n] for n in names}
+        else:
+            b1, b2 = tc.betas
+            updates = {}
+            for n in names:
+                g = grads[n]
+                m = self.state.get(f"m.{n}", torch.zeros_like(g))
+                v = self.state.get(f"v.{n}", torch.zeros_like(g))
+                count = self.state.get(f"t.{n}", torch.zeros(g.shape[0], dtype=g.dtype))
+                keep = active.view(-1, *[1] * (g.dim() - 1))
+                m = torch.where(keep, b1 * m + (1 - b1) * g, m)
+                v = torch.where(keep, b2 * v + (1 - b2) * g * g, v)
+                count = count + active.to(g.dtype)
+                c = count.clamp_min(1).view(-1, *[1] * (g.dim() - 1))
+                upd = (m / (1 - b1 ** c)) / ((v / (1 - b2 ** c)).sqrt() + tc.adam_eps)
+                if kind == "adamw":
+                    upd = upd + tc.weight_decay * params.tensors[n]
+                self.state.update({f"m.{n}": m, f"v.{n}": v, f"t.{n}": count})
+                updates[n] = upd
+        for n in names:
+            p = params.tensors[n]
+            keep = active.view(-1, *[1] * (p.dim() - 1))
+            params.tensors[n] = torch.where(keep, p - lr * updates[n], p)
+
+
+@dataclass
+class Evaluation:
+    """Losses and gradients at the current weights, all batched over S."""
+
+    loss0: torch.Tensor  # (S,)
+    grad0_wov: torch.Tensor  # (S, V, d) gradient of L0
+    fwd: object | None  # model.Forward of the main loss, or None
+    grad_wov: torch.Tensor | None
+    grad_wkq: torch.Tensor | None
+
+
+def evaluate(params: Params, problem: Problem, need_main: bool) -> Evaluation:
+    wkq, wov = params.merged()
+    loss0, grad0 = collocation_loss(wov, problem.emb, problem.colloc)
+    if not need_main:
+        return Evaluation(loss0, grad0, None, None, None)
+    fwd = forward(wkq, wov, problem.x, problem.query, problem.mask, problem.target, problem.weight)
+    g_wov, g_wkq = gradients(fwd, wov, problem.x, problem.query, problem.target, problem.weight)
+    return Evaluation(loss0, grad0, fwd, g_wov, g_wkq)
+
+
+def metrics(params: Params, problem: Problem, ev: Evaluation, stage: int, two_stage: bool) -> dict[str, torch.Tensor]:
+    """All per-member metrics at the current weights; each value has shape (S,)."""
+    wkq, wov = params.merged()
+    fwd = ev.fwd
+    floor_logits = torch.einsum("svd,snd->snv", wov, problem.floor_x)  # (S, N, V) perfect attention
+    floor = (problem.weight * cross_entropy(floor_logits, problem.target)).sum(-1)
+    cos_ov, dist_ov = cosine(wov, problem.wov_star)
+    cos_kq, dist_kq = cosine(wkq, problem.wkq_star)
+    opt_mass = (fwd.attn * problem.opt_mask).sum(-1)  # (S, N)
+    multi = problem.multi
+    n_multi = multi.sum(-1).clamp_min(1)
+    real = problem.weight > 0
+    correct = (fwd.logits.argmax(-1) == problem.target) & real
+    scores = torch.einsum("sdk,sde,seq->skq", problem.emb, wkq, problem.emb)  # (S, V, V) key x query
+    type_score = (scores.unsqueeze(1) * problem.type_masks).flatten(2).sum(-1) / problem.type_masks.flatten(2).sum(-1).clamp_min(1)
+    pred, _ = predict(wkq, wov, problem.gen_x, problem.gen_query, problem.gen_mask)  # (S, G)
+    covered = problem.gen_expected >= 0
+    gen_acc = ((pred == problem.gen_expected) & covered).sum(-1) / covered.sum(-1)
+    grad_ov = ev.grad0_wov if (two_stage and stage == 1) else ev.grad_wov
+    S = wkq.shape[0]
+    return {
+        "stage": torch.full((S,), float(stage)),
+        "loss_stage1": ev.loss0,
+        "loss": fwd.loss,
+        "loss_floor": floor,
+        "loss_gap": fwd.loss - floor,
+        "cos_wov": cos_ov, "dist_wov": dist_ov, "norm_wov": _flat_norm([wov]),
+        "cos_wkq": cos_kq, "dist_wkq": dist_kq, "norm_wkq": _flat_norm([wkq]),
+        "opt_attn_min": opt_mass.masked_fill(~multi, 1.0).min(-1).values,
+        "opt_attn_mean": (opt_mass * multi).sum(-1) / n_multi,
+        "train_acc": correct.sum(-1) / real.sum(-1),
+        "grad_norm_wov": _flat_norm([grad_ov]),
+        "grad_norm_wkq": _flat_norm([ev.grad_wkq]),
+        "score_optimal": type_score[:, 0], "score_non_optimal": type_score[:, 1], "score_non_comparable": type_score[:, 2],
+        "gen_acc": gen_acc,
+    }
+
+
+def _check_finite(step: int, problem: Problem, values: dict[str, torch.Tensor], params: Params) -> None:
+    for name in ("loss", "loss_stage1"):
+        bad = ~torch.isfinite(values[name])
+        if bad.any():
+            raise Diverged(step, problem.seeds[int(bad.nonzero()[0])], f"{name} is not finite")
+    for name, p in params.tensors.items():
+        bad = ~torch.isfinite(p.flatten(1)).all(-1)
+        if bad.any():
+            raise Diverged(step, problem.seeds[int(bad.nonzero()[0])], f"weights {name} are not finite")
+
+
+def train(config: Config, problem: Problem, ctx: RunContext | None = None) -> Params:
+    """Run the configured algorithm; log through ``ctx`` (None: no logging, no checkpoints).
+
+    Returns the final parameters.
+    """
+    dtype = torch.float64 if config.model.dtype == "float64" else torch.float32
+    tc = config.train
+    T, total = tc.steps_stage1, tc.steps_stage1 + tc.steps_stage2
+    two_stage = tc.algorithm == "two_stage"
+    eta0, eta = config.step_sizes(problem.emb.shape[1])
+    params = init_params(config, problem, dtype)
+    opt = Optimizer(config)
+    S = problem.n_members
+    active = torch.ones(S, dtype=torch.bool)
+    start = 0
+    resumed = ctx.resume_state() if ctx is not None else None
+    if resumed is not None:
+        start, tensors, _ = resumed
+        params.tensors = {k[2:]: v for k, v in tensors.items() if k.startswith("p.")}
+        opt.state = {k[4:]: v for k, v in tensors.items() if k.startswith("opt.")}
+        active = tensors["active"].bool()
+    # sum reduction: L0 sums over the |V| collocation samples, L over each member's samples
+    summed = tc.loss_reduction == "sum"
+    scale_ov = float(problem.emb.shape[-1]) if summed else 1.0
+    scale_main = (problem.weight > 0).sum(-1).to(dtype).view(-1, 1, 1) if summed else 1.0  # (S, 1, 1)
+
+    def stage_of(t: int) -> int:
+        return 1 if t <= T else 2  # step 0 (the init) counts as stage 1
+
+    def should_log(t: int) -> bool:
+        return ctx is not None and (t % tc.log_every == 0 or t in (0, T, total))
+
+    from contextlib import nullcontext
+
+    bar = ctx.progress(total, "ntp") if ctx is not None else nullcontext(lambda n=1: None)
+    with bar as advance:
+        for t in range(start, total + 1):
+            stage_next = stage_of(t + 1)
+            log_now = should_log(t) and not (resumed is not None and t == start)
+            need_main = log_now or not (two_stage and stage_next == 1)
+            ev = evaluate(params, problem, need_main)
+            # gradient of the objective of the next update (step t+1)
+            if two_stage and stage_next == 1:
+                grads, names, lr = params.chain(None, ev.grad0_wov * scale_ov), params.group(OV), eta0
+            elif two_stage:
+                grads, names, lr = params.chain(ev.grad_wkq * scale_main, None), params.group(KQ), eta
+            else:
+                grads = params.chain(ev.grad_wkq * scale_main, ev.grad_wov * scale_main)
+                names, lr = params.group(OV) + params.group(KQ), eta0
+            gnorm = _flat_norm([grads[n] for n in names])  # (S,)
+            tiny = (gnorm <= tc.grad_tol) | (gnorm == 0)
+            if two_stage and t == T and T > 0:
+                active = torch.ones(S, dtype=torch.bool)  # the guard acts per stage
+                opt.state = {}
+            if tc.on_tiny_grad == "stop":
+                active = active & ~tiny
+            if log_now:
+                values = metrics(params, problem, ev, stage_of(t), two_stage)
+                values["tiny_grad"] = tiny.to(dtype)
+                values["frozen"] = (~active).to(dtype)
+                ctx.log(t, values)
+                _check_finite(t, problem, values, params)
+            if ctx is not None and t > start and (ctx.should_checkpoint(t) or t == total):
+                payload = {f"p.{k}": v for k, v in params.tensors.items()}
+                payload.update({f"opt.{k}": v for k, v in opt.state.items()})
+                payload["active"] = active.to(torch.uint8)
+                ctx.save_checkpoint(t, payload, {"stage": stage_of(t)})
+            if t == total:
+                break
+            opt.step(params, grads, names, lr, active if tc.on_tiny_grad == "stop" else gnorm > 0)
+            advance(1)
+    return params
