@@ -76,6 +76,8 @@ class TrainConfig(ConfigModel):
     on_tiny_grad: Literal["stop", "flag"] = Field("stop", description="stop: that seed stops updating (flagged); flag: keep going, flagged")
     log_every: int = Field(1, ge=1, description="log metrics every k steps (stage ends and the last step are always logged)")
     checkpoint_every: int = Field(100, ge=1, description="safetensors checkpoint every k steps (for --resume)")
+    threads: int = Field(1, ge=1, description="CPU threads for torch; the batched problem is small, so extra threads mostly add\n"
+                         "synchronization (and stall badly when the machine is busy)")
 
     @model_validator(mode="after")
     def _check(self):
@@ -89,6 +91,7 @@ class TrainConfig(ConfigModel):
 
 class GeneralizeConfig(ConfigModel):
     max_cases: int = Field(200, ge=1, description="at most this many unseen sentences per category and seed")
+    every: int = Field(10, ge=1, description="log the suite's accuracy (gen_acc) every k steps (and at stage ends)")
 
 
 class Config(ConfigModel):

@@ -1,0 +1,186 @@
+"""The `stagewise` command line (Typer + rich).
+
+Bad input prints one line per problem (``error: ...``) and exits with code 2 before any
+work starts. A run that fails exits 1 (3 when it diverged) after recording the error in
+its manifest; nothing logged so far is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Simulate, measure and reproduce staged training dynamics in transformers.")
+out_console = Console()
+err_console = Console(stderr=True)
+
+
+def _default_out(lab: str, preset: str | None) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{lab}-{preset or 'default'}-{stamp}"
+
+
+@app.command("labs")
+def labs_cmd() -> None:
+    """List the labs and their presets."""
+    from .labs import REGISTRY, get_lab
+
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("lab")
+    table.add_column("preset")
+    table.add_column("what it runs")
+    for name in REGISTRY:
+        lab = get_lab(name)
+        table.add_row(name, "(defaults)", lab.DESCRIPTION)
+        for preset, (text, _) in lab.PRESETS.items():
+            table.add_row("", preset, text)
+    out_console.print(table)
+
+
+@app.command("config")
+def config_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise labs`"),
+               preset: Optional[str] = typer.Option(None, "--preset", "-p", help="start from this preset")) -> None:
+    """Print the full default config of LAB (or of a preset) as commented YAML."""
+    from .config import resolve, to_commented_yaml
+    from .labs import get_lab, preset_overrides
+
+    module = get_lab(lab)
+    config = resolve(module.Config, preset_overrides(module, preset))
+    typer.echo(f"# stagewise config for lab '{lab}'" + (f", preset '{preset}'" if preset else ""))
+    typer.echo(to_commented_yaml(config))
+
+
+@app.command("run")
+def run_cmd(
+    lab: Optional[str] = typer.Argument(None, help="lab name (omit with --resume)"),
+    preset: Optional[str] = typer.Option(None, "--preset", "-p", help="named preset, see `stagewise labs`"),
+    config_file: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file of config values"),
+    sets: Optional[List[str]] = typer.Option(None, "--set", "-s", help="override one value: a.b=value (repeatable)"),
+    seeds: Optional[int] = typer.Option(None, "--seeds", help="ensemble size K (seeds seed..seed+K-1, one batched pass)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (default runs/LAB-PRESET-TIME)"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="resume the run in this directory"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+) -> None:
+    """Run a lab: validate the config, train, write metrics, summary and figures."""
+    from .config import resolve
+    from .labs import get_lab, preset_overrides
+    from .runs import execute, load_for_resume, prepare
+    from .runs.runner import RunPaths
+
+    if resume is not None:
+        if lab or preset or config_file or sets or seeds or out:
+            raise UserError("--resume DIR takes no lab, preset, config, --set, --seeds or --out: the run's own config is used")
+        module, config = load_for_resume(resume)
+        paths = RunPaths(resume)
+    else:
+        if lab is None:
+            raise UserError("missing LAB: e.g. `stagewise run ntp --preset example1`; see `stagewise labs`")
+        module = get_lab(lab)
+        if seeds is not None and seeds < 1:
+            raise UserError(f"--seeds {seeds}: must be >= 1")
+        config = resolve(module.Config, preset_overrides(module, preset), config_file, sets or [],
+                         {"n_seeds": seeds} if seeds is not None else None)
+        if hasattr(module, "check"):
+            module.check(config)
+        paths = prepare(module, config, out or _default_out(lab, preset))
+    _execute(module, config, paths, resume is not None, not quiet)
+
+
+def _execute(module, config, paths, resume: bool, progress: bool) -> None:
+    from .runs import Diverged, execute
+
+    try:
+        execute(module, config, paths, resume=resume, progress=progress)
+    except Diverged as err:
+        err_console.print(f"[red]run diverged[/]: {err}; metrics so far kept in {paths.root}", highlight=False)
+        raise typer.Exit(3)
+    except KeyboardInterrupt:
+        err_console.print(f"interrupted; resume with: stagewise run --resume {paths.root}", highlight=False)
+        raise typer.Exit(130)
+    except UserError:
+        raise
+    except Exception as err:
+        err_console.print(f"[red]run failed[/]: {type(err).__name__}: {err} (traceback in {paths.root / 'error.log'}; "
+                          f"resume with: stagewise run --resume {paths.root})", highlight=False)
+        raise typer.Exit(1)
+    _print_summary(paths.root)
+
+
+def _print_summary(run_dir: Path) -> None:
+    from .runs import read_manifest
+
+    manifest = read_manifest(run_dir)
+    summary_path = Path(run_dir) / "summary.json"
+    out_console.print(f"[bold]{run_dir}[/]  lab={manifest['lab']}  status={manifest['status']}  "
+                      f"seeds={manifest['seeds']}  config={manifest['config_hash']}", highlight=False)
+    if manifest.get("error"):
+        out_console.print(f"error: {manifest['error']}", highlight=False)
+    if not summary_path.exists():
+        return
+    summary = json.loads(summary_path.read_text())
+    scalars = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if scalars:
+        out_console.print("  ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in scalars.items()),
+                          highlight=False)
+    final = summary.get("final", {})
+    if final:
+        table = Table("metric (last step)", "mean", "min", "max", header_style="bold")
+        for name, stats in final.items():
+            table.add_row(name, *(f"{stats[k]:.6g}" for k in ("mean", "min", "max")))
+        out_console.print(table)
+    claims = summary.get("claims", [])
+    if claims:
+        table = Table("claim", "holds", "evidence", header_style="bold")
+        for claim in claims:
+            mark = "[green]yes[/]" if claim["holds"] else "[red]no[/]"
+            table.add_row(f"{claim['id']}: {claim['statement']}", mark, claim["evidence"])
+        out_console.print(table)
+
+
+@app.command("show")
+def show_cmd(run_dir: Path = typer.Argument(..., help="a run directory")) -> None:
+    """Print a run's status, final values and claims."""
+    _print_summary(run_dir)
+
+
+@app.command("reproduce")
+def reproduce_cmd(
+    lab: str = typer.Argument(..., help="lab name"),
+    quick: bool = typer.Option(False, "--quick", help="fewer runs and seeds (about a minute on a laptop)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="report folder (default reports/LAB[-quick])"),
+) -> None:
+    """Run a lab's reproduction set and write one report folder (figures, claims, HTML)."""
+    from .labs import get_lab
+    from .report.reproduce import reproduce
+
+    module = get_lab(lab)
+    folder = out or Path("reports") / f"{lab}{'-quick' if quick else ''}"
+    report = reproduce(module, folder, quick=quick, progress=True)
+    holds = sum(c["holds"] for run in report["runs"] for c in run["claims"])
+    total = sum(len(run["claims"]) for run in report["runs"])
+    out_console.print(f"report: {folder / 'report.html'}  ({len(report['runs'])} runs, {holds}/{total} claims hold)",
+                      highlight=False)
+
+
+def main() -> None:
+    """Console entry point: user errors become one line each and exit code 2."""
+    try:
+        app()
+    except UserError as err:
+        for message in err.messages:
+            err_console.print(f"error: {message}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Figures of the NTP lab: the paper's six-panel Figure 2, rate fits, attention mass and
+the generalization table. Every figure is drawn from the logged metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ...measure import series
+from ...report.plots import figure, save, seed_lines
+from .config import Config
+
+FIG2_PANELS = [("loss_stage1", "$L_0$ (stage-1 loss)"), ("cos_wov", r"cos($W_{ov}$, $W_{ov}^*$)"),
+               ("norm_wov", r"$\|W_{ov}\|_F$"), ("loss", "$L$ (main loss)"),
+               ("cos_wkq", r"cos($W_{kq}$, $W_{kq}^*$)"), ("norm_wkq", r"$\|W_{kq}\|_F$")]
+
+
+def _stage_line(ax, config: Config) -> None:
+    if config.train.algorithm == "two_stage" and config.train.steps_stage1 > 0:
+        ax.axvline(config.train.steps_stage1, color="0.5", ls=":", lw=0.8)
+
+
+def figure2(config: Config, frame: pd.DataFrame, folder: Path) -> list[Path]:
+    fig, axes = figure(2, 3, (11, 6))
+    for ax, (metric, title) in zip(axes.flat, FIG2_PANELS):
+        seed_lines(ax, frame, metric)
+        ax.set_title(title)
+        ax.set_xlabel("t")
+        _stage_line(ax, config)
+    n = frame["seed"].nunique()
+    fig.suptitle(f"NTP lab: two-stage dynamics ({n} seed{'s' if n > 1 else ''}; dotted: end of stage 1)")
+    fig.tight_layout()
+    return save(fig, folder, "figure2")
+
+
+def rate_fits(config: Config, frame: pd.DataFrame, summary: dict[str, Any], folder: Path) -> list[Path]:
+    """1 - cos against stage time on log axes with the theory's log t / t and log^2 t / t
+    shapes, and log(L - floor) against t."""
+    T = config.train.steps_stage1 if config.train.algorithm == "two_stage" else 0
+    fig, axes = figure(1, 3, (13, 4))
+    panels = [("cos_wov", 0, r"$1-\cos(W_{ov})$", lambda t: np.log(t) / t), ("cos_wkq", T, r"$1-\cos(W_{kq})$", lambda t: np.log(t) ** 2 / t)]
+    for ax, (metric, origin, title, shape) in zip(axes[0], panels):
+        steps, values = series(frame, metric)
+        sel = steps > origin + 1
+        tau = steps[sel] - origin
+        gap = np.clip(1 - values[sel], 1e-17, None)
+        for col in range(gap.shape[1]):
+            ax.loglog(tau, gap[:, col], color="C0", alpha=0.5, lw=0.8)
+        if len(tau):
+            ref = shape(tau.astype(float))
+            ref = ref * (np.median(gap[-1]) / ref[-1]) if ref[-1] > 0 else ref
+            ax.loglog(tau, ref, "k--", lw=1, label="theory shape" + (" log t/t" if metric == "cos_wov" else r" log$^2$ t/t"))
+            ax.legend(fontsize=8)
+        ax.set_title(title + (" (stage time t - T)" if origin else ""))
+        ax.set_xlabel("t" if not origin else "t - T")
+    ax = axes[0, 2]
+    steps, gap = series(frame, "loss_gap")
+    ax.semilogy(steps, np.clip(gap, 1e-17, None), color="C1", lw=0.8, alpha=0.6)
+    rates = summary.get("rates", {}).get("loss_gap_rate", [])
+    ax.set_title(f"$L$ - floor (fitted rate {np.nanmean(rates):.3g}/step)" if len(rates) else "$L$ - floor")
+    ax.set_xlabel("t")
+    _stage_line(ax, config)
+    fig.tight_layout()
+    return save(fig, folder, "rate_fits")
+
+
+def attention(config: Config, frame: pd.DataFrame, folder: Path) -> list[Path]:
+    fig, axes = figure(1, 2, (10, 3.8))
+    seed_lines(axes[0, 0], frame, "opt_attn_min", label="min over samples", color="C2")
+    seed_lines(axes[0, 0], frame, "opt_attn_mean", label="mean over samples", color="C0")
+    axes[0, 0].set_title("attention mass on optimal positions")
+    axes[0, 0].legend(fontsize=8)
+    for metric, color in (("score_optimal", "C2"), ("score_non_comparable", "C7"), ("score_non_optimal", "C3")):
+        seed_lines(axes[0, 1], frame, metric, label=metric.replace("score_", "").replace("_", "-"), color=color)
+    axes[0, 1].set_title(r"mean key score $x^T W_{kq} x_q$ by token type")
+    axes[0, 1].legend(fontsize=8)
+    for ax in axes[0]:
+        ax.set_xlabel("t")
+        _stage_line(ax, config)
+    fig.tight_layout()
+    return save(fig, folder, "attention")
+
+
+def generalization(summary: dict[str, Any], rows: pd.DataFrame, folder: Path, max_rows: int = 24) -> list[Path]:
+    """Table of unseen sentences of the first seed: input, predicted, expected by theory."""
+    first = rows[rows["seed"] == rows["seed"].min()] if len(rows) else rows
+    shown = pd.concat([g.head(max(2, max_rows // max(1, first["category"].nunique()))) for _, g in first.groupby("category", sort=False)]) if len(first) else first
+    named = [r for r in summary.get("named_cases", []) if r["seed"] == summary["seeds"][0]]
+    cells = [[r["input"], "named (spec)", r["predicted"], r["expected"]] for r in named]
+    cells += [[r.input, r.category, r.predicted, r.expected] for r in shown.itertuples()]
+    fig, axes = figure(1, 1, (8, 0.9 + 0.24 * max(1, len(cells))))
+    ax = axes[0, 0]
+    ax.axis("off")
+    if cells:
+        table = ax.table(cellText=cells, colLabels=["input", "category", "predicted", "expected by theory"], loc="center")
+        table.auto_set_font_size(False)
+        table.set_fontsize(7.5)
+        table.scale(1, 1.15)
+        for i, row in enumerate(cells, start=1):
+            if row[3] != "not covered":
+                table[i, 2].set_facecolor("#d9f2d9" if row[2] == row[3] else "#f8d0d0")
+    acc = summary.get("final", {}).get("gen_acc", {}).get("mean", float("nan"))
+    ax.set_title(f"generalization (seed {summary['seeds'][0]}); covered-case accuracy over seeds: {acc:.3f}")
+    return save(fig, folder, "generalization")
+
+
+def make_figures(config: Config, frame: pd.DataFrame, summary: dict[str, Any], folder: str | Path) -> list[Path]:
+    """All figures of a finished run into ``folder`` (PNG and PDF)."""
+    folder = Path(folder)
+    paths = figure2(config, frame, folder) + rate_fits(config, frame, summary, folder) + attention(config, frame, folder)
+    gen_csv = folder.parent / "generalization.csv"
+    rows = pd.read_csv(gen_csv, keep_default_na=False) if gen_csv.exists() else pd.DataFrame()
+    if len(rows):
+        rows["seed"] = rows["seed"].astype(int)
+    return paths + generalization(summary, rows, folder)

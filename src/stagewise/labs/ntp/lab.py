@@ -1,0 +1,118 @@
+"""The NTP lab's contract: presets, run, summary, figures (see :mod:`stagewise.labs`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import torch
+
+from ...runs import RunContext, atomic_write_text
+from .config import Config
+from .figures import make_figures
+from .generalize import named_cases, render
+from .model import predict
+from .problem import Problem, build_dataset, build_problem, embedding
+from .summary import summarize
+from .train import train
+
+NAME = "ntp"
+DESCRIPTION = "next-token prediction: two-stage normalized GD converges to max-margin solutions (Huang, Liang, Yang 2024)"
+
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "paper": ("|V| = d = 20, eta0 = 0.2/sqrt(d), eta = 0.05/sqrt(d), T = T1 = 900, zero init (the paper's experiment)",
+              {"data": {"source": "random", "vocab_size": 20}, "train": {"steps_stage1": 900, "steps_stage2": 900}}),
+    "paper-random-init": ("the paper preset from random init (std 0.05), the look of the paper's Figure 2",
+                          {"data": {"source": "random", "vocab_size": 20}, "model": {"init": "random", "init_scale": 0.05}}),
+    "example1": ("the paper's Example 1 (S V O P); T = 200 keeps the stage-1 gradient above the guard",
+                 {"data": {"source": "example1"}, "train": {"steps_stage1": 200, "steps_stage2": 900}}),
+    "joint": ("ablation: both matrices trained jointly with one normalized gradient",
+              {"train": {"algorithm": "joint"}}),
+    "gd": ("ablation: plain gradient descent with the paper's step sizes scaled by 40",
+           {"train": {"optimizer": "gd", "eta0": 1.8, "eta": 0.45}}),
+    "adam": ("ablation: Adam with the paper's step sizes", {"train": {"optimizer": "adam"}}),
+    "adamw": ("ablation: AdamW (weight decay 0.01): the norm stays bounded",
+              {"train": {"optimizer": "adamw", "weight_decay": 0.01}}),
+    "rotated": ("invariance check: a random orthogonal rotation of the one-hot embeddings",
+                {"data": {"embedding": "rotated"}}),
+}
+
+# runs of `stagewise reproduce ntp`: (name, preset, extra overrides, quick overrides)
+REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
+    ("example1", "example1", {}, {}),
+    ("paper", "paper", {"n_seeds": 8}, {"n_seeds": 4}),
+    ("paper-random-init", "paper-random-init", {"n_seeds": 8}, {"n_seeds": 2}),
+    ("joint", "joint", {"n_seeds": 8}, None),
+    ("adam", "adam", {"n_seeds": 8}, None),
+    ("adamw", "adamw", {"n_seeds": 8}, None),
+    ("rotated", "rotated", {"n_seeds": 8}, None),
+]
+
+EXAMPLE1_CASES = [["S", "P"], ["O", "S", "P"]]
+
+
+def check(config: Config) -> None:
+    """Everything that can fail on user input, before any work: data and embeddings."""
+    for i in range(config.n_seeds if config.data.vary_with_seed and config.data.source == "random" else 1):
+        ds = build_dataset(config, config.seed + i)
+        embedding(config, ds.vocab_size, config.seed + i)
+
+
+def _final_predictions(problem: Problem, wkq: torch.Tensor, wov: torch.Tensor) -> list[dict[str, Any]]:
+    pred, attn = predict(wkq, wov, problem.gen_x, problem.gen_query, problem.gen_mask)  # (S, G), (S, G, Lg)
+    rows = []
+    for i, (seed, ds, suite) in enumerate(zip(problem.seeds, problem.datasets, problem.suites)):
+        for j, case in enumerate(suite):
+            predicted = int(pred[i, j])
+            rows.append({
+                "seed": seed, "input": render(ds, case.input), "category": case.category,
+                "predicted": ds.tokens[predicted],
+                "expected": ds.tokens[case.expected] if case.expected is not None else "not covered",
+                "covered": case.expected is not None, "correct": case.expected == predicted if case.expected is not None else None,
+                "reason": case.reason, "max_attention": float(attn[i, j, : len(case.input)].max()),
+            })
+    return rows
+
+
+def _named_predictions(problem: Problem, wkq: torch.Tensor, wov: torch.Tensor) -> list[dict[str, Any]]:
+    """The spec's named Example-1 cases ("S P" -> V, "O S P" -> P), seed by seed."""
+    ds = problem.datasets[0]
+    if set(ds.tokens) != {"S", "V", "O", "P"}:
+        return []
+    rows = []
+    tok = problem.emb.transpose(1, 2)  # (S, V, d)
+    for case in named_cases(ds, EXAMPLE1_CASES):
+        x = tok[:, list(case.input)].unsqueeze(1)  # (S, 1, L, d)
+        mask = torch.ones(x.shape[:3], dtype=torch.bool)
+        pred, _ = predict(wkq, wov, x, x[:, :, -1], mask)  # (S, 1)
+        for i, seed in enumerate(problem.seeds):
+            rows.append({"seed": seed, "input": render(ds, case.input), "predicted": ds.tokens[int(pred[i, 0])],
+                         "expected": ds.tokens[case.expected] if case.expected is not None else "not covered"})
+    return rows
+
+
+def run(config: Config, ctx: RunContext) -> dict[str, Any]:
+    """Build the batched problem, train (resuming if ``ctx`` holds a checkpoint), and
+    return the extras the summary needs. Writes ``generalization.csv`` into the run dir."""
+    dtype = torch.float64 if config.model.dtype == "float64" else torch.float32
+    problem = build_problem(config, dtype)
+    params = train(config, problem, ctx)
+    wkq, wov = params.merged()
+    rows = _final_predictions(problem, wkq, wov)
+    atomic_write_text(ctx.paths.root / "generalization.csv", pd.DataFrame(rows).to_csv(index=False))
+    eta0, eta = config.step_sizes(problem.emb.shape[1])
+    return {
+        "seeds": problem.seeds,
+        "vocab_size": problem.datasets[0].vocab_size,
+        "dim": int(problem.emb.shape[1]),
+        "eta0": eta0, "eta": eta,
+        "n_samples": [len(ds.samples) for ds in problem.datasets],
+        "targets": [{"wov_star_norm": t.wov_star_norm, "wkq_star_norm_sq": t.wkq_star_norm_sq,
+                     "prop2_wkq_norm_sq": t.prop2_wkq_norm_sq, "prop2_gap": t.prop2_gap} for t in problem.targets],
+        "generalization": rows,
+        "named_cases": _named_predictions(problem, wkq, wov),
+        "orthonormal": config.data.embedding != "gaussian",
+    }
+
+
+__all__ = ["NAME", "DESCRIPTION", "PRESETS", "REPRODUCE", "Config", "check", "run", "summarize", "make_figures"]

@@ -1,0 +1,1 @@
+"""Figures, reports and `stagewise reproduce`."""
