@@ -131,6 +131,8 @@ def _format_error(err: dict[str, Any]) -> str:
         msg = f"must be one of {ctx['expected']}"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
+    elif msg.startswith("Input should be "):
+        msg = "must be " + msg[len("Input should be "):]
     if not loc:
         return msg
     return f"{loc}={shown}: {msg}"

@@ -170,7 +170,10 @@ def build_dataset(
         if x not in has_length_one:
             counts[((x,), n[x])] += 1
     ordered = sorted(counts, key=lambda s: (len(s[0]), s[0], s[1]))
-    optimal, relations, sentence_errors = sentence_checks(names, ordered, n)
+    # an input with several next tokens is already reported; its relations would only add noise
+    per_input = Counter(inp for inp, _ in ordered)
+    conflicted = {inp for inp, count in per_input.items() if count > 1}
+    optimal, relations, sentence_errors = sentence_checks(names, [s for s in ordered if s[0] not in conflicted], n)
     structure, order_errors = order_checks(names, relations)
     errors += sentence_errors + order_errors
     if errors:

@@ -1,0 +1,252 @@
+"""Benchmark the batched NTP trainer against a plain per-seed autograd loop (not a test).
+
+Usage: python benchmarks/bench_ntp.py [--sizes 1 8 64] [--loop-seeds 8] [--steps1 900]
+       [--steps2 900] [--repeats 1] [--threads 1] [--no-memory] [--no-metrics]
+
+Workload: the paper preset (Config defaults: random realizable data, |V| = d = 20, one-hot,
+zero init, two-stage normalized GD, 900 + 900 steps, float64).
+
+* batched: ``train(config, problem)`` on an ensemble of n seeds (no ctx: no logging), and
+  again with an in-memory logger so that every step's metrics are computed (log_every=1).
+* loop: what one would write without the lab: for each seed, that seed's single-member
+  problem, W_kq and W_ov as leaf tensors, the loss written here with plain torch ops,
+  ``loss.backward()``, and the normalized update under ``torch.no_grad()``. Its final
+  weights are checked against the batched run's members.
+* memory: peak RSS (``ru_maxrss``) of a fresh subprocess per ensemble size that builds the
+  problem and trains it.
+
+Problem construction (data generation and the max-margin QPs) is timed separately and left
+out of the training times. Prints markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+
+from stagewise.labs.ntp.config import Config
+from stagewise.labs.ntp.problem import Problem, build_problem
+from stagewise.labs.ntp.train import train
+
+TARGET_SPEEDUP = 10.0
+
+
+def preset(n_seeds: int, steps1: int, steps2: int, seed: int = 0) -> Config:
+    """The paper preset (Config defaults) with an ensemble of ``n_seeds`` and the given steps."""
+    return Config.model_validate({"seed": seed, "n_seeds": n_seeds,
+                                  "train": {"steps_stage1": steps1, "steps_stage2": steps2}})
+
+
+class InMemoryLogger:
+    """The part of a RunContext that ``train`` uses: keeps only the last logged step."""
+
+    def __init__(self):
+        self.n_logged = 0
+        self.last: dict[str, torch.Tensor] = {}
+
+    def log(self, step, values):
+        self.n_logged += 1
+        self.last = values
+
+    def should_checkpoint(self, step):
+        return False
+
+    def save_checkpoint(self, step, tensors, meta=None):
+        pass
+
+    def resume_state(self):
+        return None
+
+    @contextmanager
+    def progress(self, total, description="training"):
+        yield lambda n=1: None
+
+
+# --------------------------------------------------------------------------- reference loop
+
+
+def loop_train_one(problem: Problem, eta0: float, eta: float, steps1: int, steps2: int,
+                   grad_tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two-stage normalized GD for a single-member problem with autograd and plain torch ops.
+
+    Returns the final (W_kq (d, d), W_ov (V, d)).
+    """
+    emb = problem.emb[0]  # (d, V) token embeddings as columns
+    x, mask, query = problem.x[0], problem.mask[0], problem.query[0]  # (N, L, d), (N, L), (N, d)
+    target, weight, colloc = problem.target[0], problem.weight[0], problem.colloc[0]  # (N,), (N,), (V,)
+    d, V = emb.shape
+    w_kq = torch.zeros(d, d, dtype=emb.dtype, requires_grad=True)
+    w_ov = torch.zeros(V, d, dtype=emb.dtype, requires_grad=True)
+
+    # stage 1: W_ov on the collocation loss L0 (one length-1 sample per token)
+    for _ in range(steps1):
+        logits = (w_ov @ emb).T  # (V tokens, V logits)
+        loss0 = F.cross_entropy(logits, colloc)
+        w_ov.grad = None
+        loss0.backward()
+        with torch.no_grad():
+            norm = w_ov.grad.norm()
+            if norm <= grad_tol:
+                break
+            w_ov -= eta0 * w_ov.grad / norm
+
+    # stage 2: W_ov frozen, W_kq on the main loss L
+    w_ov.requires_grad_(False)
+    for _ in range(steps2):
+        key_dir = query @ w_kq.T  # (N, d) W_kq x_L per sample
+        scores = (x @ key_dir.unsqueeze(-1)).squeeze(-1)  # (N, L) x_l^T W_kq x_L
+        attn = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)  # (N, L)
+        hidden = (attn.unsqueeze(-1) * x).sum(1)  # (N, d)
+        logits = hidden @ w_ov.T  # (N, V)
+        loss = (weight * F.cross_entropy(logits, target, reduction="none")).sum()
+        w_kq.grad = None
+        loss.backward()
+        with torch.no_grad():
+            norm = w_kq.grad.norm()
+            if norm <= grad_tol:
+                break
+            w_kq -= eta * w_kq.grad / norm
+    return w_kq.detach(), w_ov.detach()
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def timed(fn, repeats: int):
+    """(best wall seconds, result of the last call)."""
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+def memory_child(n_seeds: int, steps1: int, steps2: int, threads: int) -> None:
+    """Run in a fresh interpreter: print JSON with ru_maxrss (MB) after imports and after training."""
+    torch.set_num_threads(threads)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB -> MiB
+    config = preset(n_seeds, steps1, steps2)
+    problem = build_problem(config)
+    after_build = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    train(config, problem)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"base": base, "build": after_build, "peak": peak}))
+
+
+def measure_memory(n_seeds: int, steps1: int, steps2: int, threads: int) -> dict[str, float]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--memory-child", str(n_seeds),
+           "--steps1", str(steps1), "--steps2", str(steps2), "--threads", str(threads)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 64], help="ensemble sizes of the batched runs")
+    parser.add_argument("--loop-seeds", type=int, default=8, help="seeds run by the per-seed autograd loop")
+    parser.add_argument("--steps1", type=int, default=900)
+    parser.add_argument("--steps2", type=int, default=900)
+    parser.add_argument("--repeats", type=int, default=1, help="best of this many timings")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (all runs)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--no-metrics", action="store_true", help="skip the runs with per-step metrics")
+    parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child is not None:
+        memory_child(args.memory_child, args.steps1, args.steps2, args.threads)
+        return
+
+    torch.set_num_threads(args.threads)
+    steps = args.steps1 + args.steps2
+    print(f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} CPUs, "
+          f"{torch.get_num_threads()} torch thread(s), float64, paper preset (|V| = d = 20, "
+          f"{args.steps1} + {args.steps2} steps, random data, zero init)\n")
+
+    # ---- batched runs
+    rows, batched = [], {}
+    for n in args.sizes:
+        config = preset(n, args.steps1, args.steps2)
+        build_s, problem = timed(lambda: build_problem(config), 1)
+        train_s, params = timed(lambda: train(config, problem), args.repeats)
+        batched[n] = params
+        metrics_s = None
+        if not args.no_metrics:
+            def with_metrics():
+                logger = InMemoryLogger()
+                train(config, problem, logger)
+                return logger
+            metrics_s, logger = timed(with_metrics, args.repeats)
+            assert logger.n_logged == steps + 1
+        rows.append((n, build_s, train_s, metrics_s))
+
+    # ---- per-seed autograd loop
+    n_loop = args.loop_seeds
+    loop_cfg = preset(1, args.steps1, args.steps2)
+    eta0, eta = loop_cfg.step_sizes(20)
+    loop_problems = [build_problem(preset(1, args.steps1, args.steps2, seed=s)) for s in range(n_loop)]
+    assert all(p.emb.shape[1] == 20 for p in loop_problems)
+
+    def run_loop():
+        return [loop_train_one(p, eta0, eta, args.steps1, args.steps2, loop_cfg.train.grad_tol) for p in loop_problems]
+
+    loop_s, loop_weights = timed(run_loop, args.repeats)
+    loop_rate = n_loop * steps / loop_s  # seed-steps per second
+
+    print("## Training time (problem build excluded)\n")
+    print("| method | seeds | build s | train s | seed-steps/s | ms per seed | train+metrics s | seed-steps/s (metrics) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for n, build_s, train_s, metrics_s in rows:
+        m_cols = ("-", "-") if metrics_s is None else (f"{metrics_s:.2f}", f"{n * steps / metrics_s:,.0f}")
+        print(f"| batched `train` | {n} | {build_s:.2f} | {train_s:.2f} | {n * steps / train_s:,.0f} | "
+              f"{1000 * train_s / n:.1f} | {m_cols[0]} | {m_cols[1]} |")
+    print(f"| autograd loop | {n_loop} | (excluded) | {loop_s:.2f} | {loop_rate:,.0f} | {1000 * loop_s / n_loop:.1f} | - | - |")
+    largest = max(args.sizes)
+    if largest > n_loop:
+        print(f"| autograd loop (extrapolated: {n_loop}-seed per-seed cost x {largest}) | {largest} | - | "
+              f"{loop_s / n_loop * largest:.2f} | {loop_rate:,.0f} | {1000 * loop_s / n_loop:.1f} | - | - |")
+    big = next(r for r in rows if r[0] == largest)
+    ratio = (largest * steps / big[2]) / loop_rate
+    verdict = "meets" if ratio >= TARGET_SPEEDUP else "MISSES"
+    print(f"\nbatched({largest}) / loop throughput (seed-steps/s): {ratio:.1f}x ({verdict} the {TARGET_SPEEDUP:.0f}x target)")
+    if big[3] is not None:
+        print(f"with per-step metrics (log_every=1): {(largest * steps / big[3]) / loop_rate:.1f}x over the loop "
+              "(the loop computes no metrics)")
+
+    # ---- weight check: loop seed s == member s of every batched run that contains it
+    print("\n## Loop vs batched final weights (max abs difference, tolerance 1e-8)\n")
+    print("| seed | batched run | max abs dW_kq | max abs dW_ov | ok |")
+    print("|---:|---:|---:|---:|:---:|")
+    all_ok = True
+    for n, params in batched.items():
+        for s in range(min(n, n_loop)):
+            kq, ov = loop_weights[s]
+            d_kq = (params.tensors["wkq"][s] - kq).abs().max().item()
+            d_ov = (params.tensors["wov"][s] - ov).abs().max().item()
+            ok = d_kq <= 1e-8 and d_ov <= 1e-8
+            all_ok &= ok
+            print(f"| {s} | n={n} | {d_kq:.2e} | {d_ov:.2e} | {'yes' if ok else 'NO'} |")
+    print(f"\nweights match: {'all' if all_ok else 'NOT all'}")
+
+    # ---- peak memory, a fresh process per size
+    if not args.no_memory:
+        print("\n## Peak memory (ru_maxrss of a fresh process: imports, build_problem, train)\n")
+        print("| seeds | after imports MB | after build MB | peak MB | peak - imports MB |")
+        print("|---:|---:|---:|---:|---:|")
+        for n in args.sizes:
+            mem = measure_memory(n, args.steps1, args.steps2, args.threads)
+            print(f"| {n} | {mem['base']:.0f} | {mem['build']:.0f} | {mem['peak']:.0f} | {mem['peak'] - mem['base']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
