@@ -132,16 +132,31 @@ def timed(fn, repeats: int):
     return best, out
 
 
+def _rss_now_mb() -> float:
+    """Current resident set size (Linux /proc), MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB -> MiB
+
+
+def problem_tensor_mb(problem: Problem) -> float:
+    """Bytes held by the Problem's tensors, MiB."""
+    return sum(v.numel() * v.element_size() for v in vars(problem).values() if isinstance(v, torch.Tensor)) / 2**20
+
+
 def memory_child(n_seeds: int, steps1: int, steps2: int, threads: int) -> None:
-    """Run in a fresh interpreter: print JSON with ru_maxrss (MB) after imports and after training."""
+    """Run in a fresh interpreter: print JSON with peak (ru_maxrss) and current RSS at each phase, MiB."""
     torch.set_num_threads(threads)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB -> MiB
+    out = {"import_peak": _peak_mb(), "import_now": _rss_now_mb()}
     config = preset(n_seeds, steps1, steps2)
     problem = build_problem(config)
-    after_build = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out.update(build_peak=_peak_mb(), problem_mb=problem_tensor_mb(problem))
     train(config, problem)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"base": base, "build": after_build, "peak": peak}))
+    out.update(peak=_peak_mb(), train_now=_rss_now_mb())
+    print(json.dumps(out))
 
 
 def measure_memory(n_seeds: int, steps1: int, steps2: int, threads: int) -> dict[str, float]:
@@ -240,13 +255,14 @@ def main() -> None:
 
     # ---- peak memory, a fresh process per size
     if not args.no_memory:
-        print("\n## Peak memory (ru_maxrss of a fresh process: imports, build_problem, train)\n")
-        print("| seeds | after imports MB | after build MB | peak MB | peak - imports MB |")
-        print("|---:|---:|---:|---:|---:|")
+        print("\n## Peak memory (fresh process per size: imports, build_problem, train; ru_maxrss is a high-water mark)\n")
+        print("| seeds | peak after imports MB | peak after build MB | peak after train MB | peak - imports MB "
+              "| RSS now after train - after imports MB | Problem tensors MB |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
         for n in args.sizes:
-            mem = measure_memory(n, args.steps1, args.steps2, args.threads)
-            print(f"| {n} | {mem['base']:.0f} | {mem['build']:.0f} | {mem['peak']:.0f} | {mem['peak'] - mem['base']:.0f} |")
-
+            m = measure_memory(n, args.steps1, args.steps2, args.threads)
+            print(f"| {n} | {m['import_peak']:.0f} | {m['build_peak']:.0f} | {m['peak']:.0f} | "
+                  f"{m['peak'] - m['import_peak']:.0f} | {m['train_now'] - m['import_now']:.1f} | {m['problem_mb']:.2f} |")
 
 if __name__ == "__main__":
     main()

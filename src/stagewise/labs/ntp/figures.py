@@ -37,32 +37,42 @@ def figure2(config: Config, frame: pd.DataFrame, folder: Path) -> list[Path]:
 
 
 def rate_fits(config: Config, frame: pd.DataFrame, summary: dict[str, Any], folder: Path) -> list[Path]:
-    """1 - cos against stage time on log axes with the theory's log t / t and log^2 t / t
-    shapes, and log(L - floor) against t."""
-    T = config.train.steps_stage1 if config.train.algorithm == "two_stage" else 0
+    """1 - cos against stage time on log axes beside the theory's log t / t (W_ov) and
+    log^2 t / t (W_kq) shapes (scaled to meet the data at the last step), and L - floor."""
+    two_stage = config.train.algorithm == "two_stage"
+    T = config.train.steps_stage1 if two_stage else 0
+    total = config.train.steps_stage1 + config.train.steps_stage2
     fig, axes = figure(1, 3, (13, 4))
-    panels = [("cos_wov", 0, r"$1-\cos(W_{ov})$", lambda t: np.log(t) / t), ("cos_wkq", T, r"$1-\cos(W_{kq})$", lambda t: np.log(t) ** 2 / t)]
-    for ax, (metric, origin, title, shape) in zip(axes[0], panels):
+    panels = [("cos_wov", 0, T if two_stage else total, r"$1-\cos(W_{ov})$", "log t/t", lambda t: np.log(t) / t),
+              ("cos_wkq", T, total, r"$1-\cos(W_{kq})$", r"log$^2$ t/t", lambda t: np.log(t) ** 2 / t)]
+    for ax, (metric, origin, end, title, shape_name, shape) in zip(axes[0], panels):
         steps, values = series(frame, metric)
-        sel = steps > origin + 1
+        sel = (steps > origin) & (steps <= end)
         tau = steps[sel] - origin
-        gap = np.clip(1 - values[sel], 1e-17, None)
-        for col in range(gap.shape[1]):
-            ax.loglog(tau, gap[:, col], color="C0", alpha=0.5, lw=0.8)
-        if len(tau):
-            ref = shape(tau.astype(float))
-            ref = ref * (np.median(gap[-1]) / ref[-1]) if ref[-1] > 0 else ref
-            ax.loglog(tau, ref, "k--", lw=1, label="theory shape" + (" log t/t" if metric == "cos_wov" else r" log$^2$ t/t"))
-            ax.legend(fontsize=8)
+        gap = 1 - values[sel]
         ax.set_title(title + (" (stage time t - T)" if origin else ""))
-        ax.set_xlabel("t" if not origin else "t - T")
+        ax.set_xlabel("t - T" if origin else "t")
+        if not len(tau):
+            continue
+        if np.nanmax(np.abs(gap)) < 1e-12:
+            ax.text(0.5, 0.5, f"|1 - cos| <= {np.nanmax(np.abs(gap)):.1e} at every step:\nexact up to round-off",
+                    ha="center", va="center", transform=ax.transAxes)
+            continue
+        for col in range(gap.shape[1]):
+            ax.loglog(tau, np.clip(gap[:, col], 1e-17, None), color="C0", alpha=0.5, lw=0.8)
+        ref_t = tau[tau >= 3].astype(float)
+        if len(ref_t):
+            ref = shape(ref_t)
+            ref = ref * (np.nanmedian(gap[-1]) / ref[-1])
+            ax.loglog(ref_t, ref, "k--", lw=1, label=f"theory shape {shape_name}")
+            ax.legend(fontsize=8)
     ax = axes[0, 2]
     steps, gap = series(frame, "loss_gap")
-    ax.semilogy(steps, np.clip(gap, 1e-17, None), color="C1", lw=0.8, alpha=0.6)
+    sel = steps > T
+    ax.semilogy(steps[sel], np.clip(gap[sel], 1e-17, None), color="C1", lw=0.8, alpha=0.6)
     rates = summary.get("rates", {}).get("loss_gap_rate", [])
     ax.set_title(f"$L$ - floor (fitted rate {np.nanmean(rates):.3g}/step)" if len(rates) else "$L$ - floor")
     ax.set_xlabel("t")
-    _stage_line(ax, config)
     fig.tight_layout()
     return save(fig, folder, "rate_fits")
 
@@ -95,7 +105,8 @@ def generalization(summary: dict[str, Any], rows: pd.DataFrame, folder: Path, ma
     ax = axes[0, 0]
     ax.axis("off")
     if cells:
-        table = ax.table(cellText=cells, colLabels=["input", "category", "predicted", "expected by theory"], loc="center")
+        table = ax.table(cellText=cells, colLabels=["input", "category", "predicted", "expected by theory"],
+                         colWidths=[0.24, 0.36, 0.16, 0.24], cellLoc="left", loc="center")
         table.auto_set_font_size(False)
         table.set_fontsize(7.5)
         table.scale(1, 1.15)

@@ -1,0 +1,100 @@
+"""The command line: bad input exits 2 with one line per problem; commands print what they say."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+BASE = '{"input":["a"],"next":"b"},{"input":["b"],"next":"c"},{"input":["c"],"next":"a"}'
+BASE4 = '{"input":["a"],"next":"b"},{"input":["b"],"next":"c"},{"input":["c"],"next":"d"},{"input":["d"],"next":"a"}'
+BAD_DATASETS = {
+    "cycle": ('{"tokens":["a","b","c"],"samples":[' + BASE + ',{"input":["a","b","c"],"next":"b"},{"input":["b","a","c"],"next":"c"}]}',
+              ["cycle under query 'c'", '"a b c" -> b', '"b a c" -> c']),
+    "confused": ('{"tokens":["a","b","c","d"],"samples":[' + BASE4 + ',{"input":["a","b","d"],"next":"b"},{"input":["b","c","d"],"next":"c"}]}',
+                 ["token 'b' is confused under query 'd'", '"b c d" -> c', '"a b d" -> b']),
+    "non_injective": ('{"tokens":["a","b","c"],"samples":[{"input":["a"],"next":"b"},{"input":["c"],"next":"b"}]}',
+                      ["non-injective collocation", "'a' and 'c'"]),
+    "assumption3": ('{"tokens":["a","b","c"],"samples":[' + BASE + ',{"input":["b","b","a","c"],"next":"b"}]}',
+                    ["Assumption 3", '"b b a c" -> b']),
+    "unknown_token": ('{"tokens":["a","b","c"],"samples":[' + BASE + ',{"input":["a","z"],"next":"b"}]}',
+                      ["unknown token 'z'", '"a z" -> b']),
+    "same_input_two_nexts": ('{"tokens":["a","b","c"],"samples":[' + BASE + ',{"input":["a","c"],"next":"b"},{"input":["a","c"],"next":"a"}]}',
+                             ["inconsistent next token", '"a c" -> a', '"a c" -> b']),
+    "next_not_collocated": ('{"tokens":["a","b","c","d"],"samples":[' + BASE4 + ',{"input":["a","c"],"next":"c"}]}',
+                            ["inconsistent next token", '"a c" -> c']),
+    "empty": ('{"tokens":["a","b","c"],"samples":[]}', ["empty"]),
+    "malformed": ('{"tokens": ["a","b"],\n "samples": [ {"input": ["a"] "next": "b"}]}', ["not valid JSON", "line 2, column"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_DATASETS))
+def test_bad_dataset_one_line_exit_2(cli, tmp_path, name):
+    text, needles = BAD_DATASETS[name]
+    path = tmp_path / f"{name}.json"
+    path.write_text(text)
+    out = tmp_path / "run"
+    code, stdout, stderr = cli("run", "ntp", "--set", f"data.file={path}", "--out", str(out))
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: ") and str(path.name) in lines[0]
+    for needle in needles:
+        assert needle in lines[0]
+    assert "Traceback" not in stderr and not out.exists()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--set", "train.eta0=-0.1"], "train.eta0=-0.1: must be greater than 0"),
+    (["--set", "train.eta=.nan"], "train.eta"),
+    (["--set", "train.etaa=1"], "did you mean 'eta'"),
+    (["--set", "data.vocab_size=2"], "data.vocab_size=2"),
+    (["--set", "data.dim=5"], "data.dim=5: must be >= |V| = 20"),
+    (["--seeds", "0"], "--seeds 0"),
+    (["--preset", "exmple1"], "did you mean 'example1'"),
+    (["--set", "data.file=/nonexistent/x.json"], "not found"),
+])
+def test_bad_options_exit_2(cli, tmp_path, args, needle):
+    code, _, stderr = cli("run", "ntp", *args, "--out", str(tmp_path / "r"))
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and needle in lines[0], lines
+    assert not (tmp_path / "r").exists()
+
+
+def test_unknown_lab(cli):
+    code, _, stderr = cli("run", "ntpp")
+    assert code == 2 and "did you mean 'ntp'" in stderr
+
+
+def test_labs_and_config(cli):
+    code, out, _ = cli("labs")
+    assert code == 0 and "ntp" in out and "example1" in out and "paper" in out
+    code, out, _ = cli("config", "ntp", "--preset", "example1")
+    assert code == 0 and "source: example1" in out and "# " in out
+
+
+def test_run_show_and_resume_guard(cli, tmp_path):
+    out = tmp_path / "r"
+    code, stdout, _ = cli("run", "ntp", "--preset", "example1", "--set", "train.steps_stage2=50", "--out", str(out), "-q")
+    assert code == 0 and "status=done" in stdout
+    code, stdout, _ = cli("show", str(out))
+    assert code == 0 and "stage1_exact" in stdout
+    code, _, stderr = cli("run", "ntp", "--resume", str(out))
+    assert code == 2 and "--resume DIR takes no lab" in stderr
+    code, _, stderr = cli("show", str(tmp_path / "nothing"))
+    assert code == 2 and "not a run directory" in stderr
+
+
+def test_failed_run_exit_1_and_recorded(cli, tmp_path, monkeypatch):
+    import stagewise.labs.ntp.lab as lab
+
+    def boom(*a, **k):
+        raise RuntimeError("solver exploded")
+
+    monkeypatch.setattr(lab, "summarize", boom)
+    out = tmp_path / "r"
+    code, _, stderr = cli("run", "ntp", "--preset", "example1", "--set", "train.steps_stage2=20", "--out", str(out), "-q")
+    assert code == 1 and "solver exploded" in stderr and "--resume" in stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "solver exploded" in manifest["error"]
+    assert (out / "metrics.parquet").exists() and (out / "error.log").exists()

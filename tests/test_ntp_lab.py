@@ -1,0 +1,116 @@
+"""The NTP lab end to end: the issue's acceptance figures, claims computed from metrics,
+generalization cases, the reproduce report."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from stagewise.config import resolve
+from stagewise.labs import get_lab, preset_overrides
+from stagewise.labs.ntp.data import example1
+from stagewise.labs.ntp.generalize import build_suite, classify
+from stagewise.labs.ntp.problem import build_problem
+from stagewise.labs.ntp.summary import summarize
+from stagewise.labs.ntp.train import cosine, train
+from stagewise.runs import execute, prepare
+
+LAB = get_lab("ntp")
+
+
+@pytest.fixture(scope="module")
+def example1_run(tmp_path_factory):
+    config = resolve(LAB.Config, preset_overrides(LAB, "example1"))
+    paths = prepare(LAB, config, tmp_path_factory.mktemp("e1") / "R1")
+    execute(LAB, config, paths, progress=False)
+    return config, paths, pd.read_parquet(paths.metrics), json.loads(paths.summary.read_text())
+
+
+def test_example1_acceptance(example1_run):
+    config, _, frame, summary = example1_run
+    eta0, _ = config.step_sizes(4)
+    T, total = config.train.steps_stage1, config.train.steps_stage1 + config.train.steps_stage2
+    wide = frame.pivot_table(index="step", columns="metric", values="value")
+    stage1 = wide.loc[1:T]
+    assert np.abs(stage1["cos_wov"] - 1).max() <= 1e-9
+    assert np.abs(stage1["norm_wov"] - stage1.index.to_numpy() * eta0).max() <= 1e-12
+    assert summary["wkq_star_norm_sq"] == pytest.approx(13 / 6, abs=1e-6)
+    assert summary["wov_star_norm"] == pytest.approx(math.sqrt(3), abs=1e-6)
+    assert summary["prop2_gap"] <= 1e-9
+    assert wide.loc[total, "cos_wkq"] >= 0.99
+    named = {row["input"]: row["predicted"] for row in summary["named_cases"]}
+    assert named == {"S P": "V", "O S P": "P"}
+    assert all(c["holds"] for c in summary["claims"]), [c for c in summary["claims"] if not c["holds"]]
+
+
+def test_claims_are_computed_from_metrics(example1_run):
+    config, paths, frame, summary = example1_run
+    extras = {"seeds": [0], "vocab_size": 4, "dim": 4, "eta0": 0.1, "eta": 0.025, "n_samples": [9],
+              "targets": [{k: summary[k] for k in ("wov_star_norm", "wkq_star_norm_sq", "prop2_wkq_norm_sq", "prop2_gap")}],
+              "generalization": pd.read_csv(paths.root / "generalization.csv", keep_default_na=False)
+              .assign(covered=lambda d: d["covered"].astype(str) == "True",
+                      correct=lambda d: d["correct"].astype(str) == "True").to_dict("records"),
+              "named_cases": summary["named_cases"], "orthonormal": True}
+    again = summarize(config, frame, extras)
+    assert [c["holds"] for c in again["claims"]] == [c["holds"] for c in summary["claims"]]
+    total = config.train.steps_stage1 + config.train.steps_stage2
+    broken = frame.copy()
+    broken.loc[(broken["metric"] == "cos_wkq") & (broken["step"] == total), "value"] = 0.5
+    broken.loc[(broken["metric"] == "cos_wov") & (broken["step"] == 3), "value"] = 0.9
+    claims = {c["id"]: c for c in summarize(config, broken, extras)["claims"]}
+    assert not claims["cos_wkq_to_one"]["holds"] and "0.5" in claims["cos_wkq_to_one"]["evidence"]
+    assert not claims["stage1_exact"]["holds"]
+
+
+def test_paper_preset_eight_seeds_reach_cos_095():
+    config = resolve(LAB.Config, preset_overrides(LAB, "paper"), extra={"n_seeds": 8})
+    problem = build_problem(config)
+    assert problem.emb.shape[1:] == (20, 20)
+    params = train(config, problem)
+    wkq, wov = params.merged()
+    cos_kq, _ = cosine(wkq, problem.wkq_star)
+    cos_ov, _ = cosine(wov, problem.wov_star)
+    assert cos_kq.min() >= 0.95, cos_kq
+    assert (cos_ov - 1).abs().max() <= 1e-9
+
+
+def test_generalization_classes_example1():
+    ds = example1()
+    idx = {t: ds.index(t) for t in ds.tokens}
+    assert classify(ds, (idx["S"], idx["P"])) == (idx["V"], "non-comparable token ranks highest")
+    assert classify(ds, (idx["O"], idx["S"], idx["P"]))[0] == idx["P"]
+    assert classify(ds, (idx["S"], idx["V"], idx["P"]))[0] is None  # two non-comparable tokens tie
+    assert classify(ds, (4, idx["P"]))[0] is None  # unknown token
+    suite = build_suite(ds, max_cases=200, seed=0)
+    seen = {s.input for s in ds.samples}
+    assert not any(case.input in seen for case in suite)
+    assert {c.category for c in suite} >= {"optimal + non-comparable", "non-comparable + non-optimal", "two non-comparable"}
+
+
+def test_unseen_query_is_not_covered():
+    from stagewise.labs.ntp.data import build_dataset
+
+    ds = build_dataset(["a", "b", "c", "d"], [(["a"], "b"), (["b"], "c"), (["c"], "d"), (["d"], "a"), (["a", "c"], "b")])
+    suite = build_suite(ds, 50, 0)
+    unseen = [c for c in suite if c.category == "unseen query"]
+    assert unseen and all(c.expected is None for c in unseen)
+
+
+def test_reproduce_quick_report(tmp_path, monkeypatch):
+    from stagewise.report.reproduce import reproduce
+
+    monkeypatch.setattr(LAB, "REPRODUCE", [
+        ("example1", "example1", {"train": {"steps_stage2": 300}}, {}),
+        ("paper", "paper", {"n_seeds": 8}, {"n_seeds": 2, "data": {"vocab_size": 8}, "train": {"steps_stage1": 100, "steps_stage2": 200}}),
+        ("adamw", "adamw", {"n_seeds": 8}, None),
+    ])
+    report = reproduce(LAB, tmp_path / "rep", quick=True)
+    assert [r["name"] for r in report["runs"]] == ["example1", "paper"]
+    for name in ("report.html", "claims.md", "claims.json", "figures/example1-figure2.png", "figures/paper-rate_fits.pdf"):
+        assert (tmp_path / "rep" / name).exists(), name
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "data:image/png;base64" in html and "stage1_exact" in html
