@@ -7,13 +7,14 @@ Workload: the paper preset (Config defaults: random realizable data, |V| = d = 2
 zero init, two-stage normalized GD, 900 + 900 steps, float64).
 
 * batched: ``train(config, problem)`` on an ensemble of n seeds (no ctx: no logging), and
-  again with an in-memory logger so that every step's metrics are computed (log_every=1).
+  again with an in-memory logger so that every step's metrics are computed (log_every=1;
+  the generalization suite every ``generalize.every`` steps, as configured).
 * loop: what one would write without the lab: for each seed, that seed's single-member
   problem, W_kq and W_ov as leaf tensors, the loss written here with plain torch ops,
   ``loss.backward()``, and the normalized update under ``torch.no_grad()``. Its final
   weights are checked against the batched run's members.
-* memory: peak RSS (``ru_maxrss``) of a fresh subprocess per ensemble size that builds the
-  problem and trains it.
+* memory: peak RSS (``ru_maxrss`` and /proc VmHWM) of a fresh subprocess per ensemble size
+  that builds the problem and trains it.
 
 Problem construction (data generation and the max-margin QPs) is timed separately and left
 out of the training times. Prints markdown tables.
@@ -41,10 +42,11 @@ from stagewise.labs.ntp.train import train
 TARGET_SPEEDUP = 10.0
 
 
-def preset(n_seeds: int, steps1: int, steps2: int, seed: int = 0) -> Config:
-    """The paper preset (Config defaults) with an ensemble of ``n_seeds`` and the given steps."""
+def preset(n_seeds: int, steps1: int, steps2: int, seed: int = 0, threads: int = 1) -> Config:
+    """The paper preset (Config defaults) with an ensemble of ``n_seeds``, the given steps and
+    ``train.threads`` (``train`` sets torch's thread count from it while it runs)."""
     return Config.model_validate({"seed": seed, "n_seeds": n_seeds,
-                                  "train": {"steps_stage1": steps1, "steps_stage2": steps2}})
+                                  "train": {"steps_stage1": steps1, "steps_stage2": steps2, "threads": threads}})
 
 
 class InMemoryLogger:
@@ -76,14 +78,16 @@ class InMemoryLogger:
 
 
 def loop_train_one(problem: Problem, eta0: float, eta: float, steps1: int, steps2: int,
-                   grad_tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+                   grad_tol: float, stage_seconds: list[float] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Two-stage normalized GD for a single-member problem with autograd and plain torch ops.
 
-    Returns the final (W_kq (d, d), W_ov (V, d)).
+    Returns the final (W_kq (d, d), W_ov (V, d)); adds each stage's wall time to ``stage_seconds``.
     """
+    start = time.perf_counter()
     emb = problem.emb[0]  # (d, V) token embeddings as columns
-    x, mask, query = problem.x[0], problem.mask[0], problem.query[0]  # (N, L, d), (N, L), (N, d)
-    target, weight, colloc = problem.target[0], problem.weight[0], problem.colloc[0]  # (N,), (N,), (V,)
+    x_all, query_all = problem.embedded()  # (1, N, L, d), (1, N, d)
+    x, mask, query = x_all[0], problem.batch.mask[0], query_all[0]  # (N, L, d), (N, L), (N, d)
+    target, weight, colloc = problem.batch.target[0], problem.batch.weight[0], problem.colloc[0]  # (N,), (N,), (V,)
     d, V = emb.shape
     w_kq = torch.zeros(d, d, dtype=emb.dtype, requires_grad=True)
     w_ov = torch.zeros(V, d, dtype=emb.dtype, requires_grad=True)
@@ -99,6 +103,8 @@ def loop_train_one(problem: Problem, eta0: float, eta: float, steps1: int, steps
             if norm <= grad_tol:
                 break
             w_ov -= eta0 * w_ov.grad / norm
+
+    stage1_end = time.perf_counter()
 
     # stage 2: W_ov frozen, W_kq on the main loss L
     w_ov.requires_grad_(False)
@@ -116,6 +122,9 @@ def loop_train_one(problem: Problem, eta0: float, eta: float, steps1: int, steps
             if norm <= grad_tol:
                 break
             w_kq -= eta * w_kq.grad / norm
+    if stage_seconds is not None:
+        stage_seconds[0] += stage1_end - start
+        stage_seconds[1] += time.perf_counter() - stage1_end
     return w_kq.detach(), w_ov.detach()
 
 
@@ -139,7 +148,15 @@ def _rss_now_mb() -> float:
 
 
 def _peak_mb() -> float:
+    """ru_maxrss, MiB. Linux carries it over fork + exec from the launching process."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB -> MiB
+
+
+def _hwm_mb() -> float:
+    """VmHWM: the high-water mark of this process image only (reset by exec), MiB."""
+    with open("/proc/self/status") as f:
+        line = next(line for line in f if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
 
 
 def problem_tensor_mb(problem: Problem) -> float:
@@ -150,12 +167,12 @@ def problem_tensor_mb(problem: Problem) -> float:
 def memory_child(n_seeds: int, steps1: int, steps2: int, threads: int) -> None:
     """Run in a fresh interpreter: print JSON with peak (ru_maxrss) and current RSS at each phase, MiB."""
     torch.set_num_threads(threads)
-    out = {"import_peak": _peak_mb(), "import_now": _rss_now_mb()}
-    config = preset(n_seeds, steps1, steps2)
+    out = {"import_peak": _peak_mb(), "import_now": _rss_now_mb(), "import_hwm": _hwm_mb()}
+    config = preset(n_seeds, steps1, steps2, threads=threads)
     problem = build_problem(config)
     out.update(build_peak=_peak_mb(), problem_mb=problem_tensor_mb(problem))
     train(config, problem)
-    out.update(peak=_peak_mb(), train_now=_rss_now_mb())
+    out.update(peak=_peak_mb(), train_now=_rss_now_mb(), hwm=_hwm_mb())
     print(json.dumps(out))
 
 
@@ -184,6 +201,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     steps = args.steps1 + args.steps2
+    # peak memory first, while this process is still small (see _peak_mb)
+    memory = {} if args.no_memory else {n: measure_memory(n, args.steps1, args.steps2, args.threads) for n in args.sizes}
     print(f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} CPUs, "
           f"{torch.get_num_threads()} torch thread(s), float64, paper preset (|V| = d = 20, "
           f"{args.steps1} + {args.steps2} steps, random data, zero init)\n")
@@ -191,7 +210,7 @@ def main() -> None:
     # ---- batched runs
     rows, batched = [], {}
     for n in args.sizes:
-        config = preset(n, args.steps1, args.steps2)
+        config = preset(n, args.steps1, args.steps2, threads=args.threads)
         build_s, problem = timed(lambda: build_problem(config), 1)
         train_s, params = timed(lambda: train(config, problem), args.repeats)
         batched[n] = params
@@ -212,8 +231,12 @@ def main() -> None:
     loop_problems = [build_problem(preset(1, args.steps1, args.steps2, seed=s)) for s in range(n_loop)]
     assert all(p.emb.shape[1] == 20 for p in loop_problems)
 
+    loop_stage_s = [0.0, 0.0]
+
     def run_loop():
-        return [loop_train_one(p, eta0, eta, args.steps1, args.steps2, loop_cfg.train.grad_tol) for p in loop_problems]
+        loop_stage_s[:] = [0.0, 0.0]
+        return [loop_train_one(p, eta0, eta, args.steps1, args.steps2, loop_cfg.train.grad_tol, loop_stage_s)
+                for p in loop_problems]
 
     loop_s, loop_weights = timed(run_loop, args.repeats)
     loop_rate = n_loop * steps / loop_s  # seed-steps per second
@@ -238,6 +261,19 @@ def main() -> None:
         print(f"with per-step metrics (log_every=1): {(largest * steps / big[3]) / loop_rate:.1f}x over the loop "
               "(the loop computes no metrics)")
 
+    # ---- per stage: batched stage 1 timed alone, stage 2 = total - stage 1
+    if args.steps1 > 0 and args.steps2 > 0:
+        cfg1 = preset(largest, args.steps1, 0, threads=args.threads)
+        prob1 = build_problem(cfg1)
+        b1, _ = timed(lambda: train(cfg1, prob1), args.repeats)
+        b2 = big[2] - b1
+        print(f"\n| stage | batched({largest}) seed-steps/s | loop seed-steps/s | ratio |\n|---|---:|---:|---:|")
+        for name, b_s, l_s, k in (("1 (W_ov on L0)", b1, loop_stage_s[0], args.steps1),
+                                  ("2 (W_kq on L)", b2, loop_stage_s[1], args.steps2)):
+            b_rate, l_rate = largest * k / b_s, n_loop * k / l_s
+            print(f"| {name} | {b_rate:,.0f} | {l_rate:,.0f} | {b_rate / l_rate:.1f}x |")
+        print("\n(the last timing of the loop is split by stage; batched stage 2 = full run - stage-1-only run)")
+
     # ---- weight check: loop seed s == member s of every batched run that contains it
     print("\n## Loop vs batched final weights (max abs difference, tolerance 1e-8)\n")
     print("| seed | batched run | max abs dW_kq | max abs dW_ov | ok |")
@@ -253,16 +289,16 @@ def main() -> None:
             print(f"| {s} | n={n} | {d_kq:.2e} | {d_ov:.2e} | {'yes' if ok else 'NO'} |")
     print(f"\nweights match: {'all' if all_ok else 'NOT all'}")
 
-    # ---- peak memory, a fresh process per size
-    if not args.no_memory:
-        print("\n## Peak memory (fresh process per size: imports, build_problem, train; ru_maxrss is a high-water mark)\n")
-        print("| seeds | peak after imports MB | peak after build MB | peak after train MB | peak - imports MB "
-              "| RSS now after train - after imports MB | Problem tensors MB |")
-        print("|---:|---:|---:|---:|---:|---:|---:|")
-        for n in args.sizes:
-            m = measure_memory(n, args.steps1, args.steps2, args.threads)
-            print(f"| {n} | {m['import_peak']:.0f} | {m['build_peak']:.0f} | {m['peak']:.0f} | "
-                  f"{m['peak'] - m['import_peak']:.0f} | {m['train_now'] - m['import_now']:.1f} | {m['problem_mb']:.2f} |")
+    if memory:
+        print("\n## Peak memory (a fresh process per size: imports, build_problem, train)\n")
+        print("VmHWM: high-water RSS of the child's own image. ru_maxrss: Linux carries the launching process's\n"
+              "RSS over fork + exec, so the children are launched before this process builds anything.\n")
+        print("| seeds | VmHWM after imports MB | VmHWM peak MB | peak - imports MB | ru_maxrss after imports MB "
+              "| ru_maxrss peak MB | RSS now, after train - after imports MB | Problem tensors MB |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for n, m in memory.items():
+            print(f"| {n} | {m['import_hwm']:.0f} | {m['hwm']:.0f} | {m['hwm'] - m['import_hwm']:.0f} | "
+                  f"{m['import_peak']:.0f} | {m['peak']:.0f} | {m['train_now'] - m['import_now']:.1f} | {m['problem_mb']:.2f} |")
 
 if __name__ == "__main__":
     main()

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from stagewise.labs.ntp.config import Config
-from stagewise.labs.ntp.model import collocation_loss, forward, gradients
+from stagewise.labs.ntp.model import TokenBatch, collocation_loss, forward, gradients, token_matrices
 from stagewise.labs.ntp.problem import Problem, build_problem
 from stagewise.labs.ntp.train import Params, evaluate, init_params, metrics, train
 
@@ -74,6 +74,24 @@ def _leaf(t: torch.Tensor) -> torch.Tensor:
     return t.detach().clone().requires_grad_(True)
 
 
+def reference_loss(wkq, wov, problem: Problem) -> torch.Tensor:
+    """Plain embedding-space model, written independently of the token-space code: (S,) loss."""
+    x, query = problem.embedded()  # (S, N, L, d), (S, N, d)
+    scores = torch.einsum("snld,sde,sne->snl", x, wkq, query).masked_fill(~problem.batch.mask, float("-inf"))
+    attn = torch.softmax(scores, -1)  # (S, N, L)
+    logits = torch.einsum("svd,snd->snv", wov, torch.einsum("snl,snld->snd", attn, x))  # (S, N, V)
+    ce = torch.logsumexp(logits, -1) - logits.gather(-1, problem.batch.target.unsqueeze(-1)).squeeze(-1)
+    return (problem.batch.weight * ce).sum(-1)
+
+
+def ours(wkq, wov, problem: Problem, batch: TokenBatch | None = None, need_wkq: bool = True):
+    """(loss, grad W_ov, grad W_kq) from the token-space forward and closed-form gradients."""
+    key, tok = token_matrices(wkq, wov, problem.emb)
+    fwd = forward(key, tok, batch or problem.batch)
+    g_wov, g_wkq = gradients(fwd, tok, problem.emb, batch or problem.batch, need_wkq)
+    return fwd.loss, g_wov, g_wkq
+
+
 # --------------------------------------------------------------------------- gradients
 
 GRAD_CASES = [
@@ -94,17 +112,17 @@ def test_closed_form_gradients_match_autograd(data, seed):
     params = init_params(config, problem, torch.float64)
     wkq, wov = (_leaf(t) for t in params.merged())
 
-    fwd = forward(wkq, wov, problem.x, problem.query, problem.mask, problem.target, problem.weight)
-    g_wov, g_wkq = gradients(fwd, wov.detach(), problem.x, problem.query, problem.target, problem.weight)
-    auto_wkq, auto_wov = torch.autograd.grad(fwd.loss.sum(), [wkq, wov])  # members are independent
+    loss, g_wov, g_wkq = ours(wkq.detach(), wov.detach(), problem)
+    ref = reference_loss(wkq, wov, problem)
+    assert_rel_close(loss, ref.detach(), 1e-13, "loss")
+    auto_wkq, auto_wov = torch.autograd.grad(ref.sum(), [wkq, wov])  # members are independent
     assert_rel_close(g_wov, auto_wov, 1e-12, "grad W_ov")
     assert_rel_close(g_wkq, auto_wkq, 1e-12, "grad W_kq")
-    g_only_wov, none = gradients(fwd, wov.detach(), problem.x, problem.query, problem.target, problem.weight,
-                                 need_wkq=False)
+    _, g_only_wov, none = ours(wkq.detach(), wov.detach(), problem, need_wkq=False)
     assert none is None
     assert_rel_close(g_only_wov, auto_wov, 1e-12, "grad W_ov (need_wkq=False)")
 
-    loss0, g0 = collocation_loss(wov, problem.emb, problem.colloc)
+    loss0, g0 = collocation_loss(torch.bmm(wov, problem.emb), problem.emb, problem.colloc)
     (auto_g0,) = torch.autograd.grad(loss0.sum(), [wov])
     assert_rel_close(g0, auto_g0, 1e-12, "grad L0")
 
@@ -115,7 +133,7 @@ def test_forward_matches_plain_per_sample_loop():
                          model={"init": "random", "init_scale": 1.0})
     problem = build_problem(config)
     wkq, wov = init_params(config, problem, torch.float64).merged()
-    fwd = forward(wkq, wov, problem.x, problem.query, problem.mask, problem.target, problem.weight)
+    loss = ours(wkq, wov, problem)[0]
     for s in range(problem.n_members):
         ds, tok = problem.datasets[s], problem.emb[s]  # tok (d, V)
         total = torch.zeros((), dtype=torch.float64)
@@ -124,10 +142,10 @@ def test_forward_matches_plain_per_sample_loop():
             attn = torch.softmax(X.T @ wkq[s] @ X[:, -1], dim=0)  # (L,)
             logits = wov[s] @ (X @ attn)  # (V,)
             total = total + pi * (torch.logsumexp(logits, 0) - logits[sample.next])
-        assert_rel_close(fwd.loss[s], total, 1e-12, f"loss of member {s}")
+        assert_rel_close(loss[s], total, 1e-12, f"loss of member {s}")
         logits0 = wov[s] @ tok  # (V, V_tokens)
         loss0 = (torch.logsumexp(logits0, 0) - logits0[problem.colloc[s], torch.arange(tok.shape[1])]).mean()
-        assert_rel_close(collocation_loss(wov, problem.emb, problem.colloc)[0][s], loss0, 1e-12, "L0")
+        assert_rel_close(collocation_loss(torch.bmm(wov, problem.emb), problem.emb, problem.colloc)[0][s], loss0, 1e-12, "L0")
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -141,11 +159,11 @@ def test_factored_chain_rule_matches_autograd(seed):
     p_auto = Params(leaves, factored=True)
     wkq, wov = p_auto.merged()
     assert_rel_close(wkq, leaves["wk"].transpose(1, 2) @ leaves["wq"], 1e-15, "W_kq = W_k^T W_q")
-    fwd = forward(wkq, wov, problem.x, problem.query, problem.mask, problem.target, problem.weight)
     names = ["wk", "wq", "wo", "wv"]
-    auto = dict(zip(names, torch.autograd.grad(fwd.loss.sum(), [leaves[n] for n in names], retain_graph=True)))
+    ref = reference_loss(wkq, wov, problem)
+    auto = dict(zip(names, torch.autograd.grad(ref.sum(), [leaves[n] for n in names], retain_graph=True)))
 
-    g_wov, g_wkq = gradients(fwd, wov.detach(), problem.x, problem.query, problem.target, problem.weight)
+    _, g_wov, g_wkq = ours(wkq.detach(), wov.detach(), problem)
     chained = params.chain(g_wkq, g_wov)
     for n in names:
         assert_rel_close(chained[n], auto[n], 1e-12, f"grad {n}")
@@ -153,7 +171,7 @@ def test_factored_chain_rule_matches_autograd(seed):
     assert set(params.chain(g_wkq, None)) == {"wk", "wq"}
     assert set(params.chain(None, g_wov)) == {"wo", "wv"}
 
-    loss0, g0 = collocation_loss(wov, problem.emb, problem.colloc)
+    loss0, g0 = collocation_loss(torch.bmm(wov, problem.emb), problem.emb, problem.colloc)
     auto0 = torch.autograd.grad(loss0.sum(), [leaves["wo"], leaves["wv"]])
     chained0 = params.chain(None, g0.detach())
     assert_rel_close(chained0["wo"], auto0[0], 1e-12, "grad0 wo")
@@ -163,19 +181,8 @@ def test_factored_chain_rule_matches_autograd(seed):
 # --------------------------------------------------------------------------- padding
 
 
-def _member_view(problem: Problem, s: int, n: int, length: int) -> dict[str, torch.Tensor]:
-    """Member s's tensors cut to its own n samples and length positions (keeping dim 0)."""
-    sl = slice(s, s + 1)
-    return {
-        "x": problem.x[sl, :n, :length], "query": problem.query[sl, :n], "mask": problem.mask[sl, :n, :length],
-        "target": problem.target[sl, :n], "weight": problem.weight[sl, :n],
-    }
-
-
-def _loss_and_grads(wkq, wov, t):
-    fwd = forward(wkq, wov, t["x"], t["query"], t["mask"], t["target"], t["weight"])
-    g_wov, g_wkq = gradients(fwd, wov, t["x"], t["query"], t["target"], t["weight"])
-    return fwd.loss, g_wov, g_wkq
+def _batch_fields(batch: TokenBatch) -> dict[str, torch.Tensor]:
+    return {k: getattr(batch, k) for k in ("idx", "mask", "query", "target", "weight")}
 
 
 def test_padding_in_ensemble_changes_nothing():
@@ -186,10 +193,10 @@ def test_padding_in_ensemble_changes_nothing():
     s = sizes.index(min(sizes))
     solo_cfg = base.model_copy(update={"seed": base.seed + s, "n_seeds": 1})
     solo = build_problem(solo_cfg)
-    n_solo, l_solo = solo.x.shape[1], solo.x.shape[2]
-    assert n_solo < ens.x.shape[1], "the chosen member must have padding samples in the ensemble"
-    assert torch.equal(solo.x[0], ens.x[s, :n_solo, :l_solo])
-    assert not ens.weight[s, n_solo:].any() and not ens.x[s, :, l_solo:].any() and not ens.mask[s, :, l_solo:].any()
+    n_solo, l_solo = solo.batch.idx.shape[1], solo.batch.idx.shape[2]
+    assert n_solo < ens.batch.idx.shape[1], "the chosen member must have padding samples in the ensemble"
+    assert torch.equal(solo.batch.idx[0], ens.batch.idx[s, :n_solo, :l_solo])
+    assert not ens.batch.weight[s, n_solo:].any() and not ens.batch.mask[s, :, l_solo:].any()
 
     p_ens = init_params(base, ens, torch.float64)
     p_solo = init_params(solo_cfg, solo, torch.float64)
@@ -197,9 +204,8 @@ def test_padding_in_ensemble_changes_nothing():
         assert torch.equal(p_ens.tensors[name][s], p_solo.tensors[name][0])
 
     wkq, wov = p_ens.merged()
-    loss_e, gov_e, gkq_e = _loss_and_grads(wkq, wov, {k: getattr(ens, k) for k in ("x", "query", "mask", "target", "weight")})
-    loss_s, gov_s, gkq_s = _loss_and_grads(wkq[s:s + 1], wov[s:s + 1],
-                                           {k: getattr(solo, k) for k in ("x", "query", "mask", "target", "weight")})
+    loss_e, gov_e, gkq_e = ours(wkq, wov, ens)
+    loss_s, gov_s, gkq_s = ours(wkq[s:s + 1], wov[s:s + 1], solo)
     assert_rel_close(loss_e[s:s + 1], loss_s, 1e-13, "loss")
     assert_rel_close(gov_e[s:s + 1], gov_s, 1e-13, "grad W_ov")
     assert_rel_close(gkq_e[s:s + 1], gkq_s, 1e-13, "grad W_kq")
@@ -216,24 +222,23 @@ def test_extra_padding_samples_and_positions_are_inert():
     config = make_config(seed=5, data={"vocab_size": 6}, model={"init": "random", "init_scale": 1.0})
     problem = build_problem(config)
     wkq, wov = init_params(config, problem, torch.float64).merged()
-    t = {k: getattr(problem, k) for k in ("x", "query", "mask", "target", "weight")}
-    _, N, L, d = t["x"].shape
+    t = _batch_fields(problem.batch)
+    _, N, L = t["idx"].shape
+    V = problem.emb.shape[2]
     gen = torch.Generator().manual_seed(0)
     extra_n, extra_l = 5, 3
-    x = torch.zeros(1, N + extra_n, L + extra_l, d, dtype=torch.float64)
-    x[:, :N, :L] = t["x"]
-    x[:, :N, L:] = torch.randn(1, N, extra_l, d, generator=gen, dtype=torch.float64)  # masked out
-    x[:, N:] = torch.randn(1, extra_n, L + extra_l, d, generator=gen, dtype=torch.float64)  # weight 0
+    idx = torch.randint(0, V, (1, N + extra_n, L + extra_l), generator=gen)  # random tokens everywhere
+    idx[:, :N, :L] = t["idx"]
     mask = torch.zeros(1, N + extra_n, L + extra_l, dtype=torch.bool)
     mask[:, :N, :L] = t["mask"]
     mask[:, N:, :2] = True
-    padded = {
-        "x": x, "mask": mask,
-        "query": torch.cat([t["query"], torch.randn(1, extra_n, d, generator=gen, dtype=torch.float64)], 1),
-        "target": torch.cat([t["target"], torch.ones(1, extra_n, dtype=torch.long)], 1),
-        "weight": torch.cat([t["weight"], torch.zeros(1, extra_n, dtype=torch.float64)], 1),
-    }
-    ref, pad = _loss_and_grads(wkq, wov, t), _loss_and_grads(wkq, wov, padded)
+    padded = TokenBatch(
+        idx=idx, mask=mask,
+        query=torch.cat([t["query"], torch.randint(0, V, (1, extra_n), generator=gen)], 1),
+        target=torch.cat([t["target"], torch.ones(1, extra_n, dtype=torch.long)], 1),
+        weight=torch.cat([t["weight"], torch.zeros(1, extra_n, dtype=torch.float64)], 1),
+    )
+    ref, pad = ours(wkq, wov, problem), ours(wkq, wov, problem, padded)
     for name, a, b in zip(("loss", "grad W_ov", "grad W_kq"), pad, ref):
         assert torch.isfinite(a).all(), name
         assert_rel_close(a, b, 1e-13, name)

@@ -170,6 +170,11 @@ def reproduce_cmd(
     total = sum(len(run["claims"]) for run in report["runs"])
     out_console.print(f"report: {folder / 'report.html'}  ({len(report['runs'])} runs, {holds}/{total} claims hold)",
                       highlight=False)
+    failed = [run for run in report["runs"] if run["status"] != "done"]
+    for run in failed:
+        err_console.print(f"run {run['name']} {run['status']}: {run['error']} ({folder / run['run_dir']})", highlight=False)
+    if failed:
+        raise typer.Exit(3 if all(run["status"] == "diverged" for run in failed) else 1)
 
 
 def main() -> None:

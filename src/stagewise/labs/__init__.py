@@ -9,6 +9,8 @@
 - ``summarize(config, metrics, extras) -> dict``: final values, fitted rates and claims
   computed from the long-form metrics frame.
 - ``make_figures(config, metrics, summary, folder)``: PNG and PDF figures.
+- ``check(config)`` (optional): every input check that needs more than the config model
+  (data files, derived sizes); called before a run directory is created.
 - ``REPRODUCE``: the runs of ``stagewise reproduce LAB`` (see :mod:`stagewise.report`).
 
 Adding a lab takes one line here.

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..config import config_hash, deep_merge, resolve
 from ..errors import UserError
-from ..runs import execute, prepare
+from ..runs import execute, prepare, read_manifest
 from ..runs.store import atomic_write_json, atomic_write_text
 
 
@@ -48,8 +48,13 @@ def reproduce(lab: ModuleType, folder: str | Path, *, quick: bool = False, progr
     for name, preset, config in plan:
         start = time.perf_counter()
         paths = prepare(lab, config, folder / "runs" / name)
-        manifest = execute(lab, config, paths, progress=progress)
-        summary = json.loads(paths.summary.read_text())
+        try:
+            manifest = execute(lab, config, paths, progress=progress)
+        except KeyboardInterrupt:
+            raise
+        except Exception:  # recorded in the run's manifest; the report says so and goes on
+            manifest = read_manifest(paths.root)
+        summary = json.loads(paths.summary.read_text()) if paths.summary.exists() else {}
         figures = []
         for png in sorted(paths.figures.glob("*.png")):
             for ext in ("png", "pdf"):
@@ -58,7 +63,8 @@ def reproduce(lab: ModuleType, folder: str | Path, *, quick: bool = False, progr
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, dst)
             figures.append(f"figures/{name}-{png.stem}.png")
-        runs.append({"name": name, "preset": preset, "status": manifest["status"], "config_hash": config_hash(config),
+        runs.append({"name": name, "preset": preset, "status": manifest["status"], "error": manifest.get("error"),
+                     "config_hash": config_hash(config),
                      "seeds": manifest["seeds"], "seconds": round(time.perf_counter() - start, 2),
                      "claims": summary.get("claims", []), "figures": figures, "run_dir": f"runs/{name}"})
     report = {"lab": lab.NAME, "quick": quick, "runs": runs}
@@ -71,7 +77,10 @@ def reproduce(lab: ModuleType, folder: str | Path, *, quick: bool = False, progr
 def _markdown(report: dict[str, Any]) -> str:
     lines = [f"# stagewise reproduce {report['lab']}{' --quick' if report['quick'] else ''}", ""]
     for run in report["runs"]:
-        lines += [f"## {run['name']} (preset {run['preset']}, seeds {run['seeds']}, {run['seconds']} s)", "",
+        lines += [f"## {run['name']} (preset {run['preset']}, seeds {run['seeds']}, {run['status']}, {run['seconds']} s)", ""]
+        if run["error"]:
+            lines += [f"**{run['status']}**: {run['error']}", ""]
+        lines += [
                   "| claim | holds | evidence |", "|---|---|---|"]
         for c in run["claims"]:
             lines.append(f"| {c['id']}: {c['statement']} | {'yes' if c['holds'] else 'no'} | {c['evidence']} |")
@@ -88,6 +97,8 @@ def _html(report: dict[str, Any], folder: Path) -> str:
     for run in report["runs"]:
         parts.append(f"<h2>{html.escape(run['name'])}</h2><p>preset <code>{html.escape(run['preset'])}</code>, seeds "
                      f"{run['seeds']}, status {run['status']}, {run['seconds']} s, config {run['config_hash']}</p>")
+        if run["error"]:
+            parts.append(f"<p class='no'>{html.escape(run['error'])}</p>")
         parts.append("<table><tr><th>claim</th><th>holds</th><th>evidence</th></tr>")
         for c in run["claims"]:
             cls = "yes" if c["holds"] else "no"

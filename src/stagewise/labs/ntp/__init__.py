@@ -1,0 +1,21 @@
+"""The next-token-prediction lab (Huang, Liang, Yang, NeurIPS 2024): two-stage normalized
+GD on a one-layer transformer converges in direction to max-margin solutions.
+
+The lab contract (Config, PRESETS, run, summarize, make_figures) lives in :mod:`.lab`;
+the pieces are importable on their own for use from Python.
+"""
+
+from .config import Config
+from .data import build_dataset, example1, load_json_dataset, random_dataset, to_tensors
+from .dataset import NTPDataset, QueryStructure, Sample
+from .generalize import GenCase, build_suite, classify
+from .maxmargin import MaxMarginTargets, max_margin_targets, min_norm_margin, prop2_wkq, wkq_star, wov_star
+from .problem import Problem, build_problem
+from .train import Params, cosine, train
+
+__all__ = [
+    "Config", "GenCase", "MaxMarginTargets", "NTPDataset", "Params", "Problem", "QueryStructure", "Sample",
+    "build_dataset", "build_problem", "build_suite", "classify", "cosine", "example1", "load_json_dataset",
+    "max_margin_targets", "min_norm_margin", "prop2_wkq", "random_dataset", "to_tensors", "train", "wkq_star",
+    "wov_star",
+]

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ...config import ConfigModel
 
@@ -37,6 +37,12 @@ class DataConfig(ConfigModel):
         if isinstance(data, dict) and data.get("file") is not None and "source" not in data:
             data = {**data, "source": "file"}
         return data
+
+    @field_validator("file")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        """Stored absolute, so that --resume works from any directory."""
+        return value.expanduser().resolve() if value is not None else None
 
     @model_validator(mode="after")
     def _check(self):

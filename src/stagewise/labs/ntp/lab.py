@@ -11,7 +11,7 @@ from ...runs import RunContext, atomic_write_text
 from .config import Config
 from .figures import make_figures
 from .generalize import named_cases, render
-from .model import predict
+from .model import predict, token_matrices
 from .problem import Problem, build_dataset, build_problem, embedding
 from .summary import summarize
 from .train import train
@@ -28,7 +28,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
                  {"data": {"source": "example1"}, "train": {"steps_stage1": 200, "steps_stage2": 900}}),
     "joint": ("ablation: both matrices trained jointly with one normalized gradient",
               {"train": {"algorithm": "joint"}}),
-    "gd": ("ablation: plain gradient descent with the paper's step sizes scaled by 40",
+    "gd": ("ablation: plain GD, eta0 = 1.8, eta = 0.45 (stage-1 norm of the same order as normalized GD's); norms grow ~log t",
            {"train": {"optimizer": "gd", "eta0": 1.8, "eta": 0.45}}),
     "adam": ("ablation: Adam with the paper's step sizes", {"train": {"optimizer": "adam"}}),
     "adamw": ("ablation: AdamW (weight decay 0.01): the norm stays bounded",
@@ -43,6 +43,7 @@ REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("paper", "paper", {"n_seeds": 8}, {"n_seeds": 4}),
     ("paper-random-init", "paper-random-init", {"n_seeds": 8}, {"n_seeds": 2}),
     ("joint", "joint", {"n_seeds": 8}, None),
+    ("gd", "gd", {"n_seeds": 8}, None),
     ("adam", "adam", {"n_seeds": 8}, None),
     ("adamw", "adamw", {"n_seeds": 8}, None),
     ("rotated", "rotated", {"n_seeds": 8}, None),
@@ -59,7 +60,8 @@ def check(config: Config) -> None:
 
 
 def _final_predictions(problem: Problem, wkq: torch.Tensor, wov: torch.Tensor) -> list[dict[str, Any]]:
-    pred, attn = predict(wkq, wov, problem.gen_x, problem.gen_query, problem.gen_mask)  # (S, G), (S, G, Lg)
+    key, tok = token_matrices(wkq, wov, problem.emb, unknown=True)
+    pred, attn = predict(key, tok, problem.gen_idx, problem.gen_query, problem.gen_mask)  # (S, G), (S, G, Lg)
     rows = []
     for i, (seed, ds, suite) in enumerate(zip(problem.seeds, problem.datasets, problem.suites)):
         for j, case in enumerate(suite):
@@ -74,17 +76,17 @@ def _final_predictions(problem: Problem, wkq: torch.Tensor, wov: torch.Tensor) -
     return rows
 
 
-def _named_predictions(problem: Problem, wkq: torch.Tensor, wov: torch.Tensor) -> list[dict[str, Any]]:
+def _named_predictions(config: Config, problem: Problem, wkq: torch.Tensor, wov: torch.Tensor) -> list[dict[str, Any]]:
     """The spec's named Example-1 cases ("S P" -> V, "O S P" -> P), seed by seed."""
     ds = problem.datasets[0]
-    if set(ds.tokens) != {"S", "V", "O", "P"}:
+    if config.data.source != "example1":
         return []
     rows = []
-    tok = problem.emb.transpose(1, 2)  # (S, V, d)
+    key, tok = token_matrices(wkq, wov, problem.emb, unknown=True)
+    S = problem.n_members
     for case in named_cases(ds, EXAMPLE1_CASES):
-        x = tok[:, list(case.input)].unsqueeze(1)  # (S, 1, L, d)
-        mask = torch.ones(x.shape[:3], dtype=torch.bool)
-        pred, _ = predict(wkq, wov, x, x[:, :, -1], mask)  # (S, 1)
+        idx = torch.tensor(case.input).expand(S, 1, -1)  # (S, 1, L)
+        pred, _ = predict(key, tok, idx, idx[:, :, -1], torch.ones_like(idx, dtype=torch.bool))  # (S, 1)
         for i, seed in enumerate(problem.seeds):
             rows.append({"seed": seed, "input": render(ds, case.input), "predicted": ds.tokens[int(pred[i, 0])],
                          "expected": ds.tokens[case.expected] if case.expected is not None else "not covered"})
@@ -110,7 +112,7 @@ def run(config: Config, ctx: RunContext) -> dict[str, Any]:
         "targets": [{"wov_star_norm": t.wov_star_norm, "wkq_star_norm_sq": t.wkq_star_norm_sq,
                      "prop2_wkq_norm_sq": t.prop2_wkq_norm_sq, "prop2_gap": t.prop2_gap} for t in problem.targets],
         "generalization": rows,
-        "named_cases": _named_predictions(problem, wkq, wov),
+        "named_cases": _named_predictions(config, problem, wkq, wov),
         "orthonormal": config.data.embedding != "gaussian",
     }
 

@@ -18,6 +18,7 @@ from .data import example1, load_json_dataset, random_dataset, to_tensors
 from .dataset import NTPDataset
 from .generalize import GenCase, build_suite
 from .maxmargin import MaxMarginTargets, max_margin_targets
+from .model import TokenBatch
 
 # sub-streams of a member's seed
 _DATA, _EMBED, INIT_STREAM, _SUITE = 1, 2, 3, 4
@@ -65,7 +66,8 @@ class Problem:
     """Everything the trainer needs, stacked over the ensemble (S members).
 
     Shapes: N samples (padded to the largest member), L positions, d dim, V vocabulary,
-    G generalization cases (padded).
+    G generalization cases (padded). Sentences are token indices; the generalization
+    suite uses index V for the unknown (zero-embedded) token.
     """
 
     seeds: list[int]
@@ -73,20 +75,16 @@ class Problem:
     targets: list[MaxMarginTargets]
     suites: list[list[GenCase]]
     emb: torch.Tensor  # (S, d, V) token embeddings as columns
-    x: torch.Tensor  # (S, N, L, d) embedded sentences (0 on padding)
-    query: torch.Tensor  # (S, N, d) embedded query token
-    mask: torch.Tensor  # (S, N, L) valid positions
+    batch: TokenBatch  # idx/mask (S, N, L), query/target/weight (S, N)
     opt_mask: torch.Tensor  # (S, N, L) positions holding the sample's optimal token
-    target: torch.Tensor  # (S, N) next token
-    weight: torch.Tensor  # (S, N) pi (0 on padding samples)
+    opt_tok: torch.Tensor  # (S, N) each sample's optimal token
     multi: torch.Tensor  # (S, N) bool: real samples of length >= 2
     colloc: torch.Tensor  # (S, V) n(x)
     wov_star: torch.Tensor  # (S, V, d)
     wkq_star: torch.Tensor  # (S, d, d)
-    floor_x: torch.Tensor  # (S, N, d) embedding of each sample's optimal token
     type_masks: torch.Tensor  # (S, 3, V, V) [optimal, non-optimal, non-comparable][key, query]
-    gen_x: torch.Tensor  # (S, G, Lg, d)
-    gen_query: torch.Tensor  # (S, G, d)
+    gen_idx: torch.Tensor  # (S, G, Lg) token indices, V = unknown token
+    gen_query: torch.Tensor  # (S, G) query token
     gen_mask: torch.Tensor  # (S, G, Lg)
     gen_expected: torch.Tensor  # (S, G) expected token, -1 where not covered or padding
 
@@ -94,17 +92,24 @@ class Problem:
     def n_members(self) -> int:
         return len(self.seeds)
 
+    def embedded(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sentences in embedding space: x (S, N, L, d) (0 on padding) and queries (S, N, d).
 
-def _pad_stack(tensors: list[torch.Tensor], length: int, dim: int, value=0) -> torch.Tensor:
-    out = []
-    for t in tensors:
-        pad = [0, 0] * (t.dim() - dim - 1) + [0, length - t.shape[dim]]
-        out.append(torch.nn.functional.pad(t, pad, value=value))
-    return torch.stack(out)
+        Not used by training (which works on token indices); for reference implementations.
+        """
+        tok = self.emb.transpose(1, 2)  # (S, V, d)
+        members = torch.arange(self.n_members)[:, None, None]
+        x = tok[members, self.batch.idx] * self.batch.mask.unsqueeze(-1)  # (S, N, L, d)
+        return x, tok[members[:, :, 0], self.batch.query]  # (S, N, d)
 
 
-def build_problem(config: Config, dtype: torch.dtype = torch.float64) -> Problem:
-    """Build datasets, embeddings, targets and suites for every seed of the ensemble."""
+def build_problem(config: Config, dtype: torch.dtype | None = None) -> Problem:
+    """Build datasets, embeddings, targets and suites for every seed of the ensemble.
+
+    ``dtype`` defaults to ``config.model.dtype``.
+    """
+    if dtype is None:
+        dtype = torch.float64 if config.model.dtype == "float64" else torch.float32
     seeds = [config.seed + i for i in range(config.n_seeds)]
     datasets = [build_dataset(config, s) for s in seeds]
     vocab = {ds.vocab_size for ds in datasets}
@@ -120,13 +125,8 @@ def build_problem(config: Config, dtype: torch.dtype = torch.float64) -> Problem
     tens = [to_tensors(ds, max_len, n_max) for ds in datasets]
     stack = {k: torch.stack([t[k] for t in tens]) for k in tens[0]}  # each (S, N[, L])
     emb = torch.tensor(np.stack(embs), dtype=dtype)  # (S, d, V)
-    tok = emb.transpose(1, 2)  # (S, V, d) one embedding per row
-    members = torch.arange(len(seeds))[:, None, None]
-    x = tok[members, stack["idx"]] * stack["mask"].unsqueeze(-1)  # (S, N, L, d)
-    query = tok[members[:, :, 0], stack["query"]]  # (S, N, d)
     opt_tok = torch.stack([torch.tensor([ds.optimal_token[i] if i < len(ds.samples) else 0 for i in range(n_max)])
                            for ds in datasets])  # (S, N)
-    floor_x = tok[members[:, :, 0], opt_tok]  # (S, N, d)
     lengths = stack["mask"].sum(-1)  # (S, N)
     multi = (lengths >= 2) & (stack["weight"] > 0)
 
@@ -139,26 +139,25 @@ def build_problem(config: Config, dtype: torch.dtype = torch.float64) -> Problem
 
     g_max = max(1, max(len(s) for s in suites))
     lg = max([len(c.input) for s in suites for c in s] + [1])
-    tok_unk = torch.cat([tok, torch.zeros_like(tok[:, :1])], dim=1)  # (S, V+1, d) unknown = 0
     gen_idx = torch.zeros(len(seeds), g_max, lg, dtype=torch.long)
     gen_mask = torch.zeros(len(seeds), g_max, lg, dtype=torch.bool)
+    gen_query = torch.zeros(len(seeds), g_max, dtype=torch.long)
     gen_expected = torch.full((len(seeds), g_max), -1, dtype=torch.long)
     for i, suite in enumerate(suites):
         for j, case in enumerate(suite):
             gen_idx[i, j, : len(case.input)] = torch.tensor(case.input)
             gen_mask[i, j, : len(case.input)] = True
+            gen_query[i, j] = case.input[-1]
             gen_expected[i, j] = -1 if case.expected is None else case.expected
         gen_mask[i, len(suite):, 0] = True  # padding cases: one valid position
-    gen_x = tok_unk[members, gen_idx] * gen_mask.unsqueeze(-1)  # (S, G, Lg, d)
-    gen_len = gen_mask.sum(-1)  # (S, G)
-    gen_query = tok_unk[members[:, :, 0], gen_idx.gather(-1, (gen_len - 1).unsqueeze(-1)).squeeze(-1)]  # (S, G, d)
 
+    batch = TokenBatch(idx=stack["idx"], mask=stack["mask"], query=stack["query"], target=stack["next"],
+                       weight=stack["weight"].to(dtype))
     return Problem(
-        seeds=seeds, datasets=datasets, targets=targets, suites=suites, emb=emb, x=x, query=query,
-        mask=stack["mask"], opt_mask=stack["opt_mask"], target=stack["next"], weight=stack["weight"].to(dtype),
-        multi=multi, colloc=torch.tensor([list(ds.collocation) for ds in datasets]),
+        seeds=seeds, datasets=datasets, targets=targets, suites=suites, emb=emb, batch=batch,
+        opt_mask=stack["opt_mask"], opt_tok=opt_tok, multi=multi,
+        colloc=torch.tensor([list(ds.collocation) for ds in datasets]),
         wov_star=torch.tensor(np.stack([t.wov_star for t in targets]), dtype=dtype),
         wkq_star=torch.tensor(np.stack([t.wkq_star for t in targets]), dtype=dtype),
-        floor_x=floor_x, type_masks=type_masks, gen_x=gen_x, gen_query=gen_query, gen_mask=gen_mask,
-        gen_expected=gen_expected,
+        type_masks=type_masks, gen_idx=gen_idx, gen_query=gen_query, gen_mask=gen_mask, gen_expected=gen_expected,
     )

@@ -17,7 +17,7 @@ import torch
 
 from ...runs import Diverged, RunContext
 from .config import Config
-from .model import collocation_loss, cross_entropy, forward, gradients, predict
+from .model import Forward, collocation_loss, cross_entropy, forward, gradients, predict, token_matrices
 from .problem import INIT_STREAM, Problem, member_rng
 
 OV, KQ = "ov", "kq"
@@ -129,21 +129,30 @@ class Optimizer:
 class Evaluation:
     """Losses and gradients at the current weights, all batched over S."""
 
-    loss0: torch.Tensor  # (S,)
-    grad0_wov: torch.Tensor  # (S, V, d) gradient of L0
-    fwd: object | None  # model.Forward of the main loss, or None
+    key: torch.Tensor  # (S, V, V) K = E^T W_kq E
+    tok: torch.Tensor  # (S, V, V) Z = W_ov E
+    loss0: torch.Tensor | None  # (S,)
+    grad0_wov: torch.Tensor | None  # (S, V, d) gradient of L0
+    fwd: Forward | None  # the main loss's forward pass, or None
     grad_wov: torch.Tensor | None
     grad_wkq: torch.Tensor | None
 
 
-def evaluate(params: Params, problem: Problem, need_main: bool) -> Evaluation:
+def evaluate(params: Params, problem: Problem, need_main: bool, need_stage1: bool = True,
+             need_wov_grad: bool = True) -> Evaluation:
+    """L0 and its gradient (``need_stage1``); with ``need_main`` also L and its gradients
+    (the W_ov gradient only with ``need_wov_grad``). Skipped parts are None / NaN."""
     wkq, wov = params.merged()
-    loss0, grad0 = collocation_loss(wov, problem.emb, problem.colloc)
+    key, tok = token_matrices(wkq, wov, problem.emb)
+    if need_stage1:
+        loss0, grad0 = collocation_loss(tok, problem.emb, problem.colloc)
+    else:
+        loss0, grad0 = None, None
     if not need_main:
-        return Evaluation(loss0, grad0, None, None, None)
-    fwd = forward(wkq, wov, problem.x, problem.query, problem.mask, problem.target, problem.weight)
-    g_wov, g_wkq = gradients(fwd, wov, problem.x, problem.query, problem.target, problem.weight)
-    return Evaluation(loss0, grad0, fwd, g_wov, g_wkq)
+        return Evaluation(key, tok, loss0, grad0, None, None, None)
+    fwd = forward(key, tok, problem.batch)
+    g_wov, g_wkq = gradients(fwd, tok, problem.emb, problem.batch, need_wov=need_wov_grad)
+    return Evaluation(key, tok, loss0, grad0, fwd, g_wov, g_wkq)
 
 
 def metrics(params: Params, problem: Problem, ev: Evaluation, stage: int, two_stage: bool,
@@ -153,18 +162,18 @@ def metrics(params: Params, problem: Problem, ev: Evaluation, stage: int, two_st
     ``with_suite`` adds ``gen_acc``, the accuracy on the covered generalization cases.
     """
     wkq, wov = params.merged()
-    fwd = ev.fwd
-    floor_logits = torch.einsum("svd,snd->snv", wov, problem.floor_x)  # (S, N, V) perfect attention
-    floor = (problem.weight * cross_entropy(floor_logits, problem.target)).sum(-1)
+    fwd, batch = ev.fwd, problem.batch
+    floor_logits = ev.tok.gather(2, problem.opt_tok.unsqueeze(1).expand(-1, ev.tok.shape[1], -1)).transpose(1, 2)  # (S, N, V)
+    floor = (batch.weight * cross_entropy(floor_logits, batch.target)).sum(-1)  # perfect attention on x*
     cos_ov, dist_ov = cosine(wov, problem.wov_star)
     cos_kq, dist_kq = cosine(wkq, problem.wkq_star)
     opt_mass = (fwd.attn * problem.opt_mask).sum(-1)  # (S, N)
     multi = problem.multi
     n_multi = multi.sum(-1).clamp_min(1)
-    real = problem.weight > 0
-    correct = (fwd.logits.argmax(-1) == problem.target) & real
-    scores = torch.einsum("sdk,sde,seq->skq", problem.emb, wkq, problem.emb)  # (S, V, V) key x query
-    type_score = (scores.unsqueeze(1) * problem.type_masks).flatten(2).sum(-1) / problem.type_masks.flatten(2).sum(-1).clamp_min(1)
+    real = batch.weight > 0
+    correct = (fwd.logits.argmax(-1) == batch.target) & real
+    masks = problem.type_masks  # (S, 3, V, V)
+    type_score = (ev.key.unsqueeze(1) * masks).flatten(2).sum(-1) / masks.flatten(2).sum(-1).clamp_min(1)  # (S, 3)
     grad_ov = ev.grad0_wov if (two_stage and stage == 1) else ev.grad_wov
     S = wkq.shape[0]
     values = {
@@ -177,15 +186,17 @@ def metrics(params: Params, problem: Problem, ev: Evaluation, stage: int, two_st
         "cos_wkq": cos_kq, "dist_wkq": dist_kq, "norm_wkq": _flat_norm([wkq]),
         "opt_attn_min": opt_mass.masked_fill(~multi, 1.0).min(-1).values,
         "opt_attn_mean": (opt_mass * multi).sum(-1) / n_multi,
-        "train_acc": correct.sum(-1) / real.sum(-1),
+        "train_acc": correct.sum(-1).to(wkq.dtype) / real.sum(-1).to(wkq.dtype),
         "grad_norm_wov": _flat_norm([grad_ov]),
         "grad_norm_wkq": _flat_norm([ev.grad_wkq]),
         "score_optimal": type_score[:, 0], "score_non_optimal": type_score[:, 1], "score_non_comparable": type_score[:, 2],
     }
     if with_suite:
-        pred, _ = predict(wkq, wov, problem.gen_x, problem.gen_query, problem.gen_mask)  # (S, G)
+        key, tok = token_matrices(wkq, wov, problem.emb, unknown=True)
+        pred, _ = predict(key, tok, problem.gen_idx, problem.gen_query, problem.gen_mask)  # (S, G)
         covered = problem.gen_expected >= 0
-        values["gen_acc"] = ((pred == problem.gen_expected) & covered).sum(-1) / covered.sum(-1)
+        hits = ((pred == problem.gen_expected) & covered).sum(-1).to(wkq.dtype)
+        values["gen_acc"] = hits / covered.sum(-1).to(wkq.dtype)  # NaN when a suite covers no case
     return values
 
 
@@ -249,9 +260,11 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
             stage_next = stage_of(t + 1)
             log_now = should_log(t) and not (resumed is not None and t == start)
             need_main = log_now or not (two_stage and stage_next == 1)
-            ev = evaluate(params, problem, need_main)
+            stage1_update = two_stage and stage_next == 1
+            ev = evaluate(params, problem, need_main, need_stage1=log_now or stage1_update,
+                          need_wov_grad=log_now or not two_stage)
             # gradient of the objective of the next update (step t+1)
-            if two_stage and stage_next == 1:
+            if stage1_update:
                 grads, names, lr = params.chain(None, ev.grad0_wov * scale_ov), params.group(OV), eta0
             elif two_stage:
                 grads, names, lr = params.chain(ev.grad_wkq * scale_main, None), params.group(KQ), eta
