@@ -42,7 +42,7 @@ from stagewise.labs.ntp.train import train
 TARGET_SPEEDUP = 10.0
 
 
-def preset(n_seeds: int, steps1: int, steps2: int, seed: int = 0, threads: int = 1) -> Config:
+def preset(n_seeds: int, steps1: int, steps2: int, seed: int = 0, threads: int | str = "auto") -> Config:
     """The paper preset (Config defaults) with an ensemble of ``n_seeds``, the given steps and
     ``train.threads`` (``train`` sets torch's thread count from it while it runs)."""
     return Config.model_validate({"seed": seed, "n_seeds": n_seeds,
@@ -160,13 +160,13 @@ def _hwm_mb() -> float:
 
 
 def problem_tensor_mb(problem: Problem) -> float:
-    """Bytes held by the Problem's tensors, MiB."""
-    return sum(v.numel() * v.element_size() for v in vars(problem).values() if isinstance(v, torch.Tensor)) / 2**20
+    """Bytes held by the Problem's tensors (its TokenBatch included), MiB."""
+    fields = list(vars(problem).values()) + list(vars(problem.batch).values())
+    return sum(v.numel() * v.element_size() for v in fields if isinstance(v, torch.Tensor)) / 2**20
 
 
-def memory_child(n_seeds: int, steps1: int, steps2: int, threads: int) -> None:
+def memory_child(n_seeds: int, steps1: int, steps2: int, threads: int | str) -> None:
     """Run in a fresh interpreter: print JSON with peak (ru_maxrss) and current RSS at each phase, MiB."""
-    torch.set_num_threads(threads)
     out = {"import_peak": _peak_mb(), "import_now": _rss_now_mb(), "import_hwm": _hwm_mb()}
     config = preset(n_seeds, steps1, steps2, threads=threads)
     problem = build_problem(config)
@@ -176,7 +176,7 @@ def memory_child(n_seeds: int, steps1: int, steps2: int, threads: int) -> None:
     print(json.dumps(out))
 
 
-def measure_memory(n_seeds: int, steps1: int, steps2: int, threads: int) -> dict[str, float]:
+def measure_memory(n_seeds: int, steps1: int, steps2: int, threads: int | str) -> dict[str, float]:
     cmd = [sys.executable, os.path.abspath(__file__), "--memory-child", str(n_seeds),
            "--steps1", str(steps1), "--steps2", str(steps2), "--threads", str(threads)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -190,7 +190,10 @@ def main() -> None:
     parser.add_argument("--steps1", type=int, default=900)
     parser.add_argument("--steps2", type=int, default=900)
     parser.add_argument("--repeats", type=int, default=1, help="best of this many timings")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (all runs)")
+    parser.add_argument("--threads", type=lambda v: v if v == "auto" else int(v), default="auto",
+                        help="train.threads of the batched runs: auto (the default config) or a number")
+    parser.add_argument("--loop-threads", type=int, default=1,
+                        help="torch intra-op threads of the per-seed loop (1 is its fastest setting here)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--no-metrics", action="store_true", help="skip the runs with per-step metrics")
     parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
@@ -199,12 +202,12 @@ def main() -> None:
         memory_child(args.memory_child, args.steps1, args.steps2, args.threads)
         return
 
-    torch.set_num_threads(args.threads)
     steps = args.steps1 + args.steps2
     # peak memory first, while this process is still small (see _peak_mb)
     memory = {} if args.no_memory else {n: measure_memory(n, args.steps1, args.steps2, args.threads) for n in args.sizes}
     print(f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} CPUs, "
-          f"{torch.get_num_threads()} torch thread(s), float64, paper preset (|V| = d = 20, "
+          f"train.threads={args.threads} for the batched runs (auto = min(cores, seeds // 16)), "
+          f"{args.loop_threads} thread(s) for the loop, float64, paper preset (|V| = d = 20, "
           f"{args.steps1} + {args.steps2} steps, random data, zero init)\n")
 
     # ---- batched runs
@@ -238,6 +241,7 @@ def main() -> None:
         return [loop_train_one(p, eta0, eta, args.steps1, args.steps2, loop_cfg.train.grad_tol, loop_stage_s)
                 for p in loop_problems]
 
+    torch.set_num_threads(args.loop_threads)
     loop_s, loop_weights = timed(run_loop, args.repeats)
     loop_rate = n_loop * steps / loop_s  # seed-steps per second
 

@@ -84,12 +84,29 @@ def reference_loss(wkq, wov, problem: Problem) -> torch.Tensor:
     return (problem.batch.weight * ce).sum(-1)
 
 
-def ours(wkq, wov, problem: Problem, batch: TokenBatch | None = None, need_wkq: bool = True):
-    """(loss, grad W_ov, grad W_kq) from the token-space forward and closed-form gradients."""
-    key, tok = token_matrices(wkq, wov, problem.emb)
+def ours(wkq, wov, problem: Problem, batch: TokenBatch | None = None, need_wkq: bool = True, identity: bool = False):
+    """(loss, grad W_ov, grad W_kq) from the token-space forward and closed-form gradients.
+
+    ``identity`` uses the shortcut for one-hot embeddings with d = |V| (emb = None)."""
+    emb = None if identity else problem.emb
+    key, tok = token_matrices(wkq, wov, emb)
     fwd = forward(key, tok, batch or problem.batch)
-    g_wov, g_wkq = gradients(fwd, tok, problem.emb, batch or problem.batch, need_wkq)
+    g_wov, g_wkq = gradients(fwd, tok, emb, batch or problem.batch, need_wkq)
     return fwd.loss, g_wov, g_wkq
+
+
+def test_identity_shortcut_equals_general_path():
+    config = make_config(seed=1, n_seeds=2, data={"vocab_size": 7}, model={"init": "random", "init_scale": 1.0})
+    problem = build_problem(config)
+    assert problem.emb_op is None  # one-hot, d = |V|
+    assert build_problem(make_config(data={"vocab_size": 7, "embedding": "rotated"})).emb_op is not None
+    wkq, wov = init_params(config, problem, torch.float64).merged()
+    for a, b in zip(ours(wkq, wov, problem), ours(wkq, wov, problem, identity=True)):
+        assert_rel_close(b, a, 1e-14)
+    l_a, g_a = collocation_loss(torch.bmm(wov, problem.emb), problem.emb, problem.colloc_onehot)
+    l_b, g_b = collocation_loss(wov, None, problem.colloc_onehot)
+    assert_rel_close(l_b, l_a, 1e-14)
+    assert_rel_close(g_b, g_a, 1e-14)
 
 
 # --------------------------------------------------------------------------- gradients
@@ -122,7 +139,7 @@ def test_closed_form_gradients_match_autograd(data, seed):
     assert none is None
     assert_rel_close(g_only_wov, auto_wov, 1e-12, "grad W_ov (need_wkq=False)")
 
-    loss0, g0 = collocation_loss(torch.bmm(wov, problem.emb), problem.emb, problem.colloc)
+    loss0, g0 = collocation_loss(torch.bmm(wov, problem.emb), problem.emb, problem.colloc_onehot)
     (auto_g0,) = torch.autograd.grad(loss0.sum(), [wov])
     assert_rel_close(g0, auto_g0, 1e-12, "grad L0")
 
@@ -145,7 +162,7 @@ def test_forward_matches_plain_per_sample_loop():
         assert_rel_close(loss[s], total, 1e-12, f"loss of member {s}")
         logits0 = wov[s] @ tok  # (V, V_tokens)
         loss0 = (torch.logsumexp(logits0, 0) - logits0[problem.colloc[s], torch.arange(tok.shape[1])]).mean()
-        assert_rel_close(collocation_loss(torch.bmm(wov, problem.emb), problem.emb, problem.colloc)[0][s], loss0, 1e-12, "L0")
+        assert_rel_close(collocation_loss(torch.bmm(wov, problem.emb), problem.emb, problem.colloc_onehot)[0][s], loss0, 1e-12, "L0")
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -171,7 +188,7 @@ def test_factored_chain_rule_matches_autograd(seed):
     assert set(params.chain(g_wkq, None)) == {"wk", "wq"}
     assert set(params.chain(None, g_wov)) == {"wo", "wv"}
 
-    loss0, g0 = collocation_loss(torch.bmm(wov, problem.emb), problem.emb, problem.colloc)
+    loss0, g0 = collocation_loss(torch.bmm(wov, problem.emb), problem.emb, problem.colloc_onehot)
     auto0 = torch.autograd.grad(loss0.sum(), [leaves["wo"], leaves["wv"]])
     chained0 = params.chain(None, g0.detach())
     assert_rel_close(chained0["wo"], auto0[0], 1e-12, "grad0 wo")
@@ -232,11 +249,11 @@ def test_extra_padding_samples_and_positions_are_inert():
     mask = torch.zeros(1, N + extra_n, L + extra_l, dtype=torch.bool)
     mask[:, :N, :L] = t["mask"]
     mask[:, N:, :2] = True
-    padded = TokenBatch(
-        idx=idx, mask=mask,
-        query=torch.cat([t["query"], torch.randint(0, V, (1, extra_n), generator=gen)], 1),
-        target=torch.cat([t["target"], torch.ones(1, extra_n, dtype=torch.long)], 1),
-        weight=torch.cat([t["weight"], torch.zeros(1, extra_n, dtype=torch.float64)], 1),
+    padded = TokenBatch.build(
+        idx, mask,
+        torch.cat([t["query"], torch.randint(0, V, (1, extra_n), generator=gen)], 1),
+        torch.cat([t["target"], torch.ones(1, extra_n, dtype=torch.long)], 1),
+        torch.cat([t["weight"], torch.zeros(1, extra_n, dtype=torch.float64)], 1), V,
     )
     ref, pad = ours(wkq, wov, problem), ours(wkq, wov, problem, padded)
     for name, a, b in zip(("loss", "grad W_ov", "grad W_kq"), pad, ref):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -82,8 +83,16 @@ class TrainConfig(ConfigModel):
     on_tiny_grad: Literal["stop", "flag"] = Field("stop", description="stop: that seed stops updating (flagged); flag: keep going, flagged")
     log_every: int = Field(1, ge=1, description="log metrics every k steps (stage ends and the last step are always logged)")
     checkpoint_every: int = Field(100, ge=1, description="safetensors checkpoint every k steps (for --resume)")
-    threads: int = Field(1, ge=1, description="CPU threads for torch; the batched problem is small, so extra threads mostly add\n"
-                         "synchronization (and stall badly when the machine is busy)")
+    threads: int | Literal["auto"] = Field(
+        "auto", description="CPU threads for torch while training; auto = min(cores, n_seeds // 16), at least 1.\n"
+        "Small ensembles run fastest on one thread; large ones gain from more (64 seeds: 1.8x on 2 cores)")
+
+    @field_validator("threads")
+    @classmethod
+    def _positive_threads(cls, value):
+        if value != "auto" and value < 1:
+            raise ValueError(f"train.threads={value}: must be >= 1 or auto")
+        return value
 
     @model_validator(mode="after")
     def _check(self):
@@ -115,6 +124,12 @@ class Config(ConfigModel):
         if self.model.factored and self.model.init_scale == 0:
             raise ValueError("model.factored=true needs model.init_scale > 0")
         return self
+
+    def thread_count(self) -> int:
+        """Resolved ``train.threads``."""
+        if self.train.threads != "auto":
+            return int(self.train.threads)
+        return max(1, min(os.cpu_count() or 1, self.n_seeds // 16))
 
     def step_sizes(self, dim: int) -> tuple[float, float]:
         """(eta0, eta) with the paper's defaults 0.2/sqrt(d), 0.05/sqrt(d) filled in."""

@@ -8,6 +8,7 @@ an ensemble equals a single run with seed ``seed + i``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -80,6 +81,7 @@ class Problem:
     opt_tok: torch.Tensor  # (S, N) each sample's optimal token
     multi: torch.Tensor  # (S, N) bool: real samples of length >= 2
     colloc: torch.Tensor  # (S, V) n(x)
+    colloc_onehot: torch.Tensor  # (S, V, V) row x = e_{n(x)}
     wov_star: torch.Tensor  # (S, V, d)
     wkq_star: torch.Tensor  # (S, d, d)
     type_masks: torch.Tensor  # (S, 3, V, V) [optimal, non-optimal, non-comparable][key, query]
@@ -91,6 +93,15 @@ class Problem:
     @property
     def n_members(self) -> int:
         return len(self.seeds)
+
+    @cached_property
+    def emb_op(self) -> torch.Tensor | None:
+        """The embedding for the token-space model, or None when it is the identity
+        (one-hot with d = |V|), which lets the model skip multiplications by I."""
+        d, V = self.emb.shape[1:]
+        if d == V and torch.equal(self.emb, torch.eye(V, dtype=self.emb.dtype).expand_as(self.emb)):
+            return None
+        return self.emb
 
     def embedded(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Sentences in embedding space: x (S, N, L, d) (0 on padding) and queries (S, N, d).
@@ -151,12 +162,12 @@ def build_problem(config: Config, dtype: torch.dtype | None = None) -> Problem:
             gen_expected[i, j] = -1 if case.expected is None else case.expected
         gen_mask[i, len(suite):, 0] = True  # padding cases: one valid position
 
-    batch = TokenBatch(idx=stack["idx"], mask=stack["mask"], query=stack["query"], target=stack["next"],
-                       weight=stack["weight"].to(dtype))
+    batch = TokenBatch.build(stack["idx"], stack["mask"], stack["query"], stack["next"], stack["weight"].to(dtype), V)
+    colloc = torch.tensor([list(ds.collocation) for ds in datasets])  # (S, V)
     return Problem(
         seeds=seeds, datasets=datasets, targets=targets, suites=suites, emb=emb, batch=batch,
         opt_mask=stack["opt_mask"], opt_tok=opt_tok, multi=multi,
-        colloc=torch.tensor([list(ds.collocation) for ds in datasets]),
+        colloc=colloc, colloc_onehot=torch.nn.functional.one_hot(colloc, V).to(dtype),
         wov_star=torch.tensor(np.stack([t.wov_star for t in targets]), dtype=dtype),
         wkq_star=torch.tensor(np.stack([t.wkq_star for t in targets]), dtype=dtype),
         type_masks=type_masks, gen_idx=gen_idx, gen_query=gen_query, gen_mask=gen_mask, gen_expected=gen_expected,

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ...perf import tune_allocator
 from ...runs import Diverged, RunContext
 from .config import Config
-from .model import Forward, collocation_loss, cross_entropy, forward, gradients, predict, token_matrices
+from .model import Forward, collocation_loss, cross_entropy, forward, gradients, predict, token_matrices, with_unknown
 from .problem import INIT_STREAM, Problem, member_rng
 
 OV, KQ = "ov", "kq"
@@ -139,19 +140,20 @@ class Evaluation:
 
 
 def evaluate(params: Params, problem: Problem, need_main: bool, need_stage1: bool = True,
-             need_wov_grad: bool = True) -> Evaluation:
-    """L0 and its gradient (``need_stage1``); with ``need_main`` also L and its gradients
-    (the W_ov gradient only with ``need_wov_grad``). Skipped parts are None / NaN."""
+             need_wov_grad: bool = True, need_losses: bool = True) -> Evaluation:
+    """L0's gradient (``need_stage1``); with ``need_main`` also L's gradients (the W_ov
+    one only with ``need_wov_grad``); loss values only with ``need_losses``. Skipped parts
+    are None."""
+    emb = problem.emb_op
     wkq, wov = params.merged()
-    key, tok = token_matrices(wkq, wov, problem.emb)
+    key, tok = token_matrices(wkq if need_main else None, wov, emb)
+    loss0 = grad0 = None
     if need_stage1:
-        loss0, grad0 = collocation_loss(tok, problem.emb, problem.colloc)
-    else:
-        loss0, grad0 = None, None
+        loss0, grad0 = collocation_loss(tok, emb, problem.colloc_onehot, need_losses)
     if not need_main:
         return Evaluation(key, tok, loss0, grad0, None, None, None)
-    fwd = forward(key, tok, problem.batch)
-    g_wov, g_wkq = gradients(fwd, tok, problem.emb, problem.batch, need_wov=need_wov_grad)
+    fwd = forward(key, tok, problem.batch, need_losses)
+    g_wov, g_wkq = gradients(fwd, tok, emb, problem.batch, need_wov=need_wov_grad)
     return Evaluation(key, tok, loss0, grad0, fwd, g_wov, g_wkq)
 
 
@@ -192,7 +194,7 @@ def metrics(params: Params, problem: Problem, ev: Evaluation, stage: int, two_st
         "score_optimal": type_score[:, 0], "score_non_optimal": type_score[:, 1], "score_non_comparable": type_score[:, 2],
     }
     if with_suite:
-        key, tok = token_matrices(wkq, wov, problem.emb, unknown=True)
+        key, tok = with_unknown(ev.key, ev.tok)
         pred, _ = predict(key, tok, problem.gen_idx, problem.gen_query, problem.gen_mask)  # (S, G)
         covered = problem.gen_expected >= 0
         hits = ((pred == problem.gen_expected) & covered).sum(-1).to(wkq.dtype)
@@ -214,10 +216,11 @@ def _check_finite(step: int, problem: Problem, values: dict[str, torch.Tensor], 
 def train(config: Config, problem: Problem, ctx: RunContext | None = None) -> Params:
     """Run the configured algorithm; log through ``ctx`` (None: no logging, no checkpoints).
 
-    Returns the final parameters. Uses ``config.train.threads`` torch threads meanwhile.
+    Returns the final parameters. Uses ``config.thread_count()`` torch threads meanwhile.
     """
+    tune_allocator()
     threads = torch.get_num_threads()
-    torch.set_num_threads(config.train.threads)
+    torch.set_num_threads(config.thread_count())
     try:
         return _train(config, problem, ctx)
     finally:
@@ -262,7 +265,7 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
             need_main = log_now or not (two_stage and stage_next == 1)
             stage1_update = two_stage and stage_next == 1
             ev = evaluate(params, problem, need_main, need_stage1=log_now or stage1_update,
-                          need_wov_grad=log_now or not two_stage)
+                          need_wov_grad=log_now or not two_stage, need_losses=log_now)
             # gradient of the objective of the next update (step t+1)
             if stage1_update:
                 grads, names, lr = params.chain(None, ev.grad0_wov * scale_ov), params.group(OV), eta0
