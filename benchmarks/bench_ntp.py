@@ -30,7 +30,6 @@ import resource
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +37,7 @@ import torch.nn.functional as F
 from stagewise.labs.ntp.config import Config
 from stagewise.labs.ntp.problem import Problem, build_problem
 from stagewise.labs.ntp.train import train
+from stagewise.runs import MemoryContext
 
 TARGET_SPEEDUP = 10.0
 
@@ -47,31 +47,6 @@ def preset(n_seeds: int, steps1: int, steps2: int, seed: int = 0, threads: int |
     ``train.threads`` (``train`` sets torch's thread count from it while it runs)."""
     return Config.model_validate({"seed": seed, "n_seeds": n_seeds,
                                   "train": {"steps_stage1": steps1, "steps_stage2": steps2, "threads": threads}})
-
-
-class InMemoryLogger:
-    """The part of a RunContext that ``train`` uses: keeps only the last logged step."""
-
-    def __init__(self):
-        self.n_logged = 0
-        self.last: dict[str, torch.Tensor] = {}
-
-    def log(self, step, values):
-        self.n_logged += 1
-        self.last = values
-
-    def should_checkpoint(self, step):
-        return False
-
-    def save_checkpoint(self, step, tensors, meta=None):
-        pass
-
-    def resume_state(self):
-        return None
-
-    @contextmanager
-    def progress(self, total, description="training"):
-        yield lambda n=1: None
 
 
 # --------------------------------------------------------------------------- reference loop
@@ -220,11 +195,11 @@ def main() -> None:
         metrics_s = None
         if not args.no_metrics:
             def with_metrics():
-                logger = InMemoryLogger()
+                logger = MemoryContext()
                 train(config, problem, logger)
                 return logger
             metrics_s, logger = timed(with_metrics, args.repeats)
-            assert logger.n_logged == steps + 1
+            assert len(logger.records) == steps + 1
         rows.append((n, build_s, train_s, metrics_s))
 
     # ---- per-seed autograd loop

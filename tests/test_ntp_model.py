@@ -9,7 +9,6 @@ losses of a tiny seeded run. Everything runs in float64 on small problems (a few
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ import torch
 from stagewise.labs.ntp.config import Config
 from stagewise.labs.ntp.model import TokenBatch, collocation_loss, forward, gradients, token_matrices
 from stagewise.labs.ntp.problem import Problem, build_problem
+from stagewise.runs import MemoryContext
 from stagewise.labs.ntp.train import Params, evaluate, init_params, metrics, train
 
 
@@ -25,39 +25,9 @@ def make_config(**sections) -> Config:
     return Config.model_validate(sections)
 
 
-class MetricRecorder:
-    """The part of RunContext that ``train`` uses, keeping logged metrics in memory.
-
-    ``records[step][name]`` is a float64 tensor of shape (S,).
-    """
-
-    def __init__(self):
-        self.records: dict[int, dict[str, torch.Tensor]] = {}
-
-    def log(self, step, values):
-        self.records[step] = {k: v.detach().to(torch.float64).clone() for k, v in values.items()}
-
-    def should_checkpoint(self, step):
-        return False
-
-    def save_checkpoint(self, step, tensors, meta=None):
-        pass
-
-    def resume_state(self):
-        return None
-
-    @contextmanager
-    def progress(self, total, description="training"):
-        yield lambda n=1: None
-
-    def series(self, name: str, member: int = 0) -> torch.Tensor:
-        """Values of one metric over the logged steps (in step order) for one member."""
-        return torch.stack([self.records[t][name][member] for t in sorted(self.records)])
-
-
-def run_logged(config: Config) -> tuple[Params, MetricRecorder, Problem]:
+def run_logged(config: Config) -> tuple[Params, MemoryContext, Problem]:
     problem = build_problem(config)
-    recorder = MetricRecorder()
+    recorder = MemoryContext()
     params = train(config, problem, recorder)
     return params, recorder, problem
 
@@ -372,3 +342,18 @@ def test_first_losses_analytic_example1():
     c = 0.1 / math.sqrt(3)
     assert abs(rec.records[1]["loss_stage1"][0].item() - math.log1p(3 * math.exp(-c))) <= 1e-14
     assert abs(problem.wov_star[0].norm().item() - math.sqrt(3)) <= 1e-14
+
+
+def test_sum_reduction_same_iterates_for_normalized_gd_scaled_for_gd():
+    base = {"seed": 3, "n_seeds": 2, "data": {"vocab_size": 6}, "model": {"init": "random"},
+            "train": {"steps_stage1": 15, "steps_stage2": 25}}
+    mean_cfg, sum_cfg = make_config(**base), make_config(**{**base, "train": {**base["train"], "loss_reduction": "sum"}})
+    a, b = train(mean_cfg, build_problem(mean_cfg)), train(sum_cfg, build_problem(sum_cfg))
+    for name in a.tensors:
+        assert_rel_close(b.tensors[name], a.tensors[name], 1e-12, f"normalized GD {name}")
+    # plain GD: one stage-1 step of the sum loss is |V| times the mean loss's step
+    gd = {**base, "model": {"init": "zero"}, "train": {"steps_stage1": 1, "steps_stage2": 0, "optimizer": "gd", "eta0": 0.1}}
+    gd_sum = {**gd, "train": {**gd["train"], "loss_reduction": "sum"}}
+    w_mean = train(make_config(**gd), build_problem(make_config(**gd))).tensors["wov"]
+    w_sum = train(make_config(**gd_sum), build_problem(make_config(**gd_sum))).tensors["wov"]
+    assert_rel_close(w_sum, 6 * w_mean, 1e-13, "GD sum vs mean")

@@ -16,7 +16,6 @@ import yaml
 from stagewise.config import resolve
 from stagewise.labs import get_lab
 from stagewise.runs import Diverged, MetricSink, RunContext, execute, prepare
-from stagewise.runs.runner import RunPaths
 
 LAB = get_lab("ntp")
 SMALL = {"seed": 5, "n_seeds": 3, "data": {"vocab_size": 6, "max_len": 5},

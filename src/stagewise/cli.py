@@ -74,7 +74,7 @@ def run_cmd(
     """Run a lab: validate the config, train, write metrics, summary and figures."""
     from .config import resolve
     from .labs import get_lab, preset_overrides
-    from .runs import execute, load_for_resume, prepare
+    from .runs import load_for_resume, prepare
     from .runs.runner import RunPaths
 
     if resume is not None:

@@ -10,6 +10,7 @@ those of the objective at those weights.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -247,15 +248,13 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
     # sum reduction: L0 sums over the |V| collocation samples, L over each member's samples
     summed = tc.loss_reduction == "sum"
     scale_ov = float(problem.emb.shape[-1]) if summed else 1.0
-    scale_main = (problem.weight > 0).sum(-1).to(dtype).view(-1, 1, 1) if summed else 1.0  # (S, 1, 1)
+    scale_main = (problem.batch.weight > 0).sum(-1).to(dtype).view(-1, 1, 1) if summed else 1.0  # (S, 1, 1)
 
     def stage_of(t: int) -> int:
         return 1 if t <= T else 2  # step 0 (the init) counts as stage 1
 
     def should_log(t: int) -> bool:
         return ctx is not None and (t % tc.log_every == 0 or t in (0, T, total))
-
-    from contextlib import nullcontext
 
     bar = ctx.progress(total, "ntp") if ctx is not None else nullcontext(lambda n=1: None)
     with bar as advance:
