@@ -26,6 +26,7 @@ from ..errors import UserError
 
 REGISTRY: dict[str, str] = {
     "ntp": "stagewise.labs.ntp.lab",
+    "disentangled": "stagewise.labs.disentangled.lab",
 }
 
 

@@ -1,5 +1,22 @@
-"""Lab-independent analysis on logged metrics: rate fits (and, later, spectra, stages)."""
+"""Lab-independent analysis on logged metrics: rate fits, spectra, stage detection."""
 
 from .ratefit import Fit, linear_fit, log_linear_rate, power_exponent, series
+from .spectra import Spectrum, spectrum, spectrum_metrics, truncate, truncate_eig
+from .stages import StageReport, crossing_step, crossing_steps, detect_stages
 
-__all__ = ["Fit", "linear_fit", "log_linear_rate", "power_exponent", "series"]
+__all__ = [
+    "Fit",
+    "Spectrum",
+    "StageReport",
+    "crossing_step",
+    "crossing_steps",
+    "detect_stages",
+    "linear_fit",
+    "log_linear_rate",
+    "power_exponent",
+    "series",
+    "spectrum",
+    "spectrum_metrics",
+    "truncate",
+    "truncate_eig",
+]

@@ -105,9 +105,10 @@ class RunContext:
         return self.checkpoint_every > 0 and step % self.checkpoint_every == 0
 
     def save_checkpoint(self, step: int, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None) -> None:
-        """Flush metrics up to ``step`` first, then write the checkpoint atomically."""
+        """Flush metrics first, then write the checkpoint atomically. The checkpoint records
+        how many metric lines it covers (``_lines``), so a resume keeps exactly those."""
         self.sink.flush()
-        self.checkpoints.save(step, tensors, meta)
+        self.checkpoints.save(step, tensors, {**dict(meta or {}), "_lines": self.sink.lines})
 
     def resume_state(self) -> tuple[int, dict[str, torch.Tensor], dict[str, Any]] | None:
         """(step, tensors, meta) to continue from, or None for a fresh start."""
@@ -199,7 +200,10 @@ def execute(lab: Any, config: Any, paths: RunPaths, *, resume: bool = False, pro
     if resume:
         state = ctx.checkpoints.latest()
         ctx._resume = state
-        ctx.sink.truncate_after(state[0] if state else -1)
+        if state is not None and "_lines" in state[2]:
+            ctx.sink.truncate_lines(state[2]["_lines"])
+        else:
+            ctx.sink.truncate_after(state[0] if state else -1)
         _update_manifest(paths, status="running", error=None, ended=None, resumed=now_iso())
     try:
         extras = lab.run(config, ctx)

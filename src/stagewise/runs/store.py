@@ -123,6 +123,7 @@ class MetricSink:
         self.path = Path(path)
         self.seeds = list(seeds)
         self._handle = None
+        self.lines = len(self.read_lines())  # complete lines written so far
 
     def _open(self):
         if self._handle is None:
@@ -136,6 +137,7 @@ class MetricSink:
                 raise ValueError(f"metric {name}: {len(vals)} values for {len(self.seeds)} seeds")
         line = json.dumps({"step": int(step), "values": {k: [float(v) for v in vals] for k, vals in values.items()}})
         self._open().write(line + "\n")
+        self.lines += 1
 
     def flush(self) -> None:
         if self._handle is not None:
@@ -165,6 +167,14 @@ class MetricSink:
         self.close()
         kept = [line for line in self.read_lines() if line["step"] <= step]
         atomic_write_text(self.path, "".join(json.dumps(line) + "\n" for line in kept))
+        self.lines = len(kept)
+
+    def truncate_lines(self, count: int) -> None:
+        """Keep only the first ``count`` lines (a checkpoint records how many it covers)."""
+        self.close()
+        kept = self.read_lines()[:count]
+        atomic_write_text(self.path, "".join(json.dumps(line) + "\n" for line in kept))
+        self.lines = len(kept)
 
     def to_frame(self) -> pd.DataFrame:
         """Long-form metrics: step, seed, metric, value (sorted by metric, step, seed)."""

@@ -1,0 +1,138 @@
+"""Config of the disentangled-feature lab (Gong, Li, Liu, Teng, arXiv 2502.20681).
+
+The paper's body is not available to us, so most choices are a reconstruction. Every
+description starts with a tag: [known] from the abstract, public code/notebook or review
+discussion; [reconstructed] our choice, with the reason (see docs/disentangled.md).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ...config import ConfigModel
+
+Finite = dict(allow_inf_nan=False)
+
+
+class DataConfig(ConfigModel):
+    d: int = Field(30, ge=1, description="[known] dimension of each feature block, x = [x1; x2] in R^{2d}; 30 as in our probes")
+    prompt_len: int = Field(20, ge=2, description="[known] L: L-1 labelled context tokens plus the query (the review: L >> sqrt(d) log d)")
+    n_train: int = Field(400, ge=1, description="[known] N training prompts (400 as in our probes)")
+    n_test: int = Field(2000, ge=1, description="[reconstructed] fresh test prompts per seed")
+    q_geometry: Literal["xor", "three-cluster"] = Field(
+        "xor", description="[known] Q is not linearly separable. three-cluster: the notebook's (+1 in the middle; a Q-only\n"
+        "query there scores ~0 with a bias-free ReLU score, so its loss is pinned near log 2); xor [reconstructed\n"
+        "default]: +1 at +-zeta1, -1 at +-zeta2, learnable by the bilinear score")
+    p0: float = Field(0.2, ge=0, le=1, description="[reconstructed] probability a token is P-only (Li-Wei-Ma mixture; without it P explains every label)")
+    q0: float = Field(0.2, ge=0, le=1, description="[reconstructed] probability a token is Q-only")
+    gamma0: float = Field(1.0, gt=0, **Finite, description="[known] P margin scale (margin gamma0 ||w*||^2, ||w*|| = 1)")
+    p_noise: float | None = Field(None, ge=0, **Finite, description="[reconstructed] P noise std; null = 1/sqrt(d)")
+    q_noise: float = Field(0.05, ge=0, **Finite, description="[reconstructed] Q noise std (small)")
+    zeta: float = Field(0.5, gt=0, **Finite, description="[reconstructed] ||zeta|| of the Q clusters (0.2..1 plausible; 0.5 from our probes)")
+    w_star: Literal["e1", "random"] = Field("e1", description="[reconstructed] P direction: first basis vector or a random unit vector per seed")
+
+    @model_validator(mode="after")
+    def _mixture(self):
+        if self.p0 + self.q0 > 1:
+            raise ValueError(f"data.p0 + data.q0 = {self.p0 + self.q0:g}: must be <= 1")
+        if self.q_geometry == "xor" and self.d < 2:
+            raise ValueError("data.q_geometry=xor needs data.d >= 2 (two orthogonal cluster directions)")
+        return self
+
+
+class ModelConfig(ConfigModel):
+    output: Literal["split", "joint"] = Field(
+        "split", description="[reconstructed] split: f = (1/L) sum_l y_l [ReLU(x_l1^T W q_1) + ReLU(x_l2^T V q_2)];\n"
+        "joint: one ReLU over x_l^T blockdiag(W, V) q")
+    normalizer: Literal["L", "L-1", "sum"] = Field(
+        "L", description="[reconstructed] 1/L, 1/(L-1), or ReLU scores normalized to sum 1 (per branch)")
+    weights: Literal["block", "full"] = Field(
+        "block", description="[known] block: block-diagonal key-query blockdiag(W, V), W on P, V on Q;\n"
+        "full: one full 2d x 2d matrix (outside the theory; comparison only)")
+    init_scale: float = Field(0.01, ge=0, **Finite, description="[reconstructed] sigma0: i.i.d. normal init std (small)")
+    dtype: Literal["float64", "float32"] = Field("float64", description="[reconstructed] float64 for reproducible small effects")
+
+
+class TrainConfig(ConfigModel):
+    optimizer: Literal["gd", "sgd", "adam", "adamw"] = Field("gd", description="[known] full-batch GD; sgd (minibatches), adam, adamw are options")
+    batch_size: int = Field(64, ge=1, description="sgd minibatch size (prompts per step, drawn per member)")
+    schedule: Literal["step", "constant", "cosine", "warmup"] = Field(
+        "step", description="[known] step: eta1 for t1 steps, then eta2 (annealing); constant: eta1 throughout;\n"
+        "cosine: eta1 -> eta2 over all steps; warmup: linear 0 -> eta1 over warmup_steps, then the step schedule")
+    eta1: float = Field(1.0, gt=0, **Finite, description="[known] large learning rate of the elementary stage (1.0 from our probes)")
+    eta2: float = Field(0.1, gt=0, **Finite, description="[known] annealed learning rate of the specialized stage")
+    t1: int = Field(300, ge=0, description="[known] steps of the elementary stage; 300 [reconstructed]: P is learned by then\n"
+                    "in every seed we ran, and Q has had little time (longer t1 lets noisy seeds pick Q up early)")
+    steps: int = Field(6000, ge=1, description="[reconstructed] total steps (Q settles within ~3000 annealed steps)")
+    warmup_steps: int = Field(100, ge=0, description="warmup schedule: steps of linear warmup")
+    noise: float = Field(0.05, ge=0, **Finite, description="[reconstructed] Li-Wei-Ma update noise: N(0, (noise * lr)^2) added to every entry per step")
+    l2: float = Field(0.01, ge=0, **Finite, description="[known] lambda of the L2 term (lambda/2)(||W||^2 + ||V||^2)")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="adam/adamw betas")
+    adam_eps: float = Field(1e-8, gt=0, description="adam/adamw epsilon")
+    weight_decay: float = Field(0.01, ge=0, **Finite, description="adamw decoupled weight decay")
+    log_every: int = Field(20, ge=1, description="log train and test metrics every k steps (and at t1 and the end)")
+    spectrum_every: int = Field(200, ge=1, description="log eigenvalues / singular values every k steps (and at t1 and the end)")
+    checkpoint_every: int = Field(1000, ge=1, description="safetensors checkpoint every k steps (for --resume)")
+    threads: int | Literal["auto"] = Field("auto", description="CPU threads; auto = min(cores, members // 8), at least 1")
+
+    @field_validator("threads")
+    @classmethod
+    def _threads(cls, value):
+        if value != "auto" and value < 1:
+            raise ValueError(f"train.threads={value}: must be >= 1 or auto")
+        return value
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.t1 > self.steps:
+            raise ValueError(f"train.t1={self.t1}: must be <= train.steps ({self.steps})")
+        return self
+
+
+class ThresholdConfig(ConfigModel):
+    p_learned: float = Field(0.95, gt=0, le=1, description="P-only test accuracy that counts as 'P learned' (stage detection, claims)")
+    q_learned: float = Field(0.85, gt=0, le=1, description="Q-only test accuracy that counts as 'Q learned'")
+    q_unlearned: float = Field(0.65, gt=0, le=1, description="Q-only test accuracy at or below which Q counts as not learned")
+
+
+class ExperimentConfig(ConfigModel):
+    kind: Literal["two-stage", "ablations", "spectral", "d-scaling"] = Field(
+        "two-stage", description="two-stage: the staged run; ablations: the same data and seeds under each ablation;\n"
+        "spectral: spectra + truncation intervention; d-scaling: K^1, K^2 at the stage ends as d grows")
+    ablations: list[Literal["no-anneal", "small-lr", "no-noise", "no-l2", "joint", "mixture-off", "full"]] = Field(
+        ["no-anneal", "small-lr", "no-noise", "no-l2", "joint", "mixture-off", "full"],
+        description="ablations run beside the baseline (kind=ablations)")
+    truncation_ks: list[int] | None = Field(None, description="kind=spectral: k values for top-k / bottom-k truncation; null = 0..2d in 8 steps")
+    dims: list[int] = Field([8, 16, 32, 64, 128], description="kind=d-scaling: the d values")
+    scale_rules: bool = Field(True, description="kind=d-scaling: scale lambda ~ 1/sqrt(log d), L ~ sqrt(d) log d, eta and t1 with d\n"
+                              "(the assumption's rules, anchored at the base config's d); false keeps them fixed")
+
+    @field_validator("dims")
+    @classmethod
+    def _dims(cls, value):
+        if not value or any(d < 2 for d in value):
+            raise ValueError(f"experiment.dims={value}: need a non-empty list of d >= 2")
+        return value
+
+
+class Config(ConfigModel):
+    seed: int = Field(0, ge=0, description="first seed; members use seed .. seed + n_seeds - 1")
+    n_seeds: int = Field(8, ge=1, le=1024, description="seeds per variant, batched as one ensemble (--seeds K)")
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    thresholds: ThresholdConfig = Field(default_factory=ThresholdConfig)
+    experiment: ExperimentConfig = Field(default_factory=ExperimentConfig)
+
+    def thread_count(self, members: int) -> int:
+        if self.train.threads != "auto":
+            return int(self.train.threads)
+        return max(1, min(os.cpu_count() or 1, members // 8))
+
+
+def p_noise(data: DataConfig) -> float:
+    return data.p_noise if data.p_noise is not None else 1.0 / math.sqrt(data.d)

@@ -1,0 +1,199 @@
+"""In-context prompts of the disentangled-feature lab (spec sections 1-2).
+
+Every token is x = [x1; x2] in R^{2d}: x1 carries the elementary feature P (linearly
+separable with a margin), x2 the specialized feature Q (not linearly separable). A prompt is
+L tokens with labels; the first L-1 are labelled context, the last is the query whose label
+is the target. Tokens follow the Li-Wei-Ma mixture: P-only (x2 = 0) with probability p0,
+Q-only (x1 = 0) with probability q0, both features otherwise.
+
+Shapes: S ensemble members, N prompts per member, L tokens per prompt, d block dimension.
+
+Randomness: member i draws from its own generator seeded by (seeds[i], split), so member i
+of a batch equals a call with ``seeds=[seeds[i]]``. The geometry (w*, zeta1, zeta2) comes
+from a third stream of the seed, shared by the train and test splits of that seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ...errors import UserError
+
+P_GEOMETRIES = ("margin",)
+Q_GEOMETRIES = ("three-cluster", "xor")
+W_STAR_KINDS = ("e1", "random")
+SPLIT_STREAMS = {"train": 1, "test": 2}
+GEOMETRY_STREAM = 3
+
+KIND_BOTH, KIND_P_ONLY, KIND_Q_ONLY = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The data model of one run (plain values; the config layer maps onto it)."""
+
+    d: int = 30  # dimension of each block (x = [x1; x2] in R^{2d})
+    prompt_len: int = 20  # L: L-1 labelled context tokens + 1 query token
+    p_geometry: str = "margin"  # P linearly separable with margin gamma0
+    q_geometry: str = "three-cluster"  # or "xor"
+    p0: float = 0.2  # probability a token is P-only (x2 = 0)
+    q0: float = 0.2  # probability a token is Q-only (x1 = 0); both otherwise
+    gamma0: float = 1.0  # P margin scale
+    p_noise: float | None = None  # P noise std; None -> 1/sqrt(d)
+    q_noise: float = 0.05  # Q noise std
+    zeta: float = 0.5  # ||zeta|| for the Q clusters
+    w_star: str = "e1"  # "e1" (first basis vector) or "random" (a random unit vector per seed)
+
+    @property
+    def p_noise_std(self) -> float:
+        """The P noise std in effect (1/sqrt(d) when ``p_noise`` is None)."""
+        return 1.0 / math.sqrt(self.d) if self.p_noise is None else float(self.p_noise)
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """A batch of prompts for S ensemble members, N prompts each, L tokens, block dim d."""
+
+    x1: torch.Tensor  # (S, N, L, d) P block of every token (query at position L-1)
+    x2: torch.Tensor  # (S, N, L, d) Q block
+    y: torch.Tensor  # (S, N, L) labels in {-1, +1}, dtype of x; y[..., L-1] is the target
+    kind: torch.Tensor  # (S, N, L) long: 0 = both features, 1 = P-only, 2 = Q-only
+    w_star: torch.Tensor  # (S, d) unit vector of the P direction
+    zeta: torch.Tensor  # (S, 2, d) Q cluster directions zeta1, zeta2 (zeta2 used by xor only)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def validate_spec(spec: DataSpec) -> None:
+    """Raise UserError listing every problem of ``spec`` (one line each); None when valid."""
+    problems: list[str] = []
+    for key in ("p0", "q0"):
+        value = getattr(spec, key)
+        if not _is_real(value) or not 0.0 <= value <= 1.0:
+            problems.append(f"data.{key}={value!r}: must be a probability in [0, 1]")
+    if not any(m.startswith(('data.p0=', 'data.q0=')) for m in problems) and spec.p0 + spec.q0 > 1.0:
+        problems.append(f"data.p0 + data.q0 = {spec.p0 + spec.q0:g}: must be <= 1 (the rest of the tokens carry both features)")
+    if not _is_int(spec.prompt_len) or spec.prompt_len < 2:
+        problems.append(f"data.prompt_len={spec.prompt_len!r}: must be an integer >= 2 (at least one context token and the query)")
+    if not _is_int(spec.d) or spec.d < 1:
+        problems.append(f"data.d={spec.d!r}: must be an integer >= 1")
+    if spec.p_noise is not None and (not _is_real(spec.p_noise) or spec.p_noise < 0):
+        problems.append(f"data.p_noise={spec.p_noise!r}: must be a finite number >= 0 (or null for 1/sqrt(d))")
+    if not _is_real(spec.q_noise) or spec.q_noise < 0:
+        problems.append(f"data.q_noise={spec.q_noise!r}: must be a finite number >= 0")
+    for key in ("gamma0", "zeta"):
+        value = getattr(spec, key)
+        if not _is_real(value) or value <= 0:
+            problems.append(f"data.{key}={value!r}: must be a finite number > 0")
+    for key, allowed in (("p_geometry", P_GEOMETRIES), ("q_geometry", Q_GEOMETRIES), ("w_star", W_STAR_KINDS)):
+        value = getattr(spec, key)
+        if value not in allowed:
+            problems.append(f"data.{key}={value!r}: unknown; allowed: {', '.join(allowed)}")
+    if spec.q_geometry == "xor" and _is_int(spec.d) and spec.d == 1:
+        problems.append("data.q_geometry='xor' needs data.d >= 2 (two orthogonal cluster directions); got data.d=1")
+    if problems:
+        raise UserError(*problems)
+
+
+def _torch_generator(seed: int, stream: int) -> torch.Generator:
+    state = np.random.SeedSequence([int(seed), stream]).generate_state(1, dtype=np.uint64)[0]
+    return torch.Generator().manual_seed(int(state))
+
+
+def _geometry(spec: DataSpec, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """w* (d,) and zeta (2, d) of one seed, in float64.
+
+    Both draws are made whatever the options, so zeta does not depend on ``spec.w_star``.
+    For d = 1 only zeta1 exists; zeta2 is then 0 (xor is rejected by validation).
+    """
+    gen = _torch_generator(seed, GEOMETRY_STREAM)
+    d = spec.d
+    w_draw = torch.randn(d, generator=gen, dtype=torch.float64)  # (d,)
+    z_draw = torch.randn(d, 2, generator=gen, dtype=torch.float64)  # (d, 2)
+    if spec.w_star == "e1":
+        w_star = torch.zeros(d, dtype=torch.float64)
+        w_star[0] = 1.0
+    else:
+        w_star = w_draw / w_draw.norm()
+    zeta = torch.zeros(2, d, dtype=torch.float64)
+    if d == 1:
+        zeta[0, 0] = torch.sign(z_draw[0, 0])
+    else:
+        q, r = torch.linalg.qr(z_draw)  # q: (d, 2) orthonormal columns
+        zeta = (q * torch.sign(torch.diagonal(r))).T  # (2, d), rows orthonormal
+    return w_star, zeta * spec.zeta
+
+
+def _sample_member(spec: DataSpec, seed: int, n: int, stream: int) -> dict[str, torch.Tensor]:
+    """One member's prompts in float64: x1, x2 (N, L, d), y, kind (N, L), w_star (d,), zeta (2, d)."""
+    w_star, zeta = _geometry(spec, seed)
+    gen = _torch_generator(seed, stream)
+    L, d, f64 = spec.prompt_len, spec.d, torch.float64
+    # fixed draw order, independent of the geometry options
+    y = torch.randint(0, 2, (n, L), generator=gen).to(f64) * 2 - 1  # (N, L)
+    u = torch.rand(n, L, generator=gen, dtype=f64)  # (N, L)
+    xi = torch.randn(n, L, d, generator=gen, dtype=f64) * spec.p_noise_std  # (N, L, d)
+    side = torch.randint(0, 2, (n, L), generator=gen).to(f64) * 2 - 1  # (N, L) cluster sign
+    q_noise = torch.randn(n, L, d, generator=gen, dtype=f64) * spec.q_noise  # (N, L, d)
+
+    kind = torch.full((n, L), KIND_BOTH, dtype=torch.long)
+    kind[u < spec.p0] = KIND_P_ONLY
+    kind[(u >= spec.p0) & (u < spec.p0 + spec.q0)] = KIND_Q_ONLY
+
+    # P: noise kept on the positive side of the hyperplane orthogonal to w*
+    along = xi @ w_star  # (N, L)
+    xi = xi + (along.abs() - along).unsqueeze(-1) * w_star  # (N, L, d)
+    x1 = y.unsqueeze(-1) * (spec.gamma0 * w_star + xi)  # (N, L, d)
+
+    # Q: cluster centre per token, plus isotropic noise
+    positive = (y > 0).unsqueeze(-1)  # (N, L, 1)
+    if spec.q_geometry == "three-cluster":
+        centre = torch.where(positive, torch.zeros_like(zeta[0]), zeta[0])  # (N, L, d)
+    else:  # xor
+        centre = torch.where(positive, zeta[0], zeta[1])  # (N, L, d)
+    x2 = side.unsqueeze(-1) * centre + q_noise  # (N, L, d)
+
+    x1 = x1 * (kind != KIND_Q_ONLY).unsqueeze(-1).to(f64)  # (N, L, d)
+    x2 = x2 * (kind != KIND_P_ONLY).unsqueeze(-1).to(f64)  # (N, L, d)
+    return {"x1": x1, "x2": x2, "y": y, "kind": kind, "w_star": w_star, "zeta": zeta}
+
+
+def sample_prompts(spec: DataSpec, seeds: Sequence[int], n: int, split: str,
+                   dtype: torch.dtype = torch.float64) -> Prompts:
+    """Draw ``n`` prompts of ``spec.prompt_len`` tokens for every seed of the ensemble.
+
+    Returns Prompts with x1, x2 (S, N, L, d), y, kind (S, N, L), w_star (S, d), zeta (S, 2, d)
+    where S = len(seeds). Sampling is done in float64 and cast to ``dtype``, so the values
+    agree across dtypes up to rounding. Raises UserError on a bad spec, n, seeds or split.
+    """
+    problems: list[str] = []
+    try:
+        validate_spec(spec)
+    except UserError as err:
+        problems.extend(err.messages)
+    if not _is_int(n) or n < 1:
+        problems.append(f"n={n!r}: number of prompts must be an integer >= 1")
+    if len(seeds) < 1:
+        problems.append("seeds=[]: need at least one seed")
+    if split not in SPLIT_STREAMS:
+        problems.append(f"split={split!r}: unknown; allowed: {', '.join(SPLIT_STREAMS)}")
+    if problems:
+        raise UserError(*problems)
+
+    members = [_sample_member(spec, s, n, SPLIT_STREAMS[split]) for s in seeds]
+    stacked = {k: torch.stack([m[k] for m in members]) for k in members[0]}  # leading axis S
+    return Prompts(
+        x1=stacked["x1"].to(dtype), x2=stacked["x2"].to(dtype), y=stacked["y"].to(dtype),
+        kind=stacked["kind"], w_star=stacked["w_star"].to(dtype), zeta=stacked["zeta"].to(dtype),
+    )

@@ -1,0 +1,157 @@
+"""The experiments of the disentangled lab as *groups* of batched trainings.
+
+A group is one batched computation (members = seeds x shape-keeping variants). Metric
+names of a group are prefixed with ``{variant}/`` when an experiment has several variants
+(ablations) or ``d={d}/`` (d-scaling). Groups run one after another; checkpoints record
+the group, so a killed run resumes inside the right group.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ...config import deep_merge, validate
+from ...measure import truncate
+from ...runs import Diverged
+from .config import Config
+from .metrics import block_matrices, evaluate, weight_metrics
+from .train import Member, State, build_ensemble, init_weights, members_from_config, run_training
+
+BASE_D = 30
+
+
+@dataclass(frozen=True)
+class Group:
+    """One batched training: its config (shapes, model), members and name prefixing."""
+
+    name: str
+    config: Config
+    members: list[Member]
+    prefix_by_variant: bool = False
+    prefix: str = ""
+
+    def metric_name(self, member: Member, metric: str) -> str:
+        if self.prefix_by_variant:
+            return f"{member.variant}/{metric}"
+        return f"{self.prefix}{metric}"
+
+
+def _variant(config: Config, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(member overrides, config overrides) of an ablation."""
+    tc = config.train
+    return {
+        "no-anneal": ({"eta2": tc.eta1}, {}),
+        "small-lr": ({"eta1": tc.eta2}, {}),
+        "no-noise": ({"noise": 0.0}, {}),
+        "no-l2": ({"l2": 0.0}, {}),
+        "mixture-off": ({"p0": 0.0, "q0": 0.0}, {}),
+        "joint": ({}, {"model": {"output": "joint"}}),
+        "full": ({}, {"model": {"weights": "full"}}),
+    }[name]
+
+
+def scaled_config(config: Config, d: int) -> Config:
+    """The d-scaling rules, anchored at the base config's d [reconstructed]:
+    1/lambda ~ sqrt(log d), L ~ sqrt(d) log d (the assumptions' orders); eta1, eta2 and t1
+    kept (no rule for them is known to us)."""
+    d0 = config.data.d
+    changes: dict[str, Any] = {"data": {"d": d}}
+    if config.experiment.scale_rules:
+        grow = (math.sqrt(d) * math.log(d)) / (math.sqrt(d0) * math.log(d0))
+        changes["data"]["prompt_len"] = max(2, round(config.data.prompt_len * grow))
+        changes["train"] = {"l2": config.train.l2 * math.sqrt(math.log(d0) / math.log(d))}
+    return validate(Config, deep_merge(config.model_dump(mode="json"), changes))
+
+
+def groups(config: Config) -> list[Group]:
+    kind = config.experiment.kind
+    if kind in ("two-stage", "spectral"):
+        return [Group("baseline", config, members_from_config(config))]
+    if kind == "d-scaling":
+        return [Group(f"d={d}", cfg := scaled_config(config, d), members_from_config(cfg), prefix=f"d={d}/")
+                for d in config.experiment.dims]
+    batched = members_from_config(config)
+    separate = []
+    for name in config.experiment.ablations:
+        member_over, config_over = _variant(config, name)
+        if config_over:
+            cfg = validate(Config, deep_merge(config.model_dump(mode="json"), config_over))
+            separate.append(Group(name, cfg, members_from_config(cfg, name), prefix_by_variant=True))
+        else:
+            batched += members_from_config(config, name, **member_over)
+    return [Group("batched", config, batched, prefix_by_variant=True)] + separate
+
+
+def _log_rows(group: Group, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Split (M,) member vectors into one (n_seeds,) vector per variant name."""
+    out: dict[str, torch.Tensor] = {}
+    variants: dict[str, list[int]] = {}
+    for i, m in enumerate(group.members):
+        variants.setdefault(m.variant, []).append(i)
+    for variant, idx in variants.items():
+        sel = torch.tensor(idx)
+        for metric, vec in values.items():
+            out[group.metric_name(group.members[idx[0]], metric)] = vec[sel]
+    return out
+
+
+def truncation_metrics(config: Config, ens, weights: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+    """Test accuracy (P-only, Q-only, both) of blockdiag(W, V) truncated to its top-k or
+    bottom-k singular directions (the toy counterpart of the GPT-2 rank figure)."""
+    d = config.data.d
+    _, _, whole = block_matrices(weights, d)
+    ks = config.experiment.truncation_ks or sorted({round(2 * d * i / 8) for i in range(9)})
+    out = {}
+    for keep in ("top", "bottom"):
+        for k in ks:
+            cut = truncate(whole, min(k, 2 * d), keep)  # (M, 2d, 2d)
+            cut_weights = (cut,) if len(weights) == 1 else (cut[:, :d, :d], cut[:, d:, d:])
+            m = evaluate(cut_weights, ens.test, ens.hyper["l2"], config.model.output, config.model.normalizer, d, "test")
+            for kind in ("p_only", "q_only", "both"):
+                out[f"truncate.{keep}.{k}.acc.{kind}"] = m[f"test.acc.{kind}"]
+    return out
+
+
+def run_group(index: int, group: Group, ctx, resume: tuple[int, dict, dict] | None) -> None:
+    """Train one group with logging and checkpoints (resuming when ``resume`` is given)."""
+    cfg, tc = group.config, group.config.train
+    ens = build_ensemble(cfg, group.members)
+    dtype = ens.hyper["l2"].dtype
+    prefix = f"g{index}."
+    if resume is not None:
+        state = State.restore(resume[1], ens, prefix, resume[2]["step"])
+    else:
+        state = State(list(init_weights(cfg, group.members, dtype)))
+    total, marks = tc.steps, {0, tc.t1, tc.steps}
+    seeds = [m.seed for m in group.members]
+
+    def evaluate_splits(weights: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+        out = {}
+        for split, batch in (("train", ens.train), ("test", ens.test)):
+            out.update(evaluate(weights, batch, ens.hyper["l2"], cfg.model.output, cfg.model.normalizer, cfg.data.d, split))
+        return out
+
+    def on_step(t: int, st: State) -> None:
+        weights = tuple(st.weights)
+        stage = {"stage": torch.full((ens.size,), 1.0 if t <= tc.t1 else 2.0, dtype=dtype)}
+        bad = ~torch.stack([torch.isfinite(w).flatten(1).all(-1) for w in weights]).all(0)  # (M,)
+        if bad.any():  # keep what can be computed, then stop with the step and seed named
+            ctx.log(t, _log_rows(group, {**stage, **evaluate_splits(weights)}))
+            raise Diverged(t, seeds[int(bad.nonzero()[0])], "weights are not finite")
+        log = t % tc.log_every == 0 or t in marks
+        spectra = t % tc.spectrum_every == 0 or t in marks
+        if log or spectra:
+            values = {**stage, **weight_metrics(weights, cfg.data.d, spectra)}
+            if log:
+                values.update(evaluate_splits(weights))
+            if t == total:
+                values.update(truncation_metrics(cfg, ens, weights))
+            ctx.log(t, _log_rows(group, values))
+        if t > 0 and (t % tc.checkpoint_every == 0 or t == total):
+            ctx.save_checkpoint(index * (total + 1) + t, st.tensors(ens, prefix), {"group": index, "step": t})
+
+    run_training(ens, state, total, on_step, ctx.progress(total, group.name))

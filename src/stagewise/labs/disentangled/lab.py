@@ -1,0 +1,68 @@
+"""The disentangled-feature lab's contract: presets, run, summary, figures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import UserError
+from ...runs import RunContext
+from .config import Config
+from .data import validate_spec
+from .experiments import groups, run_group
+from .figures import make_figures
+from .summary import summarize
+from .train import data_spec
+
+NAME = "disentangled"
+DESCRIPTION = "elementary (P) then specialized (Q) features: normalized ReLU attention, large then annealed LR (Gong et al. 2025; reconstructed)"
+
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "two-stage": ("the staged run: xor Q, mixture 0.2/0.2, eta1 = 1 for 300 steps then eta2 = 0.1 to 6000, update noise 0.05, lambda 0.01, 8 seeds",
+                  {"experiment": {"kind": "two-stage"}}),
+    "ablations": ("the two-stage run beside no-anneal, small-lr, no-noise, no-l2, joint, mixture-off, full (same data and seeds)",
+                  {"experiment": {"kind": "ablations"}, "train": {"log_every": 50, "spectrum_every": 1000}}),
+    "spectral": ("spectra of W, V over training and the top-k / bottom-k truncation of blockdiag(W, V)",
+                 {"experiment": {"kind": "spectral"}, "train": {"spectrum_every": 50}}),
+    "d-scaling": ("K1, K2 at the stage ends for d = 8..128 with lambda and L scaled by the assumption's rules",
+                  {"experiment": {"kind": "d-scaling"}, "n_seeds": 3,
+                   "data": {"n_test": 500}, "train": {"steps": 3000, "log_every": 100, "spectrum_every": 3000}}),
+}
+
+# runs of `stagewise reproduce disentangled`: (name, preset, extra overrides, quick overrides or None)
+_QUICK = {"n_seeds": 3, "data": {"n_train": 200, "n_test": 500}, "train": {"steps": 1500, "log_every": 50, "spectrum_every": 500}}
+REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
+    ("two-stage", "two-stage", {}, _QUICK),
+    ("ablations", "ablations", {}, {**_QUICK, "experiment": {"ablations": ["no-anneal", "no-noise"]}}),
+    ("spectral", "spectral", {}, None),
+    ("d-scaling", "d-scaling", {}, {"n_seeds": 2, "data": {"n_train": 200, "n_test": 300},
+                                    "experiment": {"dims": [8, 16, 32]},
+                                    "train": {"steps": 800, "log_every": 100, "spectrum_every": 800}}),
+]
+
+
+def check(config: Config) -> None:
+    """Data specs of every group (d-scaling changes d and L) before any work."""
+    for group in groups(config):
+        for member in {(m.p0, m.q0): m for m in group.members}.values():
+            validate_spec(data_spec(group.config, member))
+    if config.experiment.kind == "d-scaling" and config.data.d < 2:
+        raise UserError(f"data.d={config.data.d}: d-scaling anchors its rules at d >= 2")
+
+
+def run(config: Config, ctx: RunContext) -> dict[str, Any]:
+    """Run every group of the experiment, resuming inside the group a checkpoint names."""
+    plan = groups(config)
+    resume = ctx.resume_state()
+    first = resume[2]["group"] if resume is not None else 0
+    for index, group in enumerate(plan):
+        if index < first:
+            continue
+        run_group(index, group, ctx, resume if index == first else None)
+    return {
+        "seeds": [config.seed + i for i in range(config.n_seeds)],
+        "groups": [{"name": g.name, "members": len(g.members), "d": g.config.data.d, "prompt_len": g.config.data.prompt_len,
+                    "l2": g.config.train.l2, "variants": sorted({m.variant for m in g.members})} for g in plan],
+    }
+
+
+__all__ = ["NAME", "DESCRIPTION", "PRESETS", "REPRODUCE", "Config", "check", "run", "summarize", "make_figures"]

@@ -1,0 +1,213 @@
+"""Training of the disentangled lab: one batched pass over an ensemble of *members*.
+
+A member is (seed, variant): its own data (drawn from its seed and its mixture), its own
+hyper-parameters (eta1, eta2, t1, update noise, L2 lambda) and its own random streams
+(init, update noise, minibatches). Everything that keeps tensor shapes is a per-member
+tensor, so seeds x ablations run as one computation; member i equals a single run of it.
+
+Step t (1-based) uses the learning rate of step t; step 0 is the initialization. Metrics
+logged at step t describe the weights after t updates.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ...perf import tune_allocator
+from .config import Config
+from .data import DataSpec, sample_prompts
+from .model import Batch, forward, gradients, make_batch
+
+
+@dataclass(frozen=True)
+class Member:
+    """One ensemble member: a seed under one variant's hyper-parameters."""
+
+    seed: int
+    variant: str = "baseline"
+    eta1: float = 1.0
+    eta2: float = 0.1
+    t1: int = 1000
+    noise: float = 0.05
+    l2: float = 0.01
+    p0: float = 0.2
+    q0: float = 0.2
+
+
+def members_from_config(config: Config, variant: str = "baseline", **overrides: Any) -> list[Member]:
+    tc, dc = config.train, config.data
+    base = dict(eta1=tc.eta1, eta2=tc.eta2, t1=tc.t1, noise=tc.noise, l2=tc.l2, p0=dc.p0, q0=dc.q0)
+    base.update(overrides)
+    return [Member(seed=config.seed + i, variant=variant, **base) for i in range(config.n_seeds)]
+
+
+def data_spec(config: Config, member: Member | None = None) -> DataSpec:
+    dc = config.data
+    p0, q0 = (member.p0, member.q0) if member else (dc.p0, dc.q0)
+    return DataSpec(d=dc.d, prompt_len=dc.prompt_len, q_geometry=dc.q_geometry, p0=p0, q0=q0, gamma0=dc.gamma0,
+                    p_noise=dc.p_noise, q_noise=dc.q_noise, zeta=dc.zeta, w_star=dc.w_star)
+
+
+def _stream(seed: int, stream: int) -> torch.Generator:
+    state = np.random.SeedSequence([seed, 100 + stream]).generate_state(2, dtype=np.uint64)
+    return torch.Generator().manual_seed(int(state[0] % (2**63)))
+
+
+INIT, NOISE, BATCH = 1, 2, 3
+
+
+@dataclass
+class Ensemble:
+    """Data and per-member settings of one batched group (M members)."""
+
+    config: Config
+    members: list[Member]
+    train: Batch
+    test: Batch
+    hyper: dict[str, torch.Tensor]  # eta1, eta2, t1, noise, l2: (M,)
+    rngs: dict[str, list[torch.Generator]] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+
+def _prompts(config: Config, members: list[Member], n: int, split: str, dtype: torch.dtype) -> Batch:
+    """Sample each distinct (mixture) spec once for its seeds, then order by member."""
+    groups: dict[tuple[float, float], list[int]] = {}
+    for i, m in enumerate(members):
+        groups.setdefault((m.p0, m.q0), []).append(i)
+    parts, order = [], []
+    for (p0, q0), idx in groups.items():
+        spec = replace(data_spec(config), p0=p0, q0=q0)
+        parts.append(sample_prompts(spec, [members[i].seed for i in idx], n, split, dtype))
+        order += idx
+    perm = torch.argsort(torch.tensor(order))
+    cat = {k: torch.cat([getattr(p, k) for p in parts])[perm] for k in ("x1", "x2", "y", "kind")}
+    return make_batch(cat["x1"], cat["x2"], cat["y"], cat["kind"], config.model.weights == "full")
+
+
+def build_ensemble(config: Config, members: list[Member]) -> Ensemble:
+    dtype = torch.float64 if config.model.dtype == "float64" else torch.float32
+    hyper = {k: torch.tensor([float(getattr(m, k)) for m in members], dtype=dtype) for k in ("eta1", "eta2", "t1", "noise", "l2")}
+    ens = Ensemble(config, members, _prompts(config, members, config.data.n_train, "train", dtype),
+                   _prompts(config, members, config.data.n_test, "test", dtype), hyper)
+    ens.rngs = {"noise": [_stream(m.seed, NOISE) for m in members], "batch": [_stream(m.seed, BATCH) for m in members]}
+    return ens
+
+
+def learning_rate(config: Config, hyper: dict[str, torch.Tensor], step: int) -> torch.Tensor:
+    """Per-member learning rate of update ``step`` (1-based), shape (M,)."""
+    tc = config.train
+    eta1, eta2, t1 = hyper["eta1"], hyper["eta2"], hyper["t1"]
+    annealed = torch.where(step <= t1, eta1, eta2)
+    if tc.schedule == "constant":
+        return eta1.clone()
+    if tc.schedule == "cosine":
+        return eta2 + (eta1 - eta2) * 0.5 * (1 + math.cos(math.pi * min(step, tc.steps) / tc.steps))
+    if tc.schedule == "warmup" and step <= tc.warmup_steps:
+        return eta1 * step / max(1, tc.warmup_steps)
+    return annealed
+
+
+def init_weights(config: Config, members: list[Member], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """(W, V) each (M, d, d), or (A,) (M, 2d, 2d) for full weights; i.i.d. N(0, sigma0^2)."""
+    d = config.data.d
+    shapes = [(2 * d, 2 * d)] if config.model.weights == "full" else [(d, d), (d, d)]
+    out = []
+    for k, shape in enumerate(shapes):
+        draws = [torch.randn(shape, generator=_stream(m.seed, INIT * 10 + k), dtype=torch.float64) for m in members]
+        out.append((config.model.init_scale * torch.stack(draws)).to(dtype))
+    return tuple(out)
+
+
+def _gaussian(rngs: list[torch.Generator], shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """One standard-normal draw per member from its own stream: (M, *shape)."""
+    return torch.stack([torch.randn(shape, generator=g, dtype=torch.float64) for g in rngs]).to(dtype)
+
+
+def _minibatch(ens: Ensemble) -> torch.Tensor:
+    """(M, N) prompt weights of one SGD step: 1/B on B prompts drawn per member."""
+    n, b = ens.config.data.n_train, min(ens.config.train.batch_size, ens.config.data.n_train)
+    picks = torch.stack([torch.randperm(n, generator=g)[:b] for g in ens.rngs["batch"]])  # (M, B)
+    weight = torch.zeros(ens.size, n, dtype=ens.hyper["l2"].dtype)
+    return weight.scatter_(1, picks, 1.0 / b)
+
+
+@dataclass
+class State:
+    """Everything a checkpoint needs: weights, optimizer moments, RNG states, step."""
+
+    weights: list[torch.Tensor]
+    moments: dict[str, torch.Tensor] = field(default_factory=dict)
+    step: int = 0
+
+    def tensors(self, ens: Ensemble, prefix: str) -> dict[str, torch.Tensor]:
+        out = {f"{prefix}w{i}": w for i, w in enumerate(self.weights)}
+        out.update({f"{prefix}opt.{k}": v for k, v in self.moments.items()})
+        for name, gens in ens.rngs.items():
+            out[f"{prefix}rng.{name}"] = torch.stack([g.get_state() for g in gens])
+        return out
+
+    @classmethod
+    def restore(cls, tensors: dict[str, torch.Tensor], ens: Ensemble, prefix: str, step: int) -> "State":
+        weights = [tensors[f"{prefix}w{i}"] for i in range(sum(1 for k in tensors if k.startswith(f"{prefix}w")))]
+        moments = {k[len(prefix) + 4:]: v for k, v in tensors.items() if k.startswith(f"{prefix}opt.")}
+        for name, gens in ens.rngs.items():
+            for g, st in zip(gens, tensors[f"{prefix}rng.{name}"]):
+                g.set_state(st.clone())
+        return cls(weights, moments, step)
+
+
+def update(ens: Ensemble, state: State, step: int) -> None:
+    """One optimizer step (update number ``step``) for every member."""
+    config, tc = ens.config, ens.config.train
+    lr = learning_rate(config, ens.hyper, step)  # (M,)
+    weight = _minibatch(ens) if tc.optimizer == "sgd" else None
+    fwd = forward(tuple(state.weights), ens.train, config.model.output, config.model.normalizer)
+    grads = gradients(fwd, ens.train, config.model.normalizer, weight)
+    l2 = ens.hyper["l2"].view(-1, 1, 1)
+    lr3 = lr.view(-1, 1, 1)
+    for i, (w, g) in enumerate(zip(state.weights, grads)):
+        g = g + l2 * w
+        if tc.optimizer in ("adam", "adamw"):
+            b1, b2 = tc.betas
+            m = state.moments.get(f"m{i}", torch.zeros_like(w)) * b1 + (1 - b1) * g
+            v = state.moments.get(f"v{i}", torch.zeros_like(w)) * b2 + (1 - b2) * g * g
+            state.moments.update({f"m{i}": m, f"v{i}": v})
+            direction = (m / (1 - b1**step)) / ((v / (1 - b2**step)).sqrt() + tc.adam_eps)
+            if tc.optimizer == "adamw":
+                direction = direction + tc.weight_decay * w
+        else:
+            direction = g
+        new = w - lr3 * direction
+        if tc.noise > 0 or bool((ens.hyper["noise"] > 0).any()):
+            new = new + (ens.hyper["noise"] * lr).view(-1, 1, 1) * _gaussian(ens.rngs["noise"], tuple(w.shape[1:]), w.dtype)
+        state.weights[i] = new
+
+
+def run_training(ens: Ensemble, state: State, total: int, on_step: Callable[[int, State], None],
+                 progress=None) -> State:
+    """Updates state.step+1 .. total, calling ``on_step(t, state)`` after each (and at the
+    start when state.step == 0)."""
+    tune_allocator()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(ens.config.thread_count(ens.size))
+    try:
+        if state.step == 0:
+            on_step(0, state)
+        with (progress or nullcontext(lambda n=1: None)) as advance:
+            for t in range(state.step + 1, total + 1):
+                update(ens, state, t)
+                state.step = t
+                on_step(t, state)
+                advance(1)
+    finally:
+        torch.set_num_threads(threads)
+    return state

@@ -1,0 +1,179 @@
+"""The disentangled lab: closed-form gradients, batched == loop, schedules, resume across
+groups, bad input, divergence, claims from metrics."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from stagewise.config import deep_merge, resolve
+from stagewise.labs import get_lab
+from stagewise.labs.disentangled.config import Config
+from stagewise.labs.disentangled.model import forward, gradients, logistic
+from stagewise.labs.disentangled.train import (
+    Member, State, build_ensemble, init_weights, learning_rate, members_from_config, run_training,
+)
+from stagewise.runs import Diverged, RunContext, execute, prepare
+
+LAB = get_lab("disentangled")
+TINY = {"n_seeds": 2, "data": {"d": 6, "prompt_len": 6, "n_train": 40, "n_test": 60},
+        "train": {"steps": 40, "t1": 15, "log_every": 5, "spectrum_every": 10, "checkpoint_every": 7}}
+
+
+def tiny(**extra) -> Config:
+    return resolve(Config, deep_merge(TINY, extra))
+
+
+@pytest.mark.parametrize("output,weights", [("split", "block"), ("joint", "block"), ("joint", "full")])
+@pytest.mark.parametrize("normalizer", ["L", "L-1", "sum"])
+@pytest.mark.parametrize("minibatch", [False, True])
+def test_gradients_match_autograd(output, weights, normalizer, minibatch):
+    config = tiny(model={"output": output, "weights": weights, "normalizer": normalizer, "init_scale": 0.5})
+    members = members_from_config(config)
+    ens = build_ensemble(config, members)
+    mats = [w.clone().requires_grad_(True) for w in init_weights(config, members, torch.float64)]
+    weight = None
+    if minibatch:
+        weight = torch.zeros(len(members), config.data.n_train, dtype=torch.float64)
+        weight[:, ::3] = 1.0 / weight[:, ::3].shape[1]
+    fwd = forward(tuple(mats), ens.train, output, normalizer)
+    per = logistic(fwd.f, ens.train.target)
+    loss = (per * weight).sum(-1) if minibatch else per.mean(-1)
+    auto = torch.autograd.grad(loss.sum(), mats)
+    ours = gradients(forward(tuple(m.detach() for m in mats), ens.train, output, normalizer), ens.train, normalizer, weight)
+    for a, b in zip(ours, auto):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-13)
+
+
+def test_schedules():
+    config = tiny(train={"eta1": 1.0, "eta2": 0.1, "t1": 10, "steps": 40})
+    hyper = {"eta1": torch.tensor([1.0, 0.5]), "eta2": torch.tensor([0.1, 0.5]), "t1": torch.tensor([10.0, 20.0])}
+    assert learning_rate(config, hyper, 10).tolist() == [1.0, 0.5]
+    assert learning_rate(config, hyper, 11).tolist() == pytest.approx([0.1, 0.5])
+    assert learning_rate(config, hyper, 21).tolist() == pytest.approx([0.1, 0.5])
+    cos = tiny(train={"schedule": "cosine", "steps": 40})
+    assert learning_rate(cos, hyper, 40).tolist() == pytest.approx([0.1, 0.5])
+    warm = tiny(train={"schedule": "warmup", "warmup_steps": 4})
+    assert learning_rate(warm, hyper, 2).tolist() == pytest.approx([0.5, 0.25])
+    const = tiny(train={"schedule": "constant"})
+    assert learning_rate(const, hyper, 30).tolist() == [1.0, 0.5]
+
+
+@pytest.mark.parametrize("optimizer", ["gd", "sgd", "adam"])
+def test_batched_members_equal_single_runs(optimizer):
+    config = tiny(train={"optimizer": optimizer, "batch_size": 8})
+    members = members_from_config(config) + [
+        Member(seed=0, variant="no-noise", noise=0.0, eta1=1.0, eta2=0.1, t1=15, l2=0.01),
+        Member(seed=1, variant="mix-off", p0=0.0, q0=0.0, eta1=0.5, eta2=0.2, t1=5, l2=0.0),
+    ]
+
+    def final(ms):
+        ens = build_ensemble(config, ms)
+        state = State(list(init_weights(config, ms, torch.float64)))
+        return run_training(ens, state, config.train.steps, lambda t, s: None).weights
+
+    batched = final(members)
+    for i, member in enumerate(members):
+        single = final([member])
+        for b, s in zip(batched, single):
+            assert torch.allclose(b[i], s[0], rtol=0, atol=1e-10), (i, member.variant)
+
+
+def test_same_seed_same_data_across_variants():
+    config = tiny()
+    members = members_from_config(config) + members_from_config(config, "no-l2", l2=0.0)
+    ens = build_ensemble(config, members)
+    assert torch.equal(ens.train.branches[0].ctx[0], ens.train.branches[0].ctx[2])
+    assert not torch.equal(ens.train.branches[0].ctx[0], ens.train.branches[0].ctx[1])
+
+
+def run_dir(tmp_path, name, config):
+    paths = prepare(LAB, config, tmp_path / name)
+    execute(LAB, config, paths, progress=False)
+    return paths
+
+
+@pytest.mark.parametrize("crash_at_line", [3, 12, 17])
+def test_resume_across_groups_equals_uninterrupted(tmp_path, monkeypatch, crash_at_line):
+    config = tiny(experiment={"kind": "ablations", "ablations": ["no-noise", "joint"]}, train={"optimizer": "sgd"})
+    reference = pd.read_parquet(run_dir(tmp_path, "ref", config).metrics)
+    original = RunContext.log
+    count = {"n": 0}
+
+    def crashing(self, step, values):
+        original(self, step, values)
+        count["n"] += 1
+        if count["n"] == crash_at_line:
+            raise KeyboardInterrupt("simulated kill")
+
+    paths = prepare(LAB, config, tmp_path / "crash")
+    monkeypatch.setattr(RunContext, "log", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        execute(LAB, config, paths, progress=False)
+    monkeypatch.setattr(RunContext, "log", original)
+    execute(LAB, config, paths, resume=True, progress=False)
+    pd.testing.assert_frame_equal(pd.read_parquet(paths.metrics), reference, check_exact=True)
+    names = set(reference["metric"])
+    assert {"baseline/test.acc.q_only", "no-noise/test.acc.q_only", "joint/test.acc.q_only"} <= names
+
+
+def test_two_stage_run_layout_and_claims(tmp_path):
+    paths = run_dir(tmp_path, "r", tiny())
+    summary = json.loads(paths.summary.read_text())
+    ids = [c["id"] for c in summary["claims"]]
+    assert ids[:4] == ["p_learned_stage1", "q_not_learned_stage1", "q_learned_stage2", "p_kept_stage2"]
+    assert "spectral_corollary" in ids
+    frame = pd.read_parquet(paths.metrics)
+    assert {"W.sv.0", "V.eig_abs.5", "WV.sym_eig.11", "test.K1_l2", "train.acc.q_only.label_neg",
+            "truncate.bottom.6.acc.p_only"} <= set(frame["metric"])
+    # claims follow the metrics: force Q-only accuracy at t1 to 1 and the claim flips
+    from stagewise.labs.disentangled.summary import summarize
+
+    broken = frame.copy()
+    broken.loc[(broken["metric"] == "test.acc.q_only") & (broken["step"] == 15), "value"] = 1.0
+    again = {c["id"]: c for c in summarize(tiny(), broken, {"seeds": [0, 1], "groups": []})["claims"]}
+    assert not again["q_not_learned_stage1"]["holds"] and "1.000" in again["q_not_learned_stage1"]["evidence"]
+    assert (paths.figures / "two_stage.png").exists() and (paths.figures / "spectra.pdf").exists()
+
+
+def test_d_scaling_rules(tmp_path, monkeypatch):
+    monkeypatch.setattr(LAB, "make_figures", lambda *a, **k: [])
+    config = tiny(experiment={"kind": "d-scaling", "dims": [4, 8]}, n_seeds=1)
+    summary = json.loads(run_dir(tmp_path, "d", config).summary.read_text())
+    rows = summary["d_scaling"]
+    assert [r["d"] for r in rows] == [4, 8] and rows[1]["L"] > rows[0]["L"] and rows[1]["lambda"] < rows[0]["lambda"]
+    assert summary["claims"][0]["id"] == "bound_tends_to_zero"
+
+
+def test_divergence_names_step_and_seed(tmp_path):
+    config = tiny(train={"eta1": 1e300, "eta2": 1e300, "noise": 0.0}, model={"init_scale": 1.0})
+    paths = prepare(LAB, config, tmp_path / "div")
+    with pytest.raises(Diverged):
+        execute(LAB, config, paths, progress=False)
+    manifest = json.loads(paths.manifest.read_text())
+    assert manifest["status"] == "diverged" and manifest["diverged"]["seed"] in (0, 1)
+    assert pd.read_parquet(paths.metrics)["step"].max() == manifest["diverged"]["step"]
+
+
+@pytest.mark.parametrize("sets,needle", [
+    (["data.p0=1.5"], "data.p0=1.5"),
+    (["data.p0=0.7", "data.q0=0.6"], "data.p0 + data.q0"),
+    (["data.prompt_len=1"], "data.prompt_len=1"),
+    (["data.d=0"], "data.d=0"),
+    (["data.n_train=0"], "data.n_train=0"),
+    (["train.eta1=-1"], "train.eta1=-1"),
+    (["train.eta2=.nan"], "train.eta2"),
+    (["train.noise=-0.1"], "train.noise=-0.1"),
+    (["train.t1=9000"], "train.t1=9000"),
+    (["data.q_geometry=spiral"], "data.q_geometry"),
+])
+def test_bad_input_one_line_exit_2(cli, tmp_path, sets, needle):
+    args = [a for s in sets for a in ("--set", s)]
+    code, _, stderr = cli("run", "disentangled", *args, "--out", str(tmp_path / "r"))
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and needle in lines[0], lines
+    assert not (tmp_path / "r").exists()
