@@ -177,3 +177,19 @@ def test_bad_input_one_line_exit_2(cli, tmp_path, sets, needle):
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and needle in lines[0], lines
     assert not (tmp_path / "r").exists()
+
+
+def test_reproduce_report(tmp_path, monkeypatch):
+    from stagewise.report.reproduce import reproduce
+
+    small = deep_merge(TINY, {"n_seeds": 1})
+    monkeypatch.setattr(LAB, "REPRODUCE", [
+        ("two-stage", "two-stage", small, {}),
+        ("ablations", "ablations", deep_merge(small, {"experiment": {"ablations": ["no-anneal", "no-noise"]}}), {}),
+        ("d-scaling", "d-scaling", deep_merge(small, {"experiment": {"dims": [4, 6]}}), None),
+    ])
+    report = reproduce(LAB, tmp_path / "rep", quick=True)
+    assert [r["name"] for r in report["runs"]] == ["two-stage", "ablations"]
+    ids = {c["id"] for r in report["runs"] for c in r["claims"]}
+    assert {"p_learned_stage1", "annealing_needed", "noise_needed", "spectral_corollary"} <= ids
+    assert (tmp_path / "rep" / "figures" / "ablations-ablations.png").exists()

@@ -35,7 +35,7 @@ class MemoryContext:
         return None
 
     @contextmanager
-    def progress(self, total: int, description: str = "training") -> Iterator[Any]:
+    def progress(self, total: int, description: str = "training", start: int | None = None) -> Iterator[Any]:
         yield lambda n=1: None
 
     def series(self, name: str, member: int = 0) -> torch.Tensor:

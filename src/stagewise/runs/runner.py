@@ -116,9 +116,10 @@ class RunContext:
 
     # progress ----------------------------------------------------------------------
     @contextmanager
-    def progress(self, total: int, description: str = "training") -> Iterator[Any]:
+    def progress(self, total: int, description: str = "training", start: int | None = None) -> Iterator[Any]:
         """A rich progress bar (steps, ETA); silent when stderr is not a terminal.
 
+        ``start`` is the step already done (default: the resumed checkpoint's step).
         Yields a callable ``advance(n=1)``.
         """
         from rich.console import Console
@@ -130,7 +131,8 @@ class RunContext:
             return
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns, console=console, transient=True) as bar:
-            start = self._resume[0] if self._resume else 0
+            if start is None:
+                start = self._resume[0] if self._resume else 0
             task = bar.add_task(description, total=total, completed=start)
             yield lambda n=1: bar.advance(task, n)
 

@@ -244,6 +244,9 @@ class Checkpoints:
                 tensors = load_file(str(path))
             except Exception:  # a torn file from a kill: fall back to the previous one
                 continue
+            # fresh (aligned) buffers: kernels may round differently on odd alignments, and a
+            # resumed run must repeat the uninterrupted one bit for bit
+            tensors = {k: v.clone() for k, v in tensors.items()}
             return int(metadata["step"]), tensors, json.loads(metadata.get("meta", "{}"))
         return None
 

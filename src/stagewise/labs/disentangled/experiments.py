@@ -74,15 +74,20 @@ def groups(config: Config) -> list[Group]:
     if kind == "d-scaling":
         return [Group(f"d={d}", cfg := scaled_config(config, d), members_from_config(cfg), prefix=f"d={d}/")
                 for d in config.experiment.dims]
-    batched = members_from_config(config)
-    separate = []
+    # shape-keeping ablations that share the baseline's data: one batched group, seed-major
+    # (each seed's dataset once, K variants over it); the rest: one group each
+    shared, separate = ["baseline"], []
+    overrides = {"baseline": {}}
     for name in config.experiment.ablations:
         member_over, config_over = _variant(config, name)
-        if config_over:
+        if config_over or "p0" in member_over:
             cfg = validate(Config, deep_merge(config.model_dump(mode="json"), config_over))
-            separate.append(Group(name, cfg, members_from_config(cfg, name), prefix_by_variant=True))
+            separate.append(Group(name, cfg, members_from_config(cfg, name, **member_over), prefix_by_variant=True))
         else:
-            batched += members_from_config(config, name, **member_over)
+            shared.append(name)
+            overrides[name] = member_over
+    per_variant = {v: members_from_config(config, v, **overrides[v]) for v in shared}
+    batched = [per_variant[v][i] for i in range(config.n_seeds) for v in shared]
     return [Group("batched", config, batched, prefix_by_variant=True)] + separate
 
 
@@ -154,4 +159,4 @@ def run_group(index: int, group: Group, ctx, resume: tuple[int, dict, dict] | No
         if t > 0 and (t % tc.checkpoint_every == 0 or t == total):
             ctx.save_checkpoint(index * (total + 1) + t, st.tensors(ens, prefix), {"group": index, "step": t})
 
-    run_training(ens, state, total, on_step, ctx.progress(total, group.name))
+    run_training(ens, state, total, on_step, ctx.progress(total, group.name, start=state.step))

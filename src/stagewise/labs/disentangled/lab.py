@@ -20,7 +20,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "two-stage": ("the staged run: xor Q, mixture 0.2/0.2, eta1 = 1 for 300 steps then eta2 = 0.1 to 6000, update noise 0.05, lambda 0.01, 8 seeds",
                   {"experiment": {"kind": "two-stage"}}),
     "ablations": ("the two-stage run beside no-anneal, small-lr, no-noise, no-l2, joint, mixture-off, full (same data and seeds)",
-                  {"experiment": {"kind": "ablations"}, "train": {"log_every": 50, "spectrum_every": 1000}}),
+                  {"experiment": {"kind": "ablations"}, "data": {"n_test": 1000}, "train": {"log_every": 50, "spectrum_every": 1000}}),
     "spectral": ("spectra of W, V over training and the top-k / bottom-k truncation of blockdiag(W, V)",
                  {"experiment": {"kind": "spectral"}, "train": {"spectrum_every": 50}}),
     "d-scaling": ("K1, K2 at the stage ends for d = 8..128 with lambda and L scaled by the assumption's rules",
@@ -29,7 +29,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 # runs of `stagewise reproduce disentangled`: (name, preset, extra overrides, quick overrides or None)
-_QUICK = {"n_seeds": 3, "data": {"n_train": 200, "n_test": 500}, "train": {"steps": 1500, "log_every": 50, "spectrum_every": 500}}
+_QUICK = {"n_seeds": 4, "data": {"n_test": 500}, "train": {"steps": 3000, "log_every": 50, "spectrum_every": 500}}
 REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("two-stage", "two-stage", {}, _QUICK),
     ("ablations", "ablations", {}, {**_QUICK, "experiment": {"ablations": ["no-anneal", "no-noise"]}}),

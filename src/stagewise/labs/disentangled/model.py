@@ -13,6 +13,10 @@ Loss: logistic log(1 + exp(-y_L f)) averaged over prompts (+ L2 outside this mod
 Gradients are closed form (checked against autograd in the tests).
 
 Shapes: M members, N prompts, C = L-1 context tokens, d block dim (2d for "full").
+Members that share a dataset (the same seed under several hyper-parameter variants) are
+stored data-major: U datasets x K members each (M = U K); the prompt features are kept
+once per dataset and the score / gradient contractions run as batched matrix products
+over (dataset, prompt), so K variants cost one pass over the data.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ EPS = 1e-12
 
 @dataclass(frozen=True)
 class Branch:
-    """Features of one branch: context (M, N, C, k) and query (M, N, k) blocks."""
+    """Features of one branch, once per dataset: context (U, N, C, k), query (U, N, k)."""
 
     ctx: torch.Tensor
     query: torch.Tensor
@@ -35,25 +39,36 @@ class Branch:
 
 @dataclass(frozen=True)
 class Batch:
-    """Prompts ready for the model. ``branches`` are (P, Q) for block weights, (x,) for full."""
+    """Prompts ready for the model. ``branches`` are (P, Q) for block weights, (x,) for full;
+    ``per_data`` = K members share each dataset (members data-major)."""
 
     branches: tuple[Branch, ...]
     labels: torch.Tensor  # (M, N, C) context labels y_l
     target: torch.Tensor  # (M, N) query label y_L
     kind: torch.Tensor  # (M, N) query kind: 0 both, 1 P-only, 2 Q-only
+    per_data: int = 1
 
 
-def make_batch(x1: torch.Tensor, x2: torch.Tensor, y: torch.Tensor, kind: torch.Tensor, full: bool) -> Batch:
-    """From prompts x1, x2 (M, N, L, d), y (M, N, L), kind (M, N, L)."""
-    feats = (torch.cat([x1, x2], dim=-1),) if full else (x1, x2)  # each (M, N, L, k)
+def make_batch(x1: torch.Tensor, x2: torch.Tensor, y: torch.Tensor, kind: torch.Tensor, full: bool,
+               per_data: int = 1) -> Batch:
+    """From prompts x1, x2 (U, N, L, d), y (U, N, L), kind (U, N, L) of U datasets, each
+    shared by ``per_data`` consecutive members."""
+    feats = (torch.cat([x1, x2], dim=-1),) if full else (x1, x2)  # each (U, N, L, k)
     branches = tuple(Branch(f[:, :, :-1].contiguous(), f[:, :, -1].contiguous()) for f in feats)
-    return Batch(branches, y[:, :, :-1].contiguous(), y[:, :, -1].contiguous(), kind[:, :, -1].contiguous())
+    expand = lambda t: t.repeat_interleave(per_data, dim=0).contiguous()  # noqa: E731  (M, ...)
+    return Batch(branches, expand(y[:, :, :-1]), expand(y[:, :, -1]), expand(kind[:, :, -1]), per_data)
 
 
-def scores(matrix: torch.Tensor, branch: Branch) -> torch.Tensor:
+def _by_data(t: torch.Tensor, per_data: int) -> torch.Tensor:
+    """(M, ...) -> (U, K, ...)."""
+    return t.view(-1, per_data, *t.shape[1:])
+
+
+def scores(matrix: torch.Tensor, branch: Branch, per_data: int = 1) -> torch.Tensor:
     """s_l = x_l^T A q: matrix (M, k, k) -> (M, N, C)."""
-    key_dir = torch.einsum("mde,mne->mnd", matrix, branch.query)  # (M, N, k) A q
-    return torch.einsum("mncd,mnd->mnc", branch.ctx, key_dir)  # (M, N, C)
+    key_dir = torch.einsum("ukde,une->uknd", _by_data(matrix, per_data), branch.query)  # (U, K, N, k) A q
+    out = torch.einsum("uncd,uknd->uknc", branch.ctx, key_dir)  # (U, K, N, C)
+    return out.reshape(-1, *out.shape[2:])  # (M, N, C)
 
 
 def normalize(labels: torch.Tensor, relu: torch.Tensor, normalizer: str) -> torch.Tensor:
@@ -84,7 +99,7 @@ class Forward:
 
 def forward(matrices: tuple[torch.Tensor, ...], batch: Batch, output: str, normalizer: str) -> Forward:
     """matrices: one (M, k, k) per branch (W, V) or (A_full,)."""
-    branch_scores = [scores(a, b) for a, b in zip(matrices, batch.branches)]
+    branch_scores = [scores(a, b, batch.per_data) for a, b in zip(matrices, batch.branches)]
     units = branch_scores if output == "split" or len(branch_scores) == 1 else [sum(branch_scores)]
     outs = tuple(normalize(batch.labels, F.relu(s), normalizer) for s in units)
     return Forward(tuple(units), outs, sum(outs))
@@ -112,8 +127,9 @@ def gradients(fwd: Forward, batch: Batch, normalizer: str, weight: torch.Tensor 
         coef = coef * len(batch.branches)
     grads = []
     for c, branch in zip(coef, batch.branches):
-        weighted_ctx = torch.einsum("mnc,mncd->mnd", c, branch.ctx)  # (M, N, k)
-        grads.append(torch.einsum("mnd,mne->mde", weighted_ctx, branch.query))  # (M, k, k)
+        weighted_ctx = torch.einsum("uknc,uncd->uknd", _by_data(c, batch.per_data), branch.ctx)  # (U, K, N, k)
+        grad = torch.einsum("uknd,une->ukde", weighted_ctx, branch.query)  # (U, K, k, k)
+        grads.append(grad.reshape(-1, *grad.shape[2:]))  # (M, k, k)
     return tuple(grads)
 
 
@@ -123,11 +139,12 @@ def branch_outputs(matrices: tuple[torch.Tensor, ...], batch: Batch, normalizer:
     Block weights: one branch's score through the ReLU (split and joint alike). Full
     weights: the P-P block (top-left d x d) on x1, the Q-Q block on x2.
     """
+    k = batch.per_data
     if len(matrices) == 2:
-        return tuple(normalize(batch.labels, F.relu(scores(a, b)), normalizer) for a, b in zip(matrices, batch.branches))
+        return tuple(normalize(batch.labels, F.relu(scores(a, b, k)), normalizer) for a, b in zip(matrices, batch.branches))
     full, branch = matrices[0], batch.branches[0]
     parts = []
     for sl in (slice(0, d), slice(d, 2 * d)):
         sub = Branch(branch.ctx[..., sl], branch.query[..., sl])
-        parts.append(normalize(batch.labels, F.relu(scores(full[:, sl, sl], sub)), normalizer))
+        parts.append(normalize(batch.labels, F.relu(scores(full[:, sl, sl], sub, k)), normalizer))
     return parts[0], parts[1]

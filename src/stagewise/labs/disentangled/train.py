@@ -78,19 +78,33 @@ class Ensemble:
         return len(self.members)
 
 
+def data_layout(members: list[Member]) -> tuple[list[Member], int]:
+    """(one member per dataset, K) when members come in data-major blocks of K that share a
+    dataset (same seed and mixture); otherwise every member keeps its own copy (K = 1)."""
+    keys = [(m.seed, m.p0, m.q0) for m in members]
+    for k in range(len(keys), 1, -1):
+        if len(keys) % k:
+            continue
+        blocks = [keys[i:i + k] for i in range(0, len(keys), k)]
+        if all(len(set(b)) == 1 for b in blocks) and len({b[0] for b in blocks}) == len(blocks):
+            return members[::k], k
+    return members, 1
+
+
 def _prompts(config: Config, members: list[Member], n: int, split: str, dtype: torch.dtype) -> Batch:
-    """Sample each distinct (mixture) spec once for its seeds, then order by member."""
+    """Sample each dataset once (grouped by mixture spec), data-major for shared datasets."""
+    owners, per_data = data_layout(members)
     groups: dict[tuple[float, float], list[int]] = {}
-    for i, m in enumerate(members):
+    for i, m in enumerate(owners):
         groups.setdefault((m.p0, m.q0), []).append(i)
     parts, order = [], []
     for (p0, q0), idx in groups.items():
         spec = replace(data_spec(config), p0=p0, q0=q0)
-        parts.append(sample_prompts(spec, [members[i].seed for i in idx], n, split, dtype))
+        parts.append(sample_prompts(spec, [owners[i].seed for i in idx], n, split, dtype))
         order += idx
     perm = torch.argsort(torch.tensor(order))
     cat = {k: torch.cat([getattr(p, k) for p in parts])[perm] for k in ("x1", "x2", "y", "kind")}
-    return make_batch(cat["x1"], cat["x2"], cat["y"], cat["kind"], config.model.weights == "full")
+    return make_batch(cat["x1"], cat["x2"], cat["y"], cat["kind"], config.model.weights == "full", per_data)
 
 
 def build_ensemble(config: Config, members: list[Member]) -> Ensemble:
@@ -187,9 +201,9 @@ def update(ens: Ensemble, state: State, step: int) -> None:
         else:
             direction = g
         new = w - lr3 * direction
-        if tc.noise > 0 or bool((ens.hyper["noise"] > 0).any()):
+        if bool((ens.hyper["noise"] > 0).any()):
             new = new + (ens.hyper["noise"] * lr).view(-1, 1, 1) * _gaussian(ens.rngs["noise"], tuple(w.shape[1:]), w.dtype)
-        state.weights[i] = new
+        state.weights[i] = new.contiguous()  # a fixed layout: resumed runs (contiguous loads) take the same kernels
 
 
 def run_training(ens: Ensemble, state: State, total: int, on_step: Callable[[int, State], None],

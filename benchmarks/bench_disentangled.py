@@ -1,0 +1,137 @@
+"""Benchmark the batched disentangled-lab trainer (not a test; run by hand).
+
+1. The two-stage preset at 4 seeds (N = 400, L = 20, d = 30, 4000 steps) against a plain
+   per-seed loop of the same model written here with torch autograd: wall time,
+   seed-steps/s, ratio (target >= 5x) and the final losses of both (must agree to 1e-6).
+2. Seed scaling at d = 16, L = 16, N = 256: seed-steps/s at 1, 8 and 64 seeds (target:
+   64 seeds >= 8x the single-seed seed-steps/s).
+3. Peak memory (VmHWM of a fresh process) at 64 seeds of the default size.
+
+Usage: python benchmarks/bench_disentangled.py [--steps 4000] [--skip-memory]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from stagewise.config import deep_merge, resolve
+from stagewise.labs.disentangled.config import Config
+from stagewise.labs.disentangled.model import forward, logistic
+from stagewise.labs.disentangled.train import (
+    NOISE, State, _stream, build_ensemble, init_weights, learning_rate, members_from_config, run_training,
+)
+
+
+def config_for(n_seeds: int, steps: int, **data) -> Config:
+    return resolve(Config, deep_merge({"n_seeds": n_seeds, "train": {"steps": steps, "t1": min(300, steps)}},
+                                      {"data": data} if data else {}))
+
+
+def batched(config: Config) -> tuple[float, torch.Tensor]:
+    """(train seconds, final train loss per member)."""
+    members = members_from_config(config)
+    ens = build_ensemble(config, members)
+    state = State(list(init_weights(config, members, torch.float64)))
+    start = time.perf_counter()
+    run_training(ens, state, config.train.steps, lambda t, s: None)
+    seconds = time.perf_counter() - start
+    fwd = forward(tuple(state.weights), ens.train, config.model.output, config.model.normalizer)
+    return seconds, logistic(fwd.f, ens.train.target).mean(-1)
+
+
+def loop(config: Config) -> tuple[float, torch.Tensor]:
+    """A plain per-seed loop: autograd through the split normalized-ReLU model, full-batch
+    GD with the step schedule, L2 and Li-Wei-Ma update noise (same random streams)."""
+    losses, seconds = [], 0.0
+    for member in members_from_config(config):
+        one = build_ensemble(config, [member])  # this seed's data (excluded from the timing)
+        b = one.train
+        x1c, x2c = b.branches[0].ctx[0], b.branches[1].ctx[0]  # (N, C, d)
+        q1, q2 = b.branches[0].query[0], b.branches[1].query[0]  # (N, d)
+        labels, target = b.labels[0], b.target[0]  # (N, C), (N,)
+        w, v = (t[0].clone().requires_grad_(True) for t in init_weights(config, [member], torch.float64))
+        noise_gen = _stream(member.seed, NOISE)
+        L = config.data.prompt_len
+        start = time.perf_counter()
+        for step in range(1, config.train.steps + 1):
+            lr = float(learning_rate(config, one.hyper, step)[0])
+            s1 = torch.einsum("ncd,nd->nc", x1c, q1 @ w.T)  # (N, C)
+            s2 = torch.einsum("ncd,nd->nc", x2c, q2 @ v.T)
+            f = ((labels * F.relu(s1)).sum(-1) + (labels * F.relu(s2)).sum(-1)) / L
+            loss = F.softplus(-target * f).mean() + 0.5 * member.l2 * (w.pow(2).sum() + v.pow(2).sum())
+            gw, gv = torch.autograd.grad(loss, [w, v])
+            with torch.no_grad():
+                for p, g in ((w, gw), (v, gv)):
+                    p -= lr * g
+                    p += member.noise * lr * torch.randn(p.shape, generator=noise_gen, dtype=torch.float64)
+        seconds += time.perf_counter() - start
+        with torch.no_grad():
+            s1 = torch.einsum("ncd,nd->nc", x1c, q1 @ w.T)
+            s2 = torch.einsum("ncd,nd->nc", x2c, q2 @ v.T)
+            f = ((labels * F.relu(s1)).sum(-1) + (labels * F.relu(s2)).sum(-1)) / L
+            losses.append(F.softplus(-target * f).mean())
+    return seconds, torch.stack(losses)
+
+
+def hwm_mb() -> float:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--scaling-steps", type=int, default=500)
+    parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child is not None:
+        before = hwm_mb()
+        batched(config_for(args.memory_child, 200))
+        print(json.dumps({"imports": before, "peak": hwm_mb()}))
+        return
+
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, float64\n")
+    print(f"## 1. two-stage preset, 4 seeds, N = 400, L = 20, d = 30, {args.steps} steps\n")
+    config = config_for(4, args.steps)
+    t_batch, loss_batch = batched(config)
+    t_loop, loss_loop = loop(config)
+    rate_b, rate_l = 4 * args.steps / t_batch, 4 * args.steps / t_loop
+    diff = float((loss_batch - loss_loop).abs().max())
+    print("| method | wall s | seed-steps/s |\n|---|---:|---:|")
+    print(f"| batched | {t_batch:.2f} | {rate_b:,.0f} |\n| per-seed autograd loop | {t_loop:.2f} | {rate_l:,.0f} |")
+    print(f"\nratio {rate_b / rate_l:.1f}x (target >= 5x: {'met' if rate_b / rate_l >= 5 else 'MISSED'}); "
+          f"final train losses batched {[round(x, 6) for x in loss_batch.tolist()]}, loop "
+          f"{[round(x, 6) for x in loss_loop.tolist()]}, max |diff| {diff:.2e} ({'ok' if diff <= 1e-6 else 'MISMATCH'})\n")
+
+    print(f"## 2. seed scaling, d = 16, L = 16, N = 256, {args.scaling_steps} steps (threads = auto)\n")
+    print("| seeds | wall s | seed-steps/s | vs 1 seed |\n|---:|---:|---:|---:|")
+    base = None
+    for n in (1, 8, 64):
+        cfg = config_for(n, args.scaling_steps, d=16, prompt_len=16, n_train=256, n_test=16)
+        seconds, _ = batched(cfg)
+        rate = n * args.scaling_steps / seconds
+        base = base or rate
+        print(f"| {n} | {seconds:.2f} | {rate:,.0f} | {rate / base:.1f}x |")
+    if not args.skip_memory:
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--memory-child", "64"],
+                             check=True, capture_output=True, text=True)
+        mem = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"\n## 3. peak memory, 64 seeds of the default size (N = 400 train, 2000 test, L = 20, d = 30)\n\n"
+              f"VmHWM {mem['peak']:.0f} MB ({mem['peak'] - mem['imports']:.0f} MB above the imports)")
+
+
+if __name__ == "__main__":
+    main()
