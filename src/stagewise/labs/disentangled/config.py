@@ -59,7 +59,7 @@ class ModelConfig(ConfigModel):
 
 class TrainConfig(ConfigModel):
     optimizer: Literal["gd", "sgd", "adam", "adamw"] = Field("gd", description="[known] full-batch GD; sgd (minibatches), adam, adamw are options")
-    batch_size: int = Field(64, ge=1, description="sgd minibatch size (prompts per step, drawn per member)")
+    batch_size: int = Field(64, ge=1, description="[run] sgd minibatch size (prompts per step, drawn per member)")
     schedule: Literal["step", "constant", "cosine", "warmup"] = Field(
         "step", description="[known] step: eta1 for t1 steps, then eta2 (annealing); constant: eta1 throughout;\n"
         "cosine: eta1 -> eta2 over all steps; warmup: linear 0 -> eta1 over warmup_steps, then the step schedule")
@@ -68,16 +68,16 @@ class TrainConfig(ConfigModel):
     t1: int = Field(300, ge=0, description="[known] steps of the elementary stage; 300 [reconstructed]: P is learned by then\n"
                     "in every seed we ran, and Q has had little time (longer t1 lets noisy seeds pick Q up early)")
     steps: int = Field(6000, ge=1, description="[reconstructed] total steps (Q settles within ~3000 annealed steps)")
-    warmup_steps: int = Field(100, ge=0, description="warmup schedule: steps of linear warmup")
+    warmup_steps: int = Field(100, ge=0, description="[run] warmup schedule: steps of linear warmup")
     noise: float = Field(0.05, ge=0, **Finite, description="[reconstructed] Li-Wei-Ma update noise: N(0, (noise * lr)^2) added to every entry per step")
     l2: float = Field(0.01, ge=0, **Finite, description="[known] lambda of the L2 term (lambda/2)(||W||^2 + ||V||^2)")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="adam/adamw betas")
-    adam_eps: float = Field(1e-8, gt=0, description="adam/adamw epsilon")
-    weight_decay: float = Field(0.01, ge=0, **Finite, description="adamw decoupled weight decay")
-    log_every: int = Field(20, ge=1, description="log train and test metrics every k steps (and at t1 and the end)")
-    spectrum_every: int = Field(200, ge=1, description="log eigenvalues / singular values every k steps (and at t1 and the end)")
-    checkpoint_every: int = Field(1000, ge=1, description="safetensors checkpoint every k steps (for --resume)")
-    threads: int | Literal["auto"] = Field("auto", description="CPU threads; auto = min(cores, members // 8), at least 1")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="[run] adam/adamw betas")
+    adam_eps: float = Field(1e-8, gt=0, description="[run] adam/adamw epsilon")
+    weight_decay: float = Field(0.01, ge=0, **Finite, description="[run] adamw decoupled weight decay (on top of the L2 term)")
+    log_every: int = Field(20, ge=1, description="[run] log train and test metrics every k steps (and at t1 and the end)")
+    spectrum_every: int = Field(200, ge=1, description="[run] log eigenvalues / singular values every k steps (and at t1 and the end)")
+    checkpoint_every: int = Field(1000, ge=1, description="[run] safetensors checkpoint every k steps (for --resume)")
+    threads: int | Literal["auto"] = Field("auto", description="[run] CPU threads; auto = min(cores, members // 8), at least 1")
 
     @field_validator("threads")
     @classmethod
@@ -94,34 +94,37 @@ class TrainConfig(ConfigModel):
 
 
 class ThresholdConfig(ConfigModel):
-    p_learned: float = Field(0.95, gt=0, le=1, description="P-only test accuracy that counts as 'P learned' (stage detection, claims)")
-    q_learned: float = Field(0.85, gt=0, le=1, description="Q-only test accuracy that counts as 'Q learned'")
-    q_unlearned: float = Field(0.65, gt=0, le=1, description="Q-only test accuracy at or below which Q counts as not learned")
+    p_learned: float = Field(0.95, gt=0, le=1, description="[reconstructed] P-only test accuracy that counts as 'P learned' (stage detection, claims)")
+    q_learned: float = Field(0.85, gt=0, le=1, description="[reconstructed] Q-only test accuracy that counts as 'Q learned'")
+    q_unlearned: float = Field(0.65, gt=0, le=1, description="[reconstructed] Q-only test accuracy at or below which Q counts as not learned\n"
+                               "(a random V already scores 0.43..0.82 per seed at init: judge the mean over seeds)")
 
 
 class ExperimentConfig(ConfigModel):
     kind: Literal["two-stage", "ablations", "spectral", "d-scaling"] = Field(
-        "two-stage", description="two-stage: the staged run; ablations: the same data and seeds under each ablation;\n"
+        "two-stage", description="[run] two-stage: the staged run; ablations: the same data and seeds under each ablation;\n"
         "spectral: spectra + truncation intervention; d-scaling: K^1, K^2 at the stage ends as d grows")
     ablations: list[Literal["no-anneal", "small-lr", "no-noise", "no-l2", "joint", "mixture-off", "full"]] = Field(
         ["no-anneal", "small-lr", "no-noise", "no-l2", "joint", "mixture-off", "full"],
-        description="ablations run beside the baseline (kind=ablations)")
-    truncation_ks: list[int] | None = Field(None, description="kind=spectral: k values for top-k / bottom-k truncation; null = 0..2d in 8 steps")
-    dims: list[int] = Field([8, 16, 32, 64, 128], description="kind=d-scaling: the d values")
-    scale_rules: bool = Field(True, description="kind=d-scaling: scale lambda ~ 1/sqrt(log d), L ~ sqrt(d) log d, eta and t1 with d\n"
-                              "(the assumption's rules, anchored at the base config's d); false keeps them fixed")
+        description="[run] ablations run beside the baseline (kind=ablations)")
+    truncation_ks: list[int] | None = Field(None, description="[run] k values for the top-k / bottom-k truncation; null = 0..2d in 8 steps")
+    dims: list[int] = Field([8, 16, 32, 64, 128], description="[run] kind=d-scaling: the d values")
+    scale_rules: bool = Field(True, description="[reconstructed] kind=d-scaling: 1/lambda ~ sqrt(log d) and L ~ sqrt(d) log d (the\n"
+                              "assumptions' orders, anchored at the base config's d); eta1, eta2, t1 stay fixed (no rule known);\n"
+                              "false keeps everything fixed")
 
     @field_validator("dims")
     @classmethod
     def _dims(cls, value):
         if not value or any(d < 2 for d in value):
             raise ValueError(f"experiment.dims={value}: need a non-empty list of d >= 2")
-        return value
+        return sorted(set(value))
 
 
 class Config(ConfigModel):
-    seed: int = Field(0, ge=0, description="first seed; members use seed .. seed + n_seeds - 1")
-    n_seeds: int = Field(8, ge=1, le=1024, description="seeds per variant, batched as one ensemble (--seeds K)")
+    seed: int = Field(0, ge=0, description="[run] first seed; members use seed .. seed + n_seeds - 1")
+    n_seeds: int = Field(8, ge=1, le=1024, description="[run] seeds per variant, batched as one ensemble (--seeds K); 8 keeps the mean Q-only accuracy\n"
+                         "of an unlearned Q within about +-0.06 of chance")
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)

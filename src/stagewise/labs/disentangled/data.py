@@ -40,7 +40,7 @@ class DataSpec:
     d: int = 30  # dimension of each block (x = [x1; x2] in R^{2d})
     prompt_len: int = 20  # L: L-1 labelled context tokens + 1 query token
     p_geometry: str = "margin"  # P linearly separable with margin gamma0
-    q_geometry: str = "three-cluster"  # or "xor"
+    q_geometry: str = "three-cluster"  # or "xor"; the lab config defaults to xor and always sets it
     p0: float = 0.2  # probability a token is P-only (x2 = 0)
     q0: float = 0.2  # probability a token is Q-only (x1 = 0); both otherwise
     gamma0: float = 1.0  # P margin scale

@@ -124,8 +124,10 @@ def d_scaling(summary: dict[str, Any], folder: Path) -> list[Path]:
     ds = [r["d"] for r in rows]
     fig, axes = figure(1, 2, (11, 4))
     for ax, stage in zip(axes[0], ("stage1", "stage2")):
-        ax.plot(ds, [r[f"K1_{stage}"] for r in rows], "o-", color="C0", label="K1 (P part)")
-        ax.plot(ds, [r[f"K2_{stage}"] for r in rows], "s-", color="C3", label="K2 (Q part)")
+        ax.plot(ds, [r[f"K1_{stage}"] for r in rows], "o-", color="C0", label="K1 (P part, all prompts)")
+        ax.plot(ds, [r[f"K1.p_queries_{stage}"] for r in rows], "o:", color="C0", label="K1, queries with P")
+        ax.plot(ds, [r[f"K2_{stage}"] for r in rows], "s-", color="C3", label="K2 (Q part, all prompts)")
+        ax.plot(ds, [r[f"K2.q_queries_{stage}"] for r in rows], "s:", color="C3", label="K2, queries with Q")
         ax.plot(ds, [r["bound_shape"] for r in rows], "k--", lw=1, label="sqrt(d) log d / L + 1/sqrt(log d)")
         ax.axhline(LOG2, color="k", ls=":", lw=0.8, label="log 2")
         ax.axhline(REVIEW_FLOOR, color="0.5", ls="-.", lw=0.8, label="log(1 + 1/e)")

@@ -44,7 +44,8 @@ def evaluate(weights: tuple[torch.Tensor, ...], batch: Batch, l2: torch.Tensor, 
     w, v, _ = block_matrices(weights, d)
     half_l2 = 0.5 * l2
     sq = [m.pow(2).flatten(1).sum(-1) for m in weights]
-    k1, k2 = logistic(f1, batch.target).mean(-1), logistic(f2, batch.target).mean(-1)
+    part1, part2 = logistic(f1, batch.target), logistic(f2, batch.target)  # (M, N)
+    k1, k2 = part1.mean(-1), part2.mean(-1)
     out = {
         f"{split}.loss": loss.mean(-1),
         f"{split}.loss_l2": loss.mean(-1) + half_l2 * sum(sq),
@@ -53,6 +54,9 @@ def evaluate(weights: tuple[torch.Tensor, ...], batch: Batch, l2: torch.Tensor, 
         f"{split}.K2": k2,
         f"{split}.K1_l2": k1 + half_l2 * w.pow(2).flatten(1).sum(-1),
         f"{split}.K2_l2": k2 + half_l2 * v.pow(2).flatten(1).sum(-1),
+        # without the queries that carry no such feature (their branch output is 0: loss log 2)
+        f"{split}.K1.p_queries": _masked_mean(part1, batch.kind != KINDS["q_only"]),
+        f"{split}.K2.q_queries": _masked_mean(part2, batch.kind != KINDS["p_only"]),
     }
     for name, code in KINDS.items():
         mask = batch.kind == code

@@ -63,21 +63,24 @@ def _two_stage_holds(config: Config, table: dict[str, Any]) -> bool:
 
 
 def spectral_claim(config: Config, frame: pd.DataFrame) -> dict[str, Any] | None:
-    """The corollary ("small eigenvalues elementary, large specialized") on the truncation:
-    keeping the bottom half of blockdiag(W, V)'s singular directions should keep P and lose
-    Q, keeping the top half should keep Q."""
-    end, d, th = config.train.steps, config.data.d, config.thresholds
-    half = d
-    names = {f"{keep}.{kind}": f"truncate.{keep}.{half}.acc.{kind}" for keep in ("top", "bottom") for kind in ("p_only", "q_only")}
+    """The corollary ("small eigenvalues elementary, large specialized") at the end of
+    training, tested two ways: the P block's spectral norm is below the Q block's, and in
+    the truncation of blockdiag(W, V) to half its singular directions (k = d of 2d), P
+    survives the bottom half at least as well as the top half while Q survives the top
+    half at least as well as the bottom half."""
+    end, d = config.train.steps, config.data.d
+    names = {f"{keep}.{kind}": f"truncate.{keep}.{d}.acc.{kind}" for keep in ("top", "bottom") for kind in ("p_only", "q_only")}
     vals = {k: _mean(frame, name, end) for k, name in names.items()}
-    if any(math.isnan(v) for v in vals.values()):
+    w_norm, v_norm = _mean(frame, "W.spectral", end), _mean(frame, "V.spectral", end)
+    if any(math.isnan(v) for v in [*vals.values(), w_norm, v_norm]):
         return None
-    holds = vals["bottom.p_only"] >= th.p_learned and vals["top.q_only"] >= th.q_learned and vals["bottom.q_only"] < th.q_learned
+    holds = w_norm < v_norm and vals["bottom.p_only"] >= vals["top.p_only"] and vals["top.q_only"] >= vals["bottom.q_only"]
     return _claim("spectral_corollary",
-                  f"small singular directions carry P, large ones Q: with the bottom {half} of 2d directions P-only acc >= "
-                  f"{th.p_learned} and Q-only < {th.q_learned}; with the top {half} Q-only >= {th.q_learned}",
-                  holds, "top-{0}: P {1:.3f}, Q {2:.3f}; bottom-{0}: P {3:.3f}, Q {4:.3f}".format(
-                      half, vals["top.p_only"], vals["top.q_only"], vals["bottom.p_only"], vals["bottom.q_only"]))
+                  "small singular values carry P, large ones Q: ||W||_2 < ||V||_2, and keeping the bottom d of the 2d "
+                  "singular directions of blockdiag(W, V) keeps P at least as well as the top d, while the top d keep Q "
+                  "at least as well as the bottom d",
+                  holds, "||W||_2 {0:.3f}, ||V||_2 {1:.3f}; top-{2}: P {3:.3f}, Q {4:.3f}; bottom-{2}: P {5:.3f}, Q {6:.3f}".format(
+                      w_norm, v_norm, d, vals["top.p_only"], vals["top.q_only"], vals["bottom.p_only"], vals["bottom.q_only"]))
 
 
 def stage_detection(config: Config, frame: pd.DataFrame, prefix: str = "") -> dict[str, Any]:
@@ -115,11 +118,12 @@ def summarize(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> di
                                  f"baseline Q-only at end {tables['baseline']['stage2.acc.q_only']:.3f}; no-anneal {q:.3f}"))
         if "no-noise" in tables:
             nn = tables["no-noise"]
-            staged = _two_stage_holds(config, nn)
-            claims.append(_claim("noise_needed", "with the baseline staged, removing the update noise removes the stages "
-                                 f"(Q-only at t1 > {th.q_unlearned} or never >= {th.q_learned})",
-                                 base_two_stage and not staged,
-                                 f"no-noise Q-only at t1 {nn['stage1.acc.q_only']:.3f}, at end {nn['stage2.acc.q_only']:.3f}"))
+            q1 = nn["stage1.acc.q_only"]
+            claims.append(_claim("noise_needed", "with the baseline staged, removing the update noise lets Q be picked up "
+                                 f"in the large-LR stage already (mean Q-only test accuracy at t1 > {th.q_unlearned})",
+                                 base_two_stage and q1 > th.q_unlearned,
+                                 f"baseline Q-only at t1 {tables['baseline']['stage1.acc.q_only']:.3f}; no-noise {q1:.3f} "
+                                 f"(at the end {nn['stage2.acc.q_only']:.3f})"))
     elif kind == "d-scaling":
         summary["d_scaling"] = d_table(config, frame, extras)
         claims.append(bound_claim(summary["d_scaling"]))
@@ -129,24 +133,26 @@ def summarize(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> di
 
 def d_table(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
-    for group in extras["groups"]:
+    for group in sorted(extras["groups"], key=lambda g: g["d"]):
         d, L = group["d"], group["prompt_len"]
         pre = f"d={d}/"
-        rows.append({"d": d, "L": L, "lambda": group["l2"],
-                     "K1_stage1": _mean(frame, f"{pre}train.K1", config.train.t1),
-                     "K2_stage1": _mean(frame, f"{pre}train.K2", config.train.t1),
-                     "K1_stage2": _mean(frame, f"{pre}train.K1", config.train.steps),
-                     "K2_stage2": _mean(frame, f"{pre}train.K2", config.train.steps),
-                     "bound_shape": math.sqrt(d) * math.log(d) / L + 1 / math.sqrt(math.log(d))})
+        row = {"d": d, "L": L, "lambda": group["l2"],
+               "bound_shape": math.sqrt(d) * math.log(d) / L + 1 / math.sqrt(math.log(d))}
+        for stage, step in (("stage1", config.train.t1), ("stage2", config.train.steps)):
+            for metric in ("K1", "K2", "K1.p_queries", "K2.q_queries"):
+                row[f"{metric}_{stage}"] = _mean(frame, f"{pre}train.{metric}", step)
+        rows.append(row)
     return rows
 
 
 def bound_claim(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Does the P loss K1 (end of stage 1) tend to 0 as d grows, as Theorem 2 claims?"""
+    """Does the P loss (end of stage 1) tend to 0 as d grows, as Theorem 2 claims? Tested on
+    K1 over the prompts whose query carries P (a Q-only query's P part is 0: loss log 2)."""
     ds = np.array([r["d"] for r in rows], float)
-    k1 = np.array([r["K1_stage1"] for r in rows], float)
+    k1 = np.array([r["K1.p_queries_stage1"] for r in rows], float)
     slope = float(np.polyfit(np.log(ds), k1, 1)[0]) if len(ds) >= 2 else float("nan")
     holds = bool(slope < 0 and k1[-1] < REVIEW_FLOOR)
-    return _claim("bound_tends_to_zero", "K1 at the end of stage 1 falls towards 0 as d grows (slope in log d < 0 and "
-                  f"below the reviewer's floor log(1 + e^-1) = {REVIEW_FLOOR:.3f} at the largest d)", holds,
+    return _claim("bound_tends_to_zero", "the P loss K1 (queries carrying P) at the end of stage 1 falls towards 0 as d "
+                  f"grows: slope in log d < 0 and below the reviewer's floor log(1 + e^-1) = {REVIEW_FLOOR:.3f} at the "
+                  "largest d", holds,
                   "K1 by d: " + ", ".join(f"d={int(d)}: {v:.3f}" for d, v in zip(ds, k1)) + f"; slope in log d {slope:.3f}")

@@ -33,7 +33,7 @@ class Member:
     variant: str = "baseline"
     eta1: float = 1.0
     eta2: float = 0.1
-    t1: int = 1000
+    t1: int = 300
     noise: float = 0.05
     l2: float = 0.01
     p0: float = 0.2
@@ -92,7 +92,12 @@ def data_layout(members: list[Member]) -> tuple[list[Member], int]:
 
 
 def _prompts(config: Config, members: list[Member], n: int, split: str, dtype: torch.dtype) -> Batch:
-    """Sample each dataset once (grouped by mixture spec), data-major for shared datasets."""
+    """Sample each dataset once (grouped by mixture spec), data-major for shared datasets.
+
+    Test prompts always use the config's mixture, so a variant trained without it (or with
+    another) is measured on the same test set as the baseline."""
+    if split == "test":
+        members = [replace(m, p0=config.data.p0, q0=config.data.q0) for m in members]
     owners, per_data = data_layout(members)
     groups: dict[tuple[float, float], list[int]] = {}
     for i, m in enumerate(owners):
