@@ -19,9 +19,9 @@ Finite = dict(allow_inf_nan=False)
 
 
 class DataConfig(ConfigModel):
-    d: int = Field(30, ge=1, description="[known] dimension of each feature block, x = [x1; x2] in R^{2d}; 30 as in our probes")
-    prompt_len: int = Field(20, ge=2, description="[known] L: L-1 labelled context tokens plus the query (the review: L >> sqrt(d) log d)")
-    n_train: int = Field(400, ge=1, description="[known] N training prompts (400 as in our probes)")
+    d: int = Field(30, ge=1, description="[known] dimension of each feature block, x = [x1; x2] in R^{2d}; value 30 [reconstructed] (our probes)")
+    prompt_len: int = Field(20, ge=2, description="[known] L: L-1 labelled context tokens plus the query (assumption: L >> sqrt(d) log d); value 20\n[reconstructed] (our probes; about sqrt(d) log d at d = 30)")
+    n_train: int = Field(400, ge=1, description="[known] N training prompts; value 400 [reconstructed] (our probes)")
     n_test: int = Field(2000, ge=1, description="[reconstructed] fresh test prompts per seed")
     q_geometry: Literal["xor", "three-cluster"] = Field(
         "xor", description="[known] Q is not linearly separable. three-cluster: the notebook's (+1 in the middle; a Q-only\n"
@@ -63,14 +63,14 @@ class TrainConfig(ConfigModel):
     schedule: Literal["step", "constant", "cosine", "warmup"] = Field(
         "step", description="[known] step: eta1 for t1 steps, then eta2 (annealing); constant: eta1 throughout;\n"
         "cosine: eta1 -> eta2 over all steps; warmup: linear 0 -> eta1 over warmup_steps, then the step schedule")
-    eta1: float = Field(1.0, gt=0, **Finite, description="[known] large learning rate of the elementary stage (1.0 from our probes)")
-    eta2: float = Field(0.1, gt=0, **Finite, description="[known] annealed learning rate of the specialized stage")
+    eta1: float = Field(1.0, gt=0, **Finite, description="[known] large learning rate of the elementary stage; value 1.0 [reconstructed] (our probes)")
+    eta2: float = Field(0.1, gt=0, **Finite, description="[known] annealed learning rate of the specialized stage; value 0.1 [reconstructed] (our probes)")
     t1: int = Field(300, ge=0, description="[known] steps of the elementary stage; 300 [reconstructed]: P is learned by then\n"
                     "in every seed we ran, and Q has had little time (longer t1 lets noisy seeds pick Q up early)")
     steps: int = Field(6000, ge=1, description="[reconstructed] total steps (Q settles within ~3000 annealed steps)")
     warmup_steps: int = Field(100, ge=0, description="[run] warmup schedule: steps of linear warmup")
     noise: float = Field(0.05, ge=0, **Finite, description="[reconstructed] Li-Wei-Ma update noise: N(0, (noise * lr)^2) added to every entry per step")
-    l2: float = Field(0.01, ge=0, **Finite, description="[known] lambda of the L2 term (lambda/2)(||W||^2 + ||V||^2)")
+    l2: float = Field(0.01, ge=0, **Finite, description="[known] lambda of the L2 term (lambda/2)(||W||^2 + ||V||^2); value 0.01 [reconstructed] (our probes)")
     betas: tuple[float, float] = Field((0.9, 0.999), description="[run] adam/adamw betas")
     adam_eps: float = Field(1e-8, gt=0, description="[run] adam/adamw epsilon")
     weight_decay: float = Field(0.01, ge=0, **Finite, description="[run] adamw decoupled weight decay (on top of the L2 term)")
