@@ -146,13 +146,23 @@ def d_table(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> list
 
 
 def bound_claim(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Does the P loss (end of stage 1) tend to 0 as d grows, as Theorem 2 claims? Tested on
-    K1 over the prompts whose query carries P (a Q-only query's P part is 0: loss log 2)."""
+    """Does the P loss (end of stage 1) tend to 0 as d grows, as Theorem 2 claims?
+
+    Tested on K1 over the prompts whose query carries P (a Q-only query's P part is 0, so
+    its loss is log 2 whatever d is). The bound's slowest term is 1/sqrt(log d), so K1 is
+    fitted linearly against x = 1/sqrt(log d); the intercept estimates the limit d -> inf.
+    Holds when that limit is below 0.05 and K1 still falls between the two largest d.
+    """
     ds = np.array([r["d"] for r in rows], float)
     k1 = np.array([r["K1.p_queries_stage1"] for r in rows], float)
-    slope = float(np.polyfit(np.log(ds), k1, 1)[0]) if len(ds) >= 2 else float("nan")
-    holds = bool(slope < 0 and k1[-1] < REVIEW_FLOOR)
-    return _claim("bound_tends_to_zero", "the P loss K1 (queries carrying P) at the end of stage 1 falls towards 0 as d "
-                  f"grows: slope in log d < 0 and below the reviewer's floor log(1 + e^-1) = {REVIEW_FLOOR:.3f} at the "
-                  "largest d", holds,
-                  "K1 by d: " + ", ".join(f"d={int(d)}: {v:.3f}" for d, v in zip(ds, k1)) + f"; slope in log d {slope:.3f}")
+    if len(ds) < 2:
+        return _claim("bound_tends_to_zero", "K1 tends to 0 as d grows (needs at least two d values)", False,
+                      f"only d = {ds.tolist()}")
+    x = 1 / np.sqrt(np.log(ds))
+    slope, limit = np.polyfit(x, k1, 1)
+    holds = bool(limit < 0.05 and k1[-1] < k1[-2])
+    return _claim("bound_tends_to_zero", "the P loss K1 (queries carrying P) at the end of stage 1 tends to 0 as d grows: "
+                  "a linear fit against 1/sqrt(log d) extrapolates to < 0.05 at d -> inf, and K1 still falls between the "
+                  "two largest d", holds,
+                  "K1 by d: " + ", ".join(f"d={int(d)}: {v:.3f}" for d, v in zip(ds, k1)) +
+                  f"; extrapolated limit {limit:.3f}; reviewer's floor log(1 + e^-1) = {REVIEW_FLOOR:.3f}; log 2 = {LOG2:.3f}")
