@@ -77,7 +77,8 @@ class TrainConfig(ConfigModel):
     log_every: int = Field(20, ge=1, description="[run] log train and test metrics every k steps (and at t1 and the end)")
     spectrum_every: int = Field(200, ge=1, description="[run] log eigenvalues / singular values every k steps (and at t1 and the end)")
     checkpoint_every: int = Field(1000, ge=1, description="[run] safetensors checkpoint every k steps (for --resume)")
-    threads: int | Literal["auto"] = Field("auto", description="[run] CPU threads; auto = min(cores, members // 8), at least 1")
+    threads: int | Literal["auto"] = Field("auto", description="[run] CPU threads; auto = all cores when a step streams at least 2e5\n"
+                                           "context features (members x N x (L-1) x d), else 1")
 
     @field_validator("threads")
     @classmethod
@@ -132,9 +133,12 @@ class Config(ConfigModel):
     experiment: ExperimentConfig = Field(default_factory=ExperimentConfig)
 
     def thread_count(self, members: int) -> int:
+        """Resolved ``train.threads`` for an ensemble of ``members``: small steps are
+        dispatch-bound (one thread is fastest), large ones bandwidth-bound (use the cores)."""
         if self.train.threads != "auto":
             return int(self.train.threads)
-        return max(1, min(os.cpu_count() or 1, members // 8))
+        work = members * self.data.n_train * (self.data.prompt_len - 1) * self.data.d
+        return (os.cpu_count() or 1) if work >= 200_000 else 1
 
 
 def p_noise(data: DataConfig) -> float:

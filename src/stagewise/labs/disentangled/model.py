@@ -39,24 +39,30 @@ class Branch:
 
 @dataclass(frozen=True)
 class Batch:
-    """Prompts ready for the model. ``branches`` are (P, Q) for block weights, (x,) for full;
-    ``per_data`` = K members share each dataset (members data-major)."""
+    """Prompts ready for the model, B branches stacked: (P, Q) for block weights (B = 2,
+    k = d), (x,) for full weights (B = 1, k = 2d); ``per_data`` = K members share each of
+    the U datasets (members data-major, M = U K)."""
 
-    branches: tuple[Branch, ...]
+    ctx: torch.Tensor  # (U, B, N, C, k) context features
+    query: torch.Tensor  # (U, B, N, k) query features
     labels: torch.Tensor  # (M, N, C) context labels y_l
     target: torch.Tensor  # (M, N) query label y_L
     kind: torch.Tensor  # (M, N) query kind: 0 both, 1 P-only, 2 Q-only
     per_data: int = 1
+
+    @property
+    def branches(self) -> tuple[Branch, ...]:
+        return tuple(Branch(self.ctx[:, b], self.query[:, b]) for b in range(self.ctx.shape[1]))
 
 
 def make_batch(x1: torch.Tensor, x2: torch.Tensor, y: torch.Tensor, kind: torch.Tensor, full: bool,
                per_data: int = 1) -> Batch:
     """From prompts x1, x2 (U, N, L, d), y (U, N, L), kind (U, N, L) of U datasets, each
     shared by ``per_data`` consecutive members."""
-    feats = (torch.cat([x1, x2], dim=-1),) if full else (x1, x2)  # each (U, N, L, k)
-    branches = tuple(Branch(f[:, :, :-1].contiguous(), f[:, :, -1].contiguous()) for f in feats)
+    feats = torch.cat([x1, x2], dim=-1).unsqueeze(1) if full else torch.stack([x1, x2], dim=1)  # (U, B, N, L, k)
     expand = lambda t: t.repeat_interleave(per_data, dim=0).contiguous()  # noqa: E731  (M, ...)
-    return Batch(branches, expand(y[:, :, :-1]), expand(y[:, :, -1]), expand(kind[:, :, -1]), per_data)
+    return Batch(feats[:, :, :, :-1].contiguous(), feats[:, :, :, -1].contiguous(), expand(y[:, :, :-1]),
+                 expand(y[:, :, -1]), expand(kind[:, :, -1]), per_data)
 
 
 def _by_data(t: torch.Tensor, per_data: int) -> torch.Tensor:
@@ -97,9 +103,18 @@ class Forward:
     f: torch.Tensor  # (M, N) model output
 
 
+def all_scores(matrices: tuple[torch.Tensor, ...], batch: Batch) -> torch.Tensor:
+    """Scores of every branch in one contraction: (M, B, N, C)."""
+    stacked = torch.stack(matrices, dim=1)  # (M, B, k, k)
+    per = stacked.view(-1, batch.per_data, *stacked.shape[1:])  # (U, K, B, k, k)
+    key_dir = torch.einsum("ukbde,ubne->ukbnd", per, batch.query)  # (U, K, B, N, k)
+    out = torch.einsum("ubncd,ukbnd->ukbnc", batch.ctx, key_dir)  # (U, K, B, N, C)
+    return out.reshape(-1, *out.shape[2:])
+
+
 def forward(matrices: tuple[torch.Tensor, ...], batch: Batch, output: str, normalizer: str) -> Forward:
     """matrices: one (M, k, k) per branch (W, V) or (A_full,)."""
-    branch_scores = [scores(a, b, batch.per_data) for a, b in zip(matrices, batch.branches)]
+    branch_scores = all_scores(matrices, batch).unbind(1)  # B x (M, N, C)
     units = branch_scores if output == "split" or len(branch_scores) == 1 else [sum(branch_scores)]
     outs = tuple(normalize(batch.labels, F.relu(s), normalizer) for s in units)
     return Forward(tuple(units), outs, sum(outs))
@@ -123,14 +138,14 @@ def gradients(fwd: Forward, batch: Batch, normalizer: str, weight: torch.Tensor 
         relu = F.relu(s)
         grad_r = _norm_grad(batch.labels, relu, out, normalizer)  # (M, N, C)
         coef.append(dloss.unsqueeze(-1) * grad_r * (s > 0))  # (M, N, C) d loss / d s_l
-    if len(coef) == 1 and len(batch.branches) > 1:  # joint: one ReLU unit feeds every branch
-        coef = coef * len(batch.branches)
-    grads = []
-    for c, branch in zip(coef, batch.branches):
-        weighted_ctx = torch.einsum("uknc,uncd->uknd", _by_data(c, batch.per_data), branch.ctx)  # (U, K, N, k)
-        grad = torch.einsum("uknd,une->ukde", weighted_ctx, branch.query)  # (U, K, k, k)
-        grads.append(grad.reshape(-1, *grad.shape[2:]))  # (M, k, k)
-    return tuple(grads)
+    n_branch = batch.ctx.shape[1]
+    if len(coef) == 1 and n_branch > 1:  # joint: one ReLU unit feeds every branch
+        coef = coef * n_branch
+    per = torch.stack(coef, dim=1)  # (M, B, N, C)
+    per = per.view(-1, batch.per_data, *per.shape[1:])  # (U, K, B, N, C)
+    weighted_ctx = torch.einsum("ukbnc,ubncd->ukbnd", per, batch.ctx)  # (U, K, B, N, k)
+    grad = torch.einsum("ukbnd,ubne->ukbde", weighted_ctx, batch.query)  # (U, K, B, k, k)
+    return grad.reshape(-1, *grad.shape[2:]).unbind(1)  # B x (M, k, k)
 
 
 def branch_outputs(matrices: tuple[torch.Tensor, ...], batch: Batch, normalizer: str, d: int) -> tuple[torch.Tensor, torch.Tensor]:

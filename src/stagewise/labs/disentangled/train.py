@@ -205,10 +205,15 @@ def update(ens: Ensemble, state: State, step: int) -> None:
                 direction = direction + tc.weight_decay * w
         else:
             direction = g
-        new = w - lr3 * direction
-        if bool((ens.hyper["noise"] > 0).any()):
-            new = new + (ens.hyper["noise"] * lr).view(-1, 1, 1) * _gaussian(ens.rngs["noise"], tuple(w.shape[1:]), w.dtype)
-        state.weights[i] = new.contiguous()  # a fixed layout: resumed runs (contiguous loads) take the same kernels
+        state.weights[i] = w - lr3 * direction
+    if bool((ens.hyper["noise"] > 0).any()):
+        # one draw per member and matrix, matrices in order (torch's normal sampler fills
+        # blocks of 16, so one joint draw would not equal separate draws)
+        scale = (ens.hyper["noise"] * lr).view(-1, 1, 1)
+        for i, w in enumerate(state.weights):
+            state.weights[i] = w + scale * _gaussian(ens.rngs["noise"], tuple(w.shape[1:]), w.dtype)
+    # a fixed layout: resumed runs (contiguous loads) must take the same kernels
+    state.weights = [w.contiguous() for w in state.weights]
 
 
 def run_training(ens: Ensemble, state: State, total: int, on_step: Callable[[int, State], None],
