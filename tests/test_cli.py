@@ -98,3 +98,15 @@ def test_failed_run_exit_1_and_recorded(cli, tmp_path, monkeypatch):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "failed" and "solver exploded" in manifest["error"]
     assert (out / "metrics.parquet").exists() and (out / "error.log").exists()
+
+
+def test_stages_command_any_lab(cli, tmp_path):
+    out = tmp_path / "r"
+    code, _, _ = cli("run", "ntp", "--preset", "example1", "--set", "train.steps_stage2=300", "--out", str(out), "-q")
+    assert code == 0
+    code, stdout, _ = cli("stages", str(out), "attn=opt_attn_min>=0.9", "s2=stage>=2", "--sustain", "2")
+    assert code == 0 and "1/1" in stdout and "order (by median step): s2 -> attn" in stdout and "201" in stdout
+    code, _, stderr = cli("stages", str(out), "x=no_such_metric>=1")
+    assert code == 2 and "no_such_metric" in stderr
+    code, _, stderr = cli("stages", str(out), "bad-criterion")
+    assert code == 2 and "expected NAME=METRIC>=THRESHOLD" in stderr

@@ -153,6 +153,47 @@ def show_cmd(run_dir: Path = typer.Argument(..., help="a run directory")) -> Non
     _print_summary(run_dir)
 
 
+@app.command("stages")
+def stages_cmd(
+    run_dir: Path = typer.Argument(..., help="a run directory (any lab)"),
+    criteria: List[str] = typer.Argument(..., help="NAME=METRIC>=THRESHOLD or NAME=METRIC<=THRESHOLD, e.g. 'Q=test.acc.q_only>=0.85'"),
+    sustain: int = typer.Option(1, "--sustain", help="the value must stay past the threshold for this many logged points"),
+) -> None:
+    """Detect when each metric crosses its threshold, per seed, with the spread over seeds."""
+    import pandas as pd
+
+    from .measure import detect_stages
+
+    parsed = {}
+    for item in criteria:
+        name, sep, rule = item.partition("=")
+        op = ">=" if ">=" in rule else "<=" if "<=" in rule else None
+        if not sep or op is None:
+            raise UserError(f"criterion {item!r}: expected NAME=METRIC>=THRESHOLD or NAME=METRIC<=THRESHOLD")
+        metric, _, value = rule.partition(op)
+        try:
+            parsed[name] = (metric.strip(), float(value), "above" if op == ">=" else "below")
+        except ValueError:
+            raise UserError(f"criterion {item!r}: threshold {value!r} is not a number") from None
+    path = Path(run_dir) / "metrics.parquet"
+    if not path.is_file():
+        raise UserError(f"{run_dir}: no metrics.parquet (not a finished or failed run directory)")
+    frame = pd.read_parquet(path)
+    missing = sorted({m for m, _, _ in parsed.values()} - set(frame["metric"].unique()))
+    if missing:
+        raise UserError(f"metric(s) {', '.join(missing)} not in {path}")
+    report = detect_stages(frame, parsed, sustain=sustain)
+    table = Table("stage", "metric", "reached", "mean step", "std", "min", "max", "per seed", header_style="bold")
+    for name, (metric, threshold, direction) in parsed.items():
+        per_seed = ", ".join(f"{seed}: {'-' if step != step else int(step)}" for seed, step in report.per_seed[name].items())
+        fmt = lambda v: "-" if v != v else f"{v:.0f}"  # noqa: E731
+        table.add_row(name, f"{metric} {'>=' if direction == 'above' else '<='} {threshold:g}",
+                      f"{report.n_reached[name]}/{report.n_seeds[name]}", fmt(report.mean[name]), fmt(report.std[name]),
+                      fmt(report.min[name]), fmt(report.max[name]), per_seed)
+    out_console.print(table)
+    out_console.print(f"order (by median step): {' -> '.join(report.order)}", highlight=False)
+
+
 @app.command("reproduce")
 def reproduce_cmd(
     lab: str = typer.Argument(..., help="lab name"),
