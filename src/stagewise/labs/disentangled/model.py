@@ -59,10 +59,11 @@ def make_batch(x1: torch.Tensor, x2: torch.Tensor, y: torch.Tensor, kind: torch.
                per_data: int = 1) -> Batch:
     """From prompts x1, x2 (U, N, L, d), y (U, N, L), kind (U, N, L) of U datasets, each
     shared by ``per_data`` consecutive members."""
-    feats = torch.cat([x1, x2], dim=-1).unsqueeze(1) if full else torch.stack([x1, x2], dim=1)  # (U, B, N, L, k)
+    join = (lambda a, b: torch.cat([a, b], dim=-1).unsqueeze(1)) if full else (lambda a, b: torch.stack([a, b], dim=1))
+    ctx = join(x1[:, :, :-1], x2[:, :, :-1])  # (U, B, N, C, k): one copy, straight from the views
+    query = join(x1[:, :, -1], x2[:, :, -1])  # (U, B, N, k)
     expand = lambda t: t.repeat_interleave(per_data, dim=0).contiguous()  # noqa: E731  (M, ...)
-    return Batch(feats[:, :, :, :-1].contiguous(), feats[:, :, :, -1].contiguous(), expand(y[:, :, :-1]),
-                 expand(y[:, :, -1]), expand(kind[:, :, -1]), per_data)
+    return Batch(ctx, query, expand(y[:, :, :-1]), expand(y[:, :, -1]), expand(kind[:, :, -1]), per_data)
 
 
 def _by_data(t: torch.Tensor, per_data: int) -> torch.Tensor:

@@ -107,8 +107,12 @@ def _prompts(config: Config, members: list[Member], n: int, split: str, dtype: t
         spec = replace(data_spec(config), p0=p0, q0=q0)
         parts.append(sample_prompts(spec, [owners[i].seed for i in idx], n, split, dtype))
         order += idx
-    perm = torch.argsort(torch.tensor(order))
-    cat = {k: torch.cat([getattr(p, k) for p in parts])[perm] for k in ("x1", "x2", "y", "kind")}
+    if len(parts) == 1:  # the common case: no concatenation or reordering copies
+        cat = {k: getattr(parts[0], k) for k in ("x1", "x2", "y", "kind")}
+    else:
+        perm = torch.argsort(torch.tensor(order))
+        cat = {k: torch.cat([getattr(p, k) for p in parts])[perm] for k in ("x1", "x2", "y", "kind")}
+    del parts
     return make_batch(cat["x1"], cat["x2"], cat["y"], cat["kind"], config.model.weights == "full", per_data)
 
 
