@@ -88,3 +88,12 @@ def test_commented_yaml_round_trips():
     text = to_commented_yaml(cfg)
     assert "# " in text
     assert Config.model_validate(yaml.safe_load(text)) == cfg
+
+
+def test_union_field_one_line_and_keys_with_values_together():
+    with pytest.raises(UserError) as err:
+        resolve(Config, sets=["train.threads=foo", "train.etaa=1", "train.eta0=-1"])
+    msgs = err.value.messages
+    assert len(msgs) == 3
+    assert any(m.startswith('train.threads="foo":') and " or " in m for m in msgs)
+    assert any("did you mean 'eta'" in m for m in msgs) and any(m.startswith("train.eta0=-1") for m in msgs)

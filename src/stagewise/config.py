@@ -13,12 +13,22 @@ import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from .errors import UserError
+
+
+def _threads(value: int | str) -> int | str:
+    if value != "auto" and value < 1:
+        raise ValueError("must be >= 1 or auto")
+    return value
+
+
+Threads = Annotated[int | Literal["auto"], AfterValidator(_threads)]
+"""A CPU thread count for a lab's trainer: a positive int or "auto" (the lab decides)."""
 
 
 class ConfigModel(BaseModel):
@@ -82,6 +92,14 @@ def parse_overrides(cls: type[BaseModel], sets: list[str]) -> dict[str, Any]:
     Keys are checked against the config schema (unknown keys suggest the closest name);
     values are parsed as YAML scalars/lists (``0.1``, ``true``, ``[1, 3]``, ``null``).
     """
+    out, errors = _parse_overrides(cls, sets)
+    if errors:
+        raise UserError(*errors)
+    return out
+
+
+def _parse_overrides(cls: type[BaseModel], sets: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """(overrides of the well-formed items, one message per bad item)."""
     out: dict[str, Any] = {}
     errors: list[str] = []
     for item in sets:
@@ -113,9 +131,7 @@ def parse_overrides(cls: type[BaseModel], sets: list[str]) -> dict[str, Any]:
             for part in parts[:-1]:
                 node = node.setdefault(part, {})
             node[parts[-1]] = value
-    if errors:
-        raise UserError(*errors)
-    return out
+    return out, errors
 
 
 def _format_error(err: dict[str, Any]) -> str:
@@ -133,18 +149,37 @@ def _format_error(err: dict[str, Any]) -> str:
         msg = msg[len("Value error, "):]
     elif msg.startswith("Input should be "):
         msg = "must be " + msg[len("Input should be "):]
-    if not loc:
+    if not loc or isinstance(value, dict):  # a section-level check names its own keys
         return msg
     return f"{loc}={shown}: {msg}"
 
 
+def _field_loc(cls: type[BaseModel], loc: tuple) -> tuple:
+    """The part of an error location that names config fields (drops union-member tags
+    such as ``int`` or ``literal['auto']`` that pydantic appends)."""
+    model: type[BaseModel] | None = cls
+    out = []
+    for part in loc:
+        if isinstance(part, int):  # a list index
+            out.append(part)
+        elif model is not None and part in model.model_fields:
+            out.append(part)
+            model = _submodel(model.model_fields[part].annotation)
+        else:  # a union member's tag: the field ends here
+            break
+    return tuple(out)
+
+
 def validate(cls: type[BaseModel], data: dict[str, Any]) -> BaseModel:
-    """Build ``cls`` from ``data``; every problem becomes one line of a UserError."""
+    """Build ``cls`` from ``data``; every problem becomes one line of a UserError (the
+    alternatives of a union field are merged into one line)."""
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
-        lines = []
+        lines: dict[tuple, str] = {}
         for err in exc.errors():
+            if err["type"] != "extra_forbidden":
+                err = {**err, "loc": _field_loc(cls, tuple(err["loc"]))}
             line = _format_error(err)
             if err["type"] == "extra_forbidden":
                 parent = cls
@@ -152,8 +187,12 @@ def validate(cls: type[BaseModel], data: dict[str, Any]) -> BaseModel:
                     parent = _submodel(parent.model_fields[part].annotation) if parent and part in parent.model_fields else None
                 if parent is not None:
                     line += _did_you_mean(str(err["loc"][-1]), list(parent.model_fields))
-            lines.append(line)
-        raise UserError(*lines) from None
+            key = tuple(err["loc"])
+            if key in lines and err["type"] != "extra_forbidden":  # another alternative of a union
+                lines[key] += " or " + line.split(": ", 1)[-1]
+            else:
+                lines[key] = line
+        raise UserError(*lines.values()) from None
 
 
 def resolve(
@@ -169,11 +208,19 @@ def resolve(
         file_data = load_yaml(file)
         validate(cls, deep_merge(data, file_data))  # unknown keys reported against the file
         data = deep_merge(data, file_data)
+    errors: list[str] = []
     if sets:
-        data = deep_merge(data, parse_overrides(cls, sets))
+        overrides, errors = _parse_overrides(cls, sets)
+        data = deep_merge(data, overrides)
     if extra:
         data = deep_merge(data, extra)
-    return validate(cls, data)
+    try:
+        config = validate(cls, data)
+    except UserError as err:  # report bad keys and bad values together
+        raise UserError(*errors, *err.messages) from None
+    if errors:
+        raise UserError(*errors)
+    return config
 
 
 # ---------------------------------------------------------------------------- output

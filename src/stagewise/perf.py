@@ -12,6 +12,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
 
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 _done: bool | None = None
@@ -40,3 +44,15 @@ def tune_allocator() -> bool:
     ok = mallopt(_M_TOP_PAD, 16 << 20) == 1 and ok
     _done = ok
     return ok
+
+
+@contextmanager
+def training_threads(threads: int) -> Iterator[None]:
+    """Tune the allocator and run the block with ``threads`` torch threads (restored after)."""
+    tune_allocator()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config import ConfigModel
+from ...config import ConfigModel, Threads
 
 Finite = dict(allow_inf_nan=False)
 
@@ -77,15 +77,8 @@ class TrainConfig(ConfigModel):
     log_every: int = Field(20, ge=1, description="[run] log train and test metrics every k steps (and at t1 and the end)")
     spectrum_every: int = Field(200, ge=1, description="[run] log eigenvalues / singular values every k steps (and at t1 and the end)")
     checkpoint_every: int = Field(1000, ge=1, description="[run] safetensors checkpoint every k steps (for --resume)")
-    threads: int | Literal["auto"] = Field("auto", description="[run] CPU threads; auto = all cores when a step streams at least 2e5\n"
+    threads: Threads = Field("auto", description="[run] CPU threads; auto = all cores when a step streams at least 2e5\n"
                                            "context features (members x N x (L-1) x d), else 1")
-
-    @field_validator("threads")
-    @classmethod
-    def _threads(cls, value):
-        if value != "auto" and value < 1:
-            raise ValueError(f"train.threads={value}: must be >= 1 or auto")
-        return value
 
     @model_validator(mode="after")
     def _check(self):

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ...perf import tune_allocator
+from ...perf import training_threads
 from .config import Config
 from .data import DataSpec, sample_prompts
 from .model import Batch, forward, gradients, make_batch
@@ -224,10 +224,7 @@ def run_training(ens: Ensemble, state: State, total: int, on_step: Callable[[int
                  progress=None) -> State:
     """Updates state.step+1 .. total, calling ``on_step(t, state)`` after each (and at the
     start when state.step == 0)."""
-    tune_allocator()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(ens.config.thread_count(ens.size))
-    try:
+    with training_threads(ens.config.thread_count(ens.size)):
         if state.step == 0:
             on_step(0, state)
         with (progress or nullcontext(lambda n=1: None)) as advance:
@@ -236,6 +233,4 @@ def run_training(ens: Ensemble, state: State, total: int, on_step: Callable[[int
                 state.step = t
                 on_step(t, state)
                 advance(1)
-    finally:
-        torch.set_num_threads(threads)
     return state

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config import ConfigModel
+from ...config import ConfigModel, Threads
 
 
 class DataConfig(ConfigModel):
@@ -83,16 +83,9 @@ class TrainConfig(ConfigModel):
     on_tiny_grad: Literal["stop", "flag"] = Field("stop", description="stop: that seed stops updating (flagged); flag: keep going, flagged")
     log_every: int = Field(1, ge=1, description="log metrics every k steps (stage ends and the last step are always logged)")
     checkpoint_every: int = Field(100, ge=1, description="safetensors checkpoint every k steps (for --resume)")
-    threads: int | Literal["auto"] = Field(
+    threads: Threads = Field(
         "auto", description="CPU threads for torch while training; auto = min(cores, n_seeds // 16), at least 1.\n"
         "Small ensembles run fastest on one thread; large ones gain from more (64 seeds: 1.8x on 2 cores)")
-
-    @field_validator("threads")
-    @classmethod
-    def _positive_threads(cls, value):
-        if value != "auto" and value < 1:
-            raise ValueError(f"train.threads={value}: must be >= 1 or auto")
-        return value
 
     @model_validator(mode="after")
     def _check(self):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ...perf import tune_allocator
+from ...perf import training_threads
 from ...runs import Diverged, RunContext
 from .config import Config
 from .model import Forward, collocation_loss, cross_entropy, forward, gradients, predict, token_matrices, with_unknown
@@ -219,13 +219,8 @@ def train(config: Config, problem: Problem, ctx: RunContext | None = None) -> Pa
 
     Returns the final parameters. Uses ``config.thread_count()`` torch threads meanwhile.
     """
-    tune_allocator()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.thread_count())
-    try:
+    with training_threads(config.thread_count()):
         return _train(config, problem, ctx)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
