@@ -192,3 +192,16 @@ def test_reproduce_report(tmp_path, monkeypatch):
     ids = {c["id"] for r in report["runs"] for c in r["claims"]}
     assert {"p_learned_stage1", "annealing_needed", "noise_needed", "spectral_corollary"} <= ids
     assert (tmp_path / "rep" / "figures" / "ablations-ablations.png").exists()
+
+
+def test_grid_experiment_batches_all_combinations(tmp_path):
+    config = tiny(experiment={"kind": "grid", "grid": {"eta1": [0.5, 1.0], "noise": [0.0, 0.05]}})
+    from stagewise.labs.disentangled.experiments import groups
+
+    (group,) = groups(config)
+    assert len(group.members) == 2 * 4 and [m.seed for m in group.members[:4]] == [0, 0, 0, 0]
+    ens = build_ensemble(config, group.members)
+    assert ens.train.per_data == 4  # each seed's data once, four variants over it
+    summary = json.loads(run_dir(tmp_path, "g", config).summary.read_text())
+    assert set(summary["grid"]) == {"eta1=0.5,noise=0", "eta1=0.5,noise=0.05", "eta1=1,noise=0", "eta1=1,noise=0.05"}
+    assert all(isinstance(v["staged"], bool) for v in summary["grid"].values())

@@ -95,17 +95,32 @@ class ThresholdConfig(ConfigModel):
 
 
 class ExperimentConfig(ConfigModel):
-    kind: Literal["two-stage", "ablations", "spectral", "d-scaling"] = Field(
+    kind: Literal["two-stage", "ablations", "spectral", "d-scaling", "grid"] = Field(
         "two-stage", description="[run] two-stage: the staged run; ablations: the same data and seeds under each ablation;\n"
+        "grid: every combination of experiment.grid's values, all batched in one pass over each seed's data;\n"
         "spectral: spectra + truncation intervention; d-scaling: K^1, K^2 at the stage ends as d grows")
     ablations: list[Literal["no-anneal", "small-lr", "no-noise", "no-l2", "joint", "mixture-off", "full"]] = Field(
         ["no-anneal", "small-lr", "no-noise", "no-l2", "joint", "mixture-off", "full"],
         description="[run] ablations run beside the baseline (kind=ablations)")
+    grid: dict[Literal["eta1", "eta2", "t1", "noise", "l2"], list[float]] = Field(
+        {"eta1": [0.3, 1.0], "noise": [0.0, 0.02, 0.05, 0.1]},
+        description="[run] kind=grid: values per hyper-parameter (eta1, eta2, t1, noise, l2); the product runs as one\n"
+        "batched computation (shapes are kept), each combination on the same seeds and data")
     truncation_ks: list[int] | None = Field(None, description="[run] k values for the top-k / bottom-k truncation; null = 0..2d in 8 steps")
     dims: list[int] = Field([8, 16, 32, 64, 128], description="[run] kind=d-scaling: the d values")
     scale_rules: bool = Field(True, description="[reconstructed] kind=d-scaling: 1/lambda ~ sqrt(log d) and L ~ sqrt(d) log d (the\n"
                               "assumptions' orders, anchored at the base config's d); eta1, eta2, t1 stay fixed (no rule known);\n"
                               "false keeps everything fixed")
+
+    @field_validator("grid")
+    @classmethod
+    def _grid(cls, value):
+        for key, values in value.items():
+            if not values or any(not math.isfinite(v) or v < 0 for v in values):
+                raise ValueError(f"experiment.grid.{key}={values}: need a non-empty list of finite values >= 0")
+            if key in ("eta1", "eta2") and any(v <= 0 for v in values):
+                raise ValueError(f"experiment.grid.{key}={values}: step sizes must be > 0")
+        return value
 
     @field_validator("dims")
     @classmethod

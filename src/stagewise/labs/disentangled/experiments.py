@@ -71,6 +71,8 @@ def groups(config: Config) -> list[Group]:
     kind = config.experiment.kind
     if kind in ("two-stage", "spectral"):
         return [Group("baseline", config, members_from_config(config))]
+    if kind == "grid":
+        return [Group("grid", config, seed_major(config, grid_variants(config)), prefix_by_variant=True)]
     if kind == "d-scaling":
         return [Group(f"d={d}", cfg := scaled_config(config, d), members_from_config(cfg), prefix=f"d={d}/")
                 for d in config.experiment.dims]
@@ -86,9 +88,27 @@ def groups(config: Config) -> list[Group]:
         else:
             shared.append(name)
             overrides[name] = member_over
-    per_variant = {v: members_from_config(config, v, **overrides[v]) for v in shared}
-    batched = [per_variant[v][i] for i in range(config.n_seeds) for v in shared]
+    batched = seed_major(config, {v: overrides[v] for v in shared})
     return [Group("batched", config, batched, prefix_by_variant=True)] + separate
+
+
+def seed_major(config: Config, variants: dict[str, dict[str, Any]]) -> list[Member]:
+    """Members for every (seed, variant), seed-major, so each seed's data is stored once and
+    its K variants are contracted in one pass."""
+    per_variant = {name: members_from_config(config, name, **over) for name, over in variants.items()}
+    return [per_variant[name][i] for i in range(config.n_seeds) for name in variants]
+
+
+def grid_variants(config: Config) -> dict[str, dict[str, float]]:
+    """Name -> overrides of every combination in ``experiment.grid`` (e.g. "eta1=1,noise=0.05")."""
+    from itertools import product
+
+    keys = list(config.experiment.grid)
+    out = {}
+    for values in product(*(config.experiment.grid[k] for k in keys)):
+        over = {k: (int(v) if k == "t1" else float(v)) for k, v in zip(keys, values)}
+        out[",".join(f"{k}={v:g}" for k, v in over.items())] = over
+    return out
 
 
 def _log_rows(group: Group, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

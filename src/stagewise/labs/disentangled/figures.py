@@ -94,8 +94,9 @@ def spectra(config: Config, frame: pd.DataFrame, folder: Path) -> list[Path]:
     return save(fig, folder, "spectra")
 
 
-def ablations(config: Config, frame: pd.DataFrame, summary: dict[str, Any], folder: Path) -> list[Path]:
-    variants = ["baseline"] + list(config.experiment.ablations)
+def ablations(config: Config, frame: pd.DataFrame, summary: dict[str, Any], folder: Path, key: str = "ablations") -> list[Path]:
+    """One accuracy panel per variant and the stage table (ablations or grid)."""
+    variants = list(summary[key])
     cols = 4
     rows = math.ceil(len(variants) / cols)
     fig, axes = figure(rows + 1, cols, (15, 3.2 * (rows + 1)))
@@ -108,15 +109,15 @@ def ablations(config: Config, frame: pd.DataFrame, summary: dict[str, Any], fold
     table_ax = axes[rows, 0]
     for ax in axes[rows, 1:]:
         ax.remove()
-    cells = [[v] + [f"{summary['ablations'][v][k]:.3f}" for k in ("stage1.acc.p_only", "stage1.acc.q_only", "stage2.acc.p_only", "stage2.acc.q_only")]
+    cells = [[v] + [f"{summary[key][v][k]:.3f}" for k in ("stage1.acc.p_only", "stage1.acc.q_only", "stage2.acc.p_only", "stage2.acc.q_only")]
              for v in variants]
     table = table_ax.table(cellText=cells, colLabels=["variant", "P-only @ t1", "Q-only @ t1", "P-only @ end", "Q-only @ end"],
                            loc="center", bbox=[0, 0, 4.2, 1])
     table.auto_set_font_size(False)
     table.set_fontsize(8)
-    fig.suptitle("ablations on the same data and seeds (mean over seeds)")
+    fig.suptitle(f"{key} on the same data and seeds (mean over seeds)")
     fig.subplots_adjust(hspace=0.45, wspace=0.3)
-    return save(fig, folder, "ablations")
+    return save(fig, folder, key)
 
 
 def d_scaling(summary: dict[str, Any], folder: Path) -> list[Path]:
@@ -142,8 +143,8 @@ def d_scaling(summary: dict[str, Any], folder: Path) -> list[Path]:
 def make_figures(config: Config, frame: pd.DataFrame, summary: dict[str, Any], folder: str | Path) -> list[Path]:
     folder = Path(folder)
     kind = config.experiment.kind
-    if kind == "ablations":
-        return ablations(config, frame, summary, folder)
+    if kind in ("ablations", "grid"):
+        return ablations(config, frame, summary, folder, kind)
     if kind == "d-scaling":
         return d_scaling(summary, folder)
     return two_stage(config, frame, folder) + spectra(config, frame, folder)

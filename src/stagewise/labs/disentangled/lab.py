@@ -23,6 +23,8 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
                   {"experiment": {"kind": "ablations"}, "data": {"n_test": 1000}, "train": {"log_every": 50, "spectrum_every": 1000}}),
     "spectral": ("spectra of W, V over training and the top-k / bottom-k truncation of blockdiag(W, V)",
                  {"experiment": {"kind": "spectral"}, "train": {"spectrum_every": 50}}),
+    "grid": ("eta1 x update-noise grid (0.3, 1.0) x (0, 0.02, 0.05, 0.1), batched in one pass: where do the stages appear?",
+             {"experiment": {"kind": "grid"}, "data": {"n_test": 1000}, "train": {"log_every": 50, "spectrum_every": 1000}}),
     "d-scaling": ("K1, K2 at the stage ends for d = 8..128 with lambda and L scaled by the assumption's rules",
                   {"experiment": {"kind": "d-scaling"}, "n_seeds": 3,
                    "data": {"n_test": 500}, "train": {"steps": 3000, "log_every": 100, "spectrum_every": 3000}}),

@@ -124,6 +124,11 @@ def summarize(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> di
                                  base_two_stage and q1 > th.q_unlearned,
                                  f"baseline Q-only at t1 {tables['baseline']['stage1.acc.q_only']:.3f}; no-noise {q1:.3f} "
                                  f"(at the end {nn['stage2.acc.q_only']:.3f})"))
+    elif kind == "grid":
+        from .experiments import grid_variants
+
+        tables = {v: stage_table(config, frame, f"{v}/") for v in grid_variants(config)}
+        summary["grid"] = {v: {**t, "staged": _two_stage_holds(config, t)} for v, t in tables.items()}
     elif kind == "d-scaling":
         summary["d_scaling"] = d_table(config, frame, extras)
         claims.append(bound_claim(summary["d_scaling"]))
