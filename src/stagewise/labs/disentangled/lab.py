@@ -36,6 +36,7 @@ REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("two-stage", "two-stage", {}, _QUICK),
     ("ablations", "ablations", {}, {**_QUICK, "experiment": {"ablations": ["no-anneal", "no-noise"]}}),
     ("spectral", "spectral", {}, None),
+    ("grid", "grid", {}, None),
     ("d-scaling", "d-scaling", {}, {"n_seeds": 2, "data": {"n_train": 200, "n_test": 300},
                                     "experiment": {"dims": [8, 16, 32]},
                                     "train": {"steps": 800, "log_every": 100, "spectrum_every": 800}}),
