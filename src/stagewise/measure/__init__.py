@@ -1,6 +1,6 @@
 """Lab-independent analysis on logged metrics: rate fits, spectra, stage detection."""
 
-from .ratefit import Fit, linear_fit, log_linear_rate, power_exponent, series
+from .ratefit import Fit, linear_fit, log_linear_rate, power_exponent, series, values_at
 from .spectra import Spectrum, spectrum, spectrum_metrics, truncate, truncate_eig
 from .stages import StageReport, crossing_step, crossing_steps, detect_stages
 
@@ -19,4 +19,5 @@ __all__ = [
     "spectrum_metrics",
     "truncate",
     "truncate_eig",
+    "values_at",
 ]

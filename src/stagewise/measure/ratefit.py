@@ -24,9 +24,6 @@ class Fit:
         return asdict(self)
 
 
-NAN_FIT = Fit(float("nan"), float("nan"), float("nan"), 0)
-
-
 def _least_squares(x: np.ndarray, y: np.ndarray) -> Fit:
     if len(x) < 3 or np.ptp(x) == 0:
         return Fit(float("nan"), float("nan"), float("nan"), int(len(x)))
@@ -72,3 +69,9 @@ def series(metrics: pd.DataFrame, metric: str, seed: int | None = None) -> tuple
         return rows["step"].to_numpy(), rows["value"].to_numpy()
     wide = rows.pivot(index="step", columns="seed", values="value").sort_index()
     return wide.index.to_numpy(), wide.to_numpy()
+
+
+def values_at(metrics: pd.DataFrame, metric: str, step: int) -> np.ndarray:
+    """Values of one metric at one step, one per seed in seed order (empty if not logged)."""
+    rows = metrics[(metrics["metric"] == metric) & (metrics["step"] == step)].sort_values("seed")
+    return rows["value"].to_numpy()

@@ -22,13 +22,12 @@ import subprocess
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 
-STATUSES = ("running", "done", "failed", "diverged")
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -250,9 +249,3 @@ class Checkpoints:
             return int(metadata["step"]), tensors, json.loads(metadata.get("meta", "{}"))
         return None
 
-
-def iter_metric(frame: pd.DataFrame, metric: str) -> Iterable[tuple[int, pd.DataFrame]]:
-    """(seed, rows of one metric sorted by step) for each seed."""
-    rows = frame[frame["metric"] == metric]
-    for seed, group in rows.groupby("seed", sort=True):
-        yield int(seed), group.sort_values("step")

@@ -8,25 +8,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...measure import detect_stages
+from ...measure import detect_stages, values_at
+from ...report.claims import claim
 from .config import Config
 
 LOG2 = math.log(2.0)
 REVIEW_FLOOR = math.log1p(math.exp(-1.0))  # the reviewer's lower bound on K1, log(1 + e^-1)
 
 
-def _values(frame: pd.DataFrame, metric: str, step: int) -> np.ndarray:
-    rows = frame[(frame["metric"] == metric) & (frame["step"] == step)].sort_values("seed")
-    return rows["value"].to_numpy()
-
-
 def _mean(frame: pd.DataFrame, metric: str, step: int) -> float:
-    vals = _values(frame, metric, step)
+    vals = values_at(frame, metric, step)
     return float(np.nanmean(vals)) if len(vals) else float("nan")
-
-
-def _claim(cid: str, statement: str, holds: bool, evidence: str) -> dict[str, Any]:
-    return {"id": cid, "statement": statement, "holds": bool(holds), "evidence": evidence}
 
 
 def stage_table(config: Config, frame: pd.DataFrame, prefix: str = "") -> dict[str, Any]:
@@ -38,8 +30,8 @@ def stage_table(config: Config, frame: pd.DataFrame, prefix: str = "") -> dict[s
             out[f"{stage}.acc.{kind}"] = _mean(frame, f"{prefix}test.acc.{kind}", step)
         for k in ("K1", "K2"):
             out[f"{stage}.{k}"] = _mean(frame, f"{prefix}test.{k}", step)
-    out["per_seed_q_only_stage1"] = _values(frame, f"{prefix}test.acc.q_only", t1).tolist()
-    out["per_seed_q_only_stage2"] = _values(frame, f"{prefix}test.acc.q_only", end).tolist()
+    out["per_seed_q_only_stage1"] = values_at(frame, f"{prefix}test.acc.q_only", t1).tolist()
+    out["per_seed_q_only_stage2"] = values_at(frame, f"{prefix}test.acc.q_only", end).tolist()
     return out
 
 
@@ -47,13 +39,13 @@ def stage_claims(config: Config, table: dict[str, Any]) -> list[dict[str, Any]]:
     th, t1, end = config.thresholds, config.train.t1, config.train.steps
     p1, q1, p2, q2 = (table[k] for k in ("stage1.acc.p_only", "stage1.acc.q_only", "stage2.acc.p_only", "stage2.acc.q_only"))
     return [
-        _claim("p_learned_stage1", f"P is learned in stage 1: mean P-only test accuracy at t1 = {t1} >= {th.p_learned}",
+        claim("p_learned_stage1", f"P is learned in stage 1: mean P-only test accuracy at t1 = {t1} >= {th.p_learned}",
                p1 >= th.p_learned, f"{p1:.3f}"),
-        _claim("q_not_learned_stage1", f"Q is not learned in stage 1: mean Q-only test accuracy at t1 <= {th.q_unlearned}",
+        claim("q_not_learned_stage1", f"Q is not learned in stage 1: mean Q-only test accuracy at t1 <= {th.q_unlearned}",
                q1 <= th.q_unlearned, f"{q1:.3f} (per seed {', '.join(f'{v:.2f}' for v in table['per_seed_q_only_stage1'])})"),
-        _claim("q_learned_stage2", f"Q is learned in stage 2: mean Q-only test accuracy at the end (t = {end}) >= {th.q_learned}",
+        claim("q_learned_stage2", f"Q is learned in stage 2: mean Q-only test accuracy at the end (t = {end}) >= {th.q_learned}",
                q2 >= th.q_learned, f"{q2:.3f} (per seed {', '.join(f'{v:.2f}' for v in table['per_seed_q_only_stage2'])})"),
-        _claim("p_kept_stage2", f"P is kept in stage 2: mean P-only test accuracy at the end >= {th.p_learned}",
+        claim("p_kept_stage2", f"P is kept in stage 2: mean P-only test accuracy at the end >= {th.p_learned}",
                p2 >= th.p_learned, f"{p2:.3f}"),
     ]
 
@@ -62,7 +54,7 @@ def _two_stage_holds(config: Config, table: dict[str, Any]) -> bool:
     return all(c["holds"] for c in stage_claims(config, table))
 
 
-def spectral_claim(config: Config, frame: pd.DataFrame) -> dict[str, Any] | None:
+def spectralclaim(config: Config, frame: pd.DataFrame) -> dict[str, Any] | None:
     """The corollary ("small eigenvalues elementary, large specialized") at the end of
     training, tested two ways: the P block's spectral norm is below the Q block's, and in
     the truncation of blockdiag(W, V) to half its singular directions (k = d of 2d), P
@@ -75,7 +67,7 @@ def spectral_claim(config: Config, frame: pd.DataFrame) -> dict[str, Any] | None
     if any(math.isnan(v) for v in [*vals.values(), w_norm, v_norm]):
         return None
     holds = w_norm < v_norm and vals["bottom.p_only"] >= vals["top.p_only"] and vals["top.q_only"] >= vals["bottom.q_only"]
-    return _claim("spectral_corollary",
+    return claim("spectral_corollary",
                   "small singular values carry P, large ones Q: ||W||_2 < ||V||_2, and keeping the bottom d of the 2d "
                   "singular directions of blockdiag(W, V) keeps P at least as well as the top d, while the top d keep Q "
                   "at least as well as the bottom d",
@@ -101,7 +93,7 @@ def summarize(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> di
         summary["stages"] = table
         summary["stage_detection"] = stage_detection(config, frame)
         claims += stage_claims(config, table)
-        spectral = spectral_claim(config, frame)
+        spectral = spectralclaim(config, frame)
         if spectral:
             claims.append(spectral)
     elif kind == "ablations":
@@ -113,13 +105,13 @@ def summarize(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> di
         th = config.thresholds
         if "no-anneal" in tables:
             q = tables["no-anneal"]["stage2.acc.q_only"]
-            claims.append(_claim("annealing_needed", f"with the baseline staged, constant eta1 (no annealing) leaves Q-only < {th.q_learned} at the end",
+            claims.append(claim("annealing_needed", f"with the baseline staged, constant eta1 (no annealing) leaves Q-only < {th.q_learned} at the end",
                                  base_two_stage and q < th.q_learned,
                                  f"baseline Q-only at end {tables['baseline']['stage2.acc.q_only']:.3f}; no-anneal {q:.3f}"))
         if "no-noise" in tables:
             nn = tables["no-noise"]
             q1 = nn["stage1.acc.q_only"]
-            claims.append(_claim("noise_needed", "with the baseline staged, removing the update noise lets Q be picked up "
+            claims.append(claim("noise_needed", "with the baseline staged, removing the update noise lets Q be picked up "
                                  f"in the large-LR stage already (mean Q-only test accuracy at t1 > {th.q_unlearned})",
                                  base_two_stage and q1 > th.q_unlearned,
                                  f"baseline Q-only at t1 {tables['baseline']['stage1.acc.q_only']:.3f}; no-noise {q1:.3f} "
@@ -131,7 +123,7 @@ def summarize(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> di
         summary["grid"] = {v: {**t, "staged": _two_stage_holds(config, t)} for v, t in tables.items()}
     elif kind == "d-scaling":
         summary["d_scaling"] = d_table(config, frame, extras)
-        claims.append(bound_claim(summary["d_scaling"]))
+        claims.append(boundclaim(summary["d_scaling"]))
     summary["claims"] = claims
     return summary
 
@@ -150,7 +142,7 @@ def d_table(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> list
     return rows
 
 
-def bound_claim(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def boundclaim(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Does the P loss (end of stage 1) tend to 0 as d grows, as Theorem 2 claims?
 
     Tested on K1 over the prompts whose query carries P (a Q-only query's P part is 0, so
@@ -161,12 +153,12 @@ def bound_claim(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ds = np.array([r["d"] for r in rows], float)
     k1 = np.array([r["K1.p_queries_stage1"] for r in rows], float)
     if len(ds) < 2:
-        return _claim("bound_tends_to_zero", "K1 tends to 0 as d grows (needs at least two d values)", False,
+        return claim("bound_tends_to_zero", "K1 tends to 0 as d grows (needs at least two d values)", False,
                       f"only d = {ds.tolist()}")
     x = 1 / np.sqrt(np.log(ds))
     slope, limit = np.polyfit(x, k1, 1)
     holds = bool(limit < 0.05 and k1[-1] < k1[-2])
-    return _claim("bound_tends_to_zero", "the P loss K1 (queries carrying P) at the end of stage 1 tends to 0 as d grows: "
+    return claim("bound_tends_to_zero", "the P loss K1 (queries carrying P) at the end of stage 1 tends to 0 as d grows: "
                   "a linear fit against 1/sqrt(log d) extrapolates to < 0.05 at d -> inf, and K1 still falls between the "
                   "two largest d", holds,
                   "K1 by d: " + ", ".join(f"d={int(d)}: {v:.3f}" for d, v in zip(ds, k1)) +

@@ -9,17 +9,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...measure import linear_fit, log_linear_rate, power_exponent, series
+from ...measure import linear_fit, log_linear_rate, power_exponent, series, values_at
+from ...report.claims import claim
 from .config import Config
 
 FINAL_METRICS = ("loss", "loss_stage1", "loss_floor", "loss_gap", "cos_wov", "cos_wkq", "norm_wov", "norm_wkq",
                  "opt_attn_min", "opt_attn_mean", "train_acc", "gen_acc", "grad_norm_wkq")
-
-
-def _at(frame: pd.DataFrame, metric: str, step: int) -> np.ndarray:
-    """Values of ``metric`` at ``step``, one per seed (seed order)."""
-    rows = frame[(frame["metric"] == metric) & (frame["step"] == step)].sort_values("seed")
-    return rows["value"].to_numpy()
 
 
 def _stats(values: np.ndarray) -> dict[str, float]:
@@ -74,10 +69,6 @@ def rate_fits(config: Config, frame: pd.DataFrame, seeds: list[int], eta0: float
     return out
 
 
-def _claim(cid: str, statement: str, holds: bool, evidence: str) -> dict[str, Any]:
-    return {"id": cid, "statement": statement, "holds": bool(holds), "evidence": evidence}
-
-
 def _fmt(values) -> str:
     arr = np.asarray(values, dtype=float)
     if arr.size == 1:
@@ -93,8 +84,8 @@ def claims(config: Config, frame: pd.DataFrame, extras: dict[str, Any], rates: d
     ngd = config.train.optimizer == "normalized_gd"
     out = []
     if two_stage and T > 0:
-        cos_t = _at(frame, "cos_wov", T)
-        out.append(_claim("stage1_direction", "after stage 1, cos(W_ov, W_ov*) >= 0.99 for every seed",
+        cos_t = values_at(frame, "cos_wov", T)
+        out.append(claim("stage1_direction", "after stage 1, cos(W_ov, W_ov*) >= 0.99 for every seed",
                           bool(np.all(cos_t >= 0.99)), f"cos(W_ov, W_ov*) at t={T}: {_fmt(cos_t)}"))
         if ngd and config.model.init == "zero" and extras["orthonormal"]:
             rows = frame[(frame["step"] >= 1) & (frame["step"] <= T)]
@@ -104,35 +95,35 @@ def claims(config: Config, frame: pd.DataFrame, extras: dict[str, Any], rates: d
             moving = norm[~norm["step"].isin(frozen["step"])] if frozen.empty else norm[norm["step"] < frozen["step"].min()]
             cos_err = float((1 - cos["value"]).abs().max())
             norm_err = float((moving["value"] - moving["step"] * rates["eta0"]).abs().max()) if len(moving) else float("nan")
-            out.append(_claim("stage1_exact", "zero init: cos(W_ov, W_ov*) = 1 (to 1e-9) from step 1 and ||W_ov|| = t*eta0 (to 1e-9)",
+            out.append(claim("stage1_exact", "zero init: cos(W_ov, W_ov*) = 1 (to 1e-9) from step 1 and ||W_ov|| = t*eta0 (to 1e-9)",
                               cos_err <= 1e-9 and norm_err <= 1e-9,
                               f"max |1 - cos| over steps 1..{T}: {cos_err:.3g}; max | ||W_ov|| - t*eta0 |: {norm_err:.3g}"))
             vocab = extras["vocab_size"]
             delta = T * rates["eta0"] / math.sqrt(vocab - 1)
             closed = math.log1p((vocab - 1) * math.exp(-delta))
-            floor = _at(frame, "loss_floor", T)
+            floor = values_at(frame, "loss_floor", T)
             err = float(np.max(np.abs(floor - closed)))
-            out.append(_claim("loss_floor_closed_form", "the stage-2 loss floor equals log(1 + (|V|-1) e^-Delta), Delta = T eta0 / sqrt(|V|-1)",
+            out.append(claim("loss_floor_closed_form", "the stage-2 loss floor equals log(1 + (|V|-1) e^-Delta), Delta = T eta0 / sqrt(|V|-1)",
                               err <= 1e-9 * max(1.0, closed), f"closed form {closed:.6g}; measured {_fmt(floor)}; max error {err:.3g}"))
     r2 = np.asarray(rates["norm_wkq_r2"])
     slope = np.asarray(rates["norm_wkq_slope"])
     step = rates["eta"] if two_stage else rates["eta0"]
-    out.append(_claim("norms_linear", "||W_kq|| grows linearly in t (R^2 >= 0.99 for every seed)",
+    out.append(claim("norms_linear", "||W_kq|| grows linearly in t (R^2 >= 0.99 for every seed)",
                       bool(np.all(r2 >= 0.99)), f"R^2 {_fmt(r2)}; slope/eta {_fmt(slope / step)}"))
-    cos_end = _at(frame, "cos_wkq", total)
+    cos_end = values_at(frame, "cos_wkq", total)
     expo = np.asarray(rates["one_minus_cos_wkq_exponent"])
-    out.append(_claim("cos_wkq_to_one", "cos(W_kq, W_kq*) -> 1: >= 0.95 at the last step and 1 - cos decaying (fitted exponent > 0), every seed",
+    out.append(claim("cos_wkq_to_one", "cos(W_kq, W_kq*) -> 1: >= 0.95 at the last step and 1 - cos decaying (fitted exponent > 0), every seed",
                       bool(np.all(cos_end >= 0.95) and np.all(expo > 0)),
                       f"cos at t={total}: {_fmt(cos_end)}; exponent of 1 - cos vs t: {_fmt(expo)} (theory: ~1 up to log factors)"))
     rate = np.asarray(rates["loss_gap_rate"])
     gr2 = np.asarray(rates["loss_gap_r2"])
-    out.append(_claim("loss_linear", "L - floor converges linearly: log(L - floor) falls linearly in t over the second half "
+    out.append(claim("loss_linear", "L - floor converges linearly: log(L - floor) falls linearly in t over the second half "
                       "of stage 2 (slope < 0, R^2 >= 0.9), every seed",
                       bool(np.all(rate < 0) and np.all(gr2 >= 0.9)), f"slope {_fmt(rate)}; R^2 {_fmt(gr2)}"))
-    start_attn = _at(frame, "opt_attn_min", T if two_stage else 0)
-    end_attn = _at(frame, "opt_attn_min", total)
+    start_attn = values_at(frame, "opt_attn_min", T if two_stage else 0)
+    end_attn = values_at(frame, "opt_attn_min", total)
     arate, ar2 = np.asarray(rates["attn_gap_rate"]), np.asarray(rates["attn_gap_r2"])
-    out.append(_claim("attention_concentrates", "attention on optimal positions -> 1 exponentially: 1 - (min mass over samples) "
+    out.append(claim("attention_concentrates", "attention on optimal positions -> 1 exponentially: 1 - (min mass over samples) "
                       "falls log-linearly over the second half of stage 2 (rate < 0, R^2 >= 0.95) and ends higher, every seed",
                       bool(np.all(arate < 0) and np.all(ar2 >= 0.95) and np.all(end_attn > start_attn)),
                       f"min optimal attention at t={T if two_stage else 0}: {_fmt(start_attn)}; at t={total}: {_fmt(end_attn)}; "
@@ -141,13 +132,13 @@ def claims(config: Config, frame: pd.DataFrame, extras: dict[str, Any], rates: d
     covered = gen[gen["covered"]] if len(gen) else gen
     if len(covered):
         acc = covered.groupby("seed")["correct"].mean().to_numpy()
-        out.append(_claim("generalization", "every unseen sentence covered by the theory is predicted as it says (all seeds)",
+        out.append(claim("generalization", "every unseen sentence covered by the theory is predicted as it says (all seeds)",
                           bool(np.all(acc == 1.0)),
                           f"{int(covered['correct'].sum())}/{len(covered)} covered cases correct; "
                           f"{int((~gen['covered']).sum())} uncovered cases reported separately"))
     for row in [r for r in extras["named_cases"] if r["seed"] == extras["seeds"][0]]:
         preds = [r["predicted"] for r in extras["named_cases"] if r["input"] == row["input"]]
-        out.append(_claim(f"example1_{row['input'].replace(' ', '_')}", f"'{row['input']}' predicts {row['expected']}",
+        out.append(claim(f"example1_{row['input'].replace(' ', '_')}", f"'{row['input']}' predicts {row['expected']}",
                           all(p == row["expected"] for p in preds), f"predicted {', '.join(sorted(set(preds)))}"))
     return out
 
@@ -165,17 +156,20 @@ def summarize(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> di
             cov = rows[rows["covered"]]
             by_category[cat] = {"cases": int(len(rows)), "covered": int(len(cov)),
                                 "accuracy_on_covered": float(cov["correct"].mean()) if len(cov) else None}
+    finals = {m: values_at(frame, m, total) for m in FINAL_METRICS}
+    finals = {m: v for m, v in finals.items() if len(v)}
+    stage1 = {m: values_at(frame, m, T) for m in ("loss_stage1", "cos_wov", "norm_wov")}
     summary: dict[str, Any] = {
         "lab": "ntp",
         "seeds": seeds,
         "vocab_size": extras["vocab_size"], "dim": extras["dim"], "eta0": extras["eta0"], "eta": extras["eta"],
         "steps": {"stage1": T, "stage2": config.train.steps_stage2},
         **{k: extras["targets"][0][k] for k in ("wov_star_norm", "wkq_star_norm_sq", "prop2_wkq_norm_sq", "prop2_gap")},
-        "final": {m: _stats(_at(frame, m, total)) for m in FINAL_METRICS if len(_at(frame, m, total))},
-        "end_of_stage1": {m: _stats(_at(frame, m, T)) for m in ("loss_stage1", "cos_wov", "norm_wov") if len(_at(frame, m, T))},
+        "final": {m: _stats(v) for m, v in finals.items()},
+        "end_of_stage1": {m: _stats(v) for m, v in stage1.items() if len(v)},
         "rates": rates,
         "per_seed": {str(s): {**extras["targets"][i], "n_samples": extras["n_samples"][i],
-                              **{m: float(_at(frame, m, total)[i]) for m in FINAL_METRICS if len(_at(frame, m, total))}}
+                              **{m: float(v[i]) for m, v in finals.items()}}
                      for i, s in enumerate(seeds)},
         "generalization": by_category,
         "named_cases": extras["named_cases"],
