@@ -15,6 +15,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .errors import UserError
@@ -33,16 +34,15 @@ def _default_out(lab: str, preset: str | None) -> Path:
 @app.command("labs")
 def labs_cmd() -> None:
     """List the labs and their presets."""
-    from .labs import REGISTRY, get_lab
+    from .labs import REGISTRY
 
     table = Table(show_header=True, header_style="bold")
     table.add_column("lab")
     table.add_column("preset")
     table.add_column("what it runs")
-    for name in REGISTRY:
-        lab = get_lab(name)
-        table.add_row(name, "(defaults)", lab.DESCRIPTION)
-        for preset, (text, _) in lab.PRESETS.items():
+    for name, lab in REGISTRY.items():
+        table.add_row(name, "(defaults)", lab.description)
+        for preset, (text, _) in lab.presets.items():
             table.add_row("", preset, text)
     out_console.print(table)
 
@@ -52,10 +52,10 @@ def config_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise lab
                preset: Optional[str] = typer.Option(None, "--preset", "-p", help="start from this preset")) -> None:
     """Print the full default config of LAB (or of a preset) as commented YAML."""
     from .config import resolve, to_commented_yaml
-    from .labs import get_lab, preset_overrides
+    from .labs import get_lab
 
-    module = get_lab(lab)
-    config = resolve(module.Config, preset_overrides(module, preset))
+    value = get_lab(lab)
+    config = resolve(value.Config, value.preset_overrides(preset))
     typer.echo(f"# stagewise config for lab '{lab}'" + (f", preset '{preset}'" if preset else ""))
     typer.echo(to_commented_yaml(config))
 
@@ -70,53 +70,71 @@ def run_cmd(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (default runs/LAB-PRESET-TIME)"),
     resume: Optional[Path] = typer.Option(None, "--resume", help="resume the run in this directory"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    allow_large: bool = typer.Option(False, "--allow-large", help="run even when the size estimate exceeds memory or disk"),
 ) -> None:
-    """Run a lab: validate the config, train, write metrics, summary and figures."""
+    """Run a lab: validate the config, train, write metrics, tables, summary and figures."""
     from .config import resolve
-    from .labs import get_lab, preset_overrides
-    from .runs import load_for_resume, prepare
-    from .runs.runner import RunPaths
+    from .labs import get_lab
+    from .orchestrate import check_size, load_for_resume, prepare
+    from .runs import RunPaths
 
     if resume is not None:
         if lab or preset or config_file or sets or seeds or out:
             raise UserError("--resume DIR takes no lab, preset, config, --set, --seeds or --out: the run's own config is used")
-        module, config = load_for_resume(resume)
+        value, config = load_for_resume(resume)
         paths = RunPaths(resume)
     else:
         if lab is None:
             raise UserError("missing LAB: e.g. `stagewise run ntp --preset example1`; see `stagewise labs`")
-        module = get_lab(lab)
+        value = get_lab(lab)
         if seeds is not None and seeds < 1:
             raise UserError(f"--seeds {seeds}: must be >= 1")
-        config = resolve(module.Config, preset_overrides(module, preset), config_file, sets or [],
+        config = resolve(value.Config, value.preset_overrides(preset), config_file, sets or [],
                          {"n_seeds": seeds} if seeds is not None else None)
-        if hasattr(module, "check"):
-            module.check(config)
-        paths = prepare(module, config, out or _default_out(lab, preset))
-    _execute(module, config, paths, resume is not None, not quiet)
+        target = out or _default_out(lab, preset)
+        check_size(value, config, target, allow_large)
+        value.check(config)
+        paths = prepare(value, config, target)
+    _execute(value, config, paths, resume is not None, not quiet)
 
 
-def _execute(module, config, paths, resume: bool, progress: bool) -> None:
-    from .runs import Diverged, execute
+def _execute(lab, config, paths, resume: bool, progress: bool) -> None:
+    from .engine import Diverged
+    from .orchestrate import execute
+    from .runs import Interrupted
 
     try:
-        execute(module, config, paths, resume=resume, progress=progress)
+        execute(lab, config, paths, resume=resume, progress=progress)
     except Diverged as err:
-        err_console.print(f"[red]run diverged[/]: {err}; metrics so far kept in {paths.root}", highlight=False)
+        note = getattr(err, "stagewise_note", None)
+        err_console.print(f"[red]run diverged[/]: {err}; metrics so far kept in {paths.root}"
+                          + (f" ({note})" if note else ""), highlight=False)
         raise typer.Exit(3)
-    except KeyboardInterrupt:
-        err_console.print(f"interrupted; resume with: stagewise run --resume {paths.root}", highlight=False)
-        raise typer.Exit(130)
+    except Interrupted as err:
+        err_console.print(f"interrupted ({signal_name(err.signum)}); resume with: stagewise run --resume {paths.root}",
+                          highlight=False)
+        raise typer.Exit(128 + int(err.signum))
     except UserError:
         raise
     except Exception as err:
-        err_console.print(f"[red]run failed[/]: {type(err).__name__}: {err} (traceback in {paths.root / 'error.log'}; "
-                          f"resume with: stagewise run --resume {paths.root})", highlight=False)
+        log = getattr(err, "stagewise_error_log", None)
+        note = getattr(err, "stagewise_note", None)
+        where = f"traceback in {log}; " if log else ""
+        err_console.print(f"[red]run failed[/]: {type(err).__name__}: {err} ({where}"
+                          + (f"{note}; " if note else "") + f"resume with: stagewise run --resume {paths.root})",
+                          highlight=False)
         raise typer.Exit(1)
     _print_summary(paths.root)
 
 
+def signal_name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
+
+
 def _print_summary(run_dir: Path) -> None:
+    from .report.claims import read_summary
     from .runs import read_manifest
 
     manifest = read_manifest(run_dir)
@@ -124,26 +142,25 @@ def _print_summary(run_dir: Path) -> None:
     out_console.print(f"[bold]{run_dir}[/]  lab={manifest['lab']}  status={manifest['status']}  "
                       f"seeds={manifest['seeds']}  config={manifest['config_hash']}", highlight=False)
     if manifest.get("error"):
-        out_console.print(f"error: {manifest['error']}", highlight=False)
+        out_console.print(f"error: {manifest['error']}", highlight=False, markup=False)
     if not summary_path.exists():
         return
-    summary = json.loads(summary_path.read_text())
-    scalars = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    summary = read_summary(summary_path)
+    scalars = {k: v for k, v in summary.details.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     if scalars:
         out_console.print("  ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in scalars.items()),
                           highlight=False)
-    final = summary.get("final", {})
-    if final:
+    if summary.final:
         table = Table("metric (last step)", "mean", "min", "max", header_style="bold")
-        for name, stats in final.items():
-            table.add_row(name, *(f"{stats[k]:.6g}" for k in ("mean", "min", "max")))
+        fmt = lambda v: "-" if v is None else f"{v:.6g}"  # noqa: E731
+        for name, stats in summary.final.items():
+            table.add_row(name, fmt(stats.mean), fmt(stats.min), fmt(stats.max))
         out_console.print(table)
-    claims = summary.get("claims", [])
-    if claims:
+    if summary.claims:
         table = Table("claim", "holds", "evidence", header_style="bold")
-        for claim in claims:
-            mark = "[green]yes[/]" if claim["holds"] else "[red]no[/]"
-            table.add_row(f"{claim['id']}: {claim['statement']}", mark, claim["evidence"])
+        for claim in summary.claims:
+            mark = "[green]yes[/]" if claim.holds else "[yellow]untestable[/]" if claim.holds is None else "[red]no[/]"
+            table.add_row(escape(f"{claim.id}: {claim.statement}"), mark, escape(claim.evidence))
         out_console.print(table)
 
 
@@ -198,19 +215,29 @@ def stages_cmd(
 def reproduce_cmd(
     lab: str = typer.Argument(..., help="lab name"),
     quick: bool = typer.Option(False, "--quick", help="fewer runs and seeds (about a minute on a laptop)"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="report folder (default reports/LAB[-quick])"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="report folder (default reports/LAB[-quick]); "
+                                       "rerun with the same folder to continue a stopped reproduce"),
+    allow_large: bool = typer.Option(False, "--allow-large", help="run even when a size estimate exceeds memory or disk"),
 ) -> None:
     """Run a lab's reproduction set and write one report folder (figures, claims, HTML)."""
     from .labs import get_lab
-    from .report.reproduce import reproduce
+    from .orchestrate import reproduce
+    from .runs import Interrupted
 
-    module = get_lab(lab)
+    value = get_lab(lab)
     folder = out or Path("reports") / f"{lab}{'-quick' if quick else ''}"
-    report = reproduce(module, folder, quick=quick, progress=True)
-    holds = sum(c["holds"] for run in report["runs"] for c in run["claims"])
-    total = sum(len(run["claims"]) for run in report["runs"])
-    out_console.print(f"report: {folder / 'report.html'}  ({len(report['runs'])} runs, {holds}/{total} claims hold)",
-                      highlight=False)
+    try:
+        report = reproduce(value, folder, quick=quick, progress=True, allow_large=allow_large)
+    except KeyboardInterrupt as err:
+        signum = err.signum if isinstance(err, Interrupted) else 2
+        err_console.print(f"interrupted ({signal_name(signum)}); continue with: stagewise reproduce {lab}"
+                          f"{' --quick' if quick else ''} --out {folder}", highlight=False)
+        raise typer.Exit(128 + int(signum))
+    claims = [c for run in report["runs"] for c in run["claims"]]
+    holds = sum(c["holds"] is True for c in claims)
+    untestable = sum(c["holds"] is None for c in claims)
+    out_console.print(f"report: {folder / 'report.html'}  ({len(report['runs'])} runs, {holds}/{len(claims)} claims hold"
+                      + (f", {untestable} not testable" if untestable else "") + ")", highlight=False)
     failed = [run for run in report["runs"] if run["status"] != "done"]
     for run in failed:
         err_console.print(f"run {run['name']} {run['status']}: {run['error']} ({folder / run['run_dir']})", highlight=False)

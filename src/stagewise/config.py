@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import UserError
 
@@ -261,3 +261,37 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_jsonable(v) for v in value]
     return value
+
+
+# ---------------------------------------------------------------------- shared bases
+class RunBase(ConfigModel):
+    """Fields every lab's top-level config has: the ensemble's seeds and the device.
+
+    A lab subclasses it and may redeclare a field to change its default or bounds.
+    """
+
+    seed: int = Field(0, ge=0, description="first seed; the ensemble runs seeds seed .. seed + n_seeds - 1")
+    n_seeds: int = Field(1, ge=1, le=4096, description="ensemble size, computed in one batched pass (--seeds K)")
+    device: Literal["cpu", "cuda", "auto"] = Field(
+        "cpu", description="cpu (default for the theory labs), cuda, or auto (cuda when available)")
+
+    def seed_list(self) -> list[int]:
+        return [self.seed + i for i in range(self.n_seeds)]
+
+
+class TrainBase(ConfigModel):
+    """Training fields every lab shares: logging, checkpoints, threads, optimizer constants."""
+
+    log_every: int = Field(1, ge=1, description="log metrics every k steps (stage ends and the last step are always logged)")
+    checkpoint_every: int = Field(100, ge=1, description="safetensors checkpoint every k steps (for --resume)")
+    threads: Threads = Field("auto", description="CPU threads for torch while training; auto: the lab decides")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="adam/adamw betas")
+    adam_eps: float = Field(1e-8, gt=0, allow_inf_nan=False, description="adam/adamw epsilon")
+    weight_decay: float = Field(0.01, ge=0, allow_inf_nan=False, description="adamw decoupled weight decay")
+
+    @model_validator(mode="after")
+    def _betas(self):
+        b1, b2 = self.betas
+        if not (0 <= b1 < 1 and 0 <= b2 < 1):
+            raise ValueError(f"train.betas={[b1, b2]}: each must be in [0, 1)")
+        return self

@@ -1,1 +1,1 @@
-"""Figures, reports and `stagewise reproduce`."""
+"""Figures helpers, the Summary/Claim records and report rendering (below the labs)."""

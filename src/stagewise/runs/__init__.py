@@ -1,10 +1,15 @@
-"""The run store: run directories, manifests, streamed metrics, checkpoints, resume."""
+"""The run store: run directories, manifests, streamed metrics, tables, checkpoints, locks."""
 
+from .context import Checkpoint, Interrupted, RunDirContext, RunPaths
+from .manifest import read_manifest, update_manifest
 from .memory import MemoryContext
-from .runner import Diverged, RunContext, RunPaths, execute, load_for_resume, prepare, read_manifest
-from .store import Checkpoints, MetricSink, atomic_write_bytes, atomic_write_json, atomic_write_text
+from .store import (
+    Checkpoints, MetricSink, RunLock, TableStore, atomic_write_bytes, atomic_write_json, atomic_write_text, safe_csv,
+    write_parquet,
+)
 
 __all__ = [
-    "Checkpoints", "Diverged", "MemoryContext", "MetricSink", "RunContext", "RunPaths", "atomic_write_bytes",
-    "atomic_write_json", "atomic_write_text", "execute", "load_for_resume", "prepare", "read_manifest",
+    "Checkpoint", "Checkpoints", "Interrupted", "MemoryContext", "MetricSink", "RunDirContext", "RunLock", "RunPaths",
+    "TableStore", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "read_manifest", "safe_csv",
+    "update_manifest", "write_parquet",
 ]

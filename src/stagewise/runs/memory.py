@@ -1,37 +1,56 @@
-"""An in-memory stand-in for :class:`~stagewise.runs.RunContext`: train from Python and
-keep the logged metrics as tensors, with no run directory, checkpoints or progress bar."""
+"""An in-memory :class:`~stagewise.labs.contract.RunContext`: train from Python and keep
+the logged metrics as tensors and the tables as frames, with no run directory,
+checkpoints or progress bar."""
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping
 
+import pandas as pd
 import torch
+
+from .context import Checkpoint
 
 
 class MemoryContext:
-    """Collects ``records[step][metric]`` (float64 tensors of shape (S,)).
+    """Collects ``records[step][metric]`` (float64 tensors of shape (S,)) and ``tables``.
 
     Example::
 
-        ctx = MemoryContext()
-        train(config, problem, ctx)
+        ctx = MemoryContext(seeds=[0, 1])
+        train_two_stage(config, problem, ctx)
         ctx.series("cos_wkq", member=0)  # (n_logged,)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, seeds: list[int] | None = None) -> None:
+        self.seeds = list(seeds or [])
         self.records: dict[int, dict[str, torch.Tensor]] = {}
+        self._tables: dict[str, dict[str, pd.DataFrame]] = {}
 
-    def log(self, step: int, values: Mapping[str, torch.Tensor]) -> None:
-        self.records[step] = {k: v.detach().to(torch.float64).clone() for k, v in values.items()}
+    def log(self, step: int, values: Mapping[str, torch.Tensor], *, variant: str = "") -> None:
+        prefix = f"{variant}/" if variant else ""
+        row = self.records.setdefault(step, {})
+        row.update({f"{prefix}{k}": v.detach().to(torch.float64).cpu().clone() for k, v in values.items()})
+
+    def log_table(self, name: str, frame: pd.DataFrame, *, part: str | int = "all", csv: bool = False) -> None:
+        self._tables.setdefault(name, {})[str(part)] = frame.reset_index(drop=True)
+
+    def names(self) -> list[str]:
+        return sorted(self._tables)
+
+    def get(self, name: str) -> pd.DataFrame | None:
+        parts = self._tables.get(name)
+        return pd.concat(list(parts.values()), ignore_index=True) if parts else None
 
     def should_checkpoint(self, step: int) -> bool:
         return False
 
-    def save_checkpoint(self, step: int, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None) -> None:
+    def save_checkpoint(self, step: int, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None,
+                        *, group: int = 0) -> None:
         pass
 
-    def resume_state(self) -> None:
+    def resume_state(self) -> Checkpoint | None:
         return None
 
     @contextmanager

@@ -1,20 +1,28 @@
-"""The run directory: atomic files, manifest, streamed metrics and safetensors checkpoints.
+"""The run directory's files: atomic writes, the metric stream, checksummed checkpoints,
+tables and the writer lock.
 
-Layout of a run directory::
+Layout of a run directory (see docs/run-store.md)::
 
     config.yaml          resolved config
-    manifest.json        status (running/done/failed/diverged), hash, versions, seeds, times
-    metrics.jsonl        append-only stream, one line per logged step (kept: resume reads it)
-    metrics.parquet      long form: step, seed, metric, value (after compaction)
-    summary.json         final values, fitted rates, claims
+    manifest.json        status, hash, versions, seeds, times, tables
+    metrics.jsonl        append-only stream, one line per logged step (resume reads it)
+    metrics.parquet      long form: step, seed, variant, metric, value (after compaction)
+    tables/NAME.parquet  per-example / per-variant records (ctx.log_table), one file per table
+    summary.json         the Summary (final values, per seed, claims, details)
     figures/*.png|pdf
-    checkpoints/step_XXXXXXXX.safetensors
+    checkpoints/ckpt_GGGG_SSSSSSSSSS.safetensors   (sha256 of their content in their metadata)
+    .lock                held by the one process writing the directory
 
 Every file except the JSONL stream is written atomically (temp file + rename).
 """
 
 from __future__ import annotations
 
+import base64
+import errno
+import fcntl
+import hashlib
+import io
 import json
 import os
 import platform
@@ -24,12 +32,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load, save
+
+from ..errors import UserError
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+FILE_MODE = 0o666 & ~_UMASK  # what open() would give: every file of a run has the same mode
 
 
 # ------------------------------------------------------------------------- atomic I/O
@@ -39,7 +52,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions
+        os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600; give the usual permissions
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -56,7 +69,8 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     """Strict JSON (NaN and infinities become null, so any JSON reader accepts the file)."""
-    atomic_write_text(path, json.dumps(_finite(obj), indent=2, default=_json_default, allow_nan=False) + "\n")
+    atomic_write_text(path, json.dumps(_finite(obj), indent=2, default=_json_default, allow_nan=False,
+                                       ensure_ascii=False) + "\n")
 
 
 def _finite(obj: Any) -> Any:
@@ -72,15 +86,22 @@ def _finite(obj: Any) -> Any:
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if hasattr(obj, "item"):
-        return obj.item()
+    if isinstance(obj, (np.ndarray, torch.Tensor)):
+        return _finite(obj.tolist())
+    if isinstance(obj, (np.generic,)):
+        return _finite(obj.item())
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")
 
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def write_parquet(frame: pd.DataFrame, path: str | Path) -> None:
+    """Atomic Parquet write."""
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 # --------------------------------------------------------------------------- manifest
@@ -100,22 +121,65 @@ def git_sha() -> str | None:
     """SHA of the git checkout holding the stagewise sources, if any."""
     src = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(
-            ["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
+        out = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
     sha = out.stdout.strip()
     return sha if out.returncode == 0 and sha else None
 
 
+# ------------------------------------------------------------------------------- lock
+class RunLock:
+    """An exclusive, non-blocking ``flock`` on ``ROOT/.lock``: one writer per run directory.
+
+    The lock dies with its process (a kill -9 releases it), so a stale lock file never
+    blocks a later ``--resume``.
+    """
+
+    def __init__(self, root: str | Path):
+        self.path = Path(root) / ".lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> "RunLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if err.errno in (errno.EAGAIN, errno.EACCES):
+                raise UserError(f"{self.path.parent}: another stagewise process is writing this run directory; "
+                                "wait for it to finish or stop it first") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
 # ----------------------------------------------------------------------- metric sink
 class MetricSink:
     """Append-only JSONL stream of metrics, compacted to long-form Parquet at the end.
 
-    One line per logged step: ``{"step": t, "values": {"loss": [v_seed0, v_seed1, ...]}}``;
-    the list runs over the run's seeds in order. Parquet columns: step (int64), seed
-    (int64), metric (string), value (float64).
+    One line per logged step and variant::
+
+        {"step": t, "variant": "", "names": ["loss", ...], "f8": "<base64 of (M, S) float64>"}
+
+    ``f8`` holds the values, metric-major, seeds in run order, as little-endian float64
+    (exact, and ~100x cheaper to write than decimal text). Parquet columns: step (int64),
+    seed (int64), variant (string), metric (string, ``{variant}/{name}`` when a variant is
+    set), value (float64).
     """
 
     def __init__(self, path: str | Path, seeds: Sequence[int]):
@@ -129,14 +193,22 @@ class MetricSink:
             self._handle = open(self.path, "a", encoding="utf-8")
         return self._handle
 
-    def log(self, step: int, values: Mapping[str, Sequence[float]]) -> None:
-        """Append one step. ``values[metric]`` has one entry per seed."""
-        for name, vals in values.items():
-            if len(vals) != len(self.seeds):
-                raise ValueError(f"metric {name}: {len(vals)} values for {len(self.seeds)} seeds")
-        line = json.dumps({"step": int(step), "values": {k: [float(v) for v in vals] for k, vals in values.items()}})
+    def log_array(self, step: int, names: Sequence[str], values: np.ndarray, variant: str = "") -> None:
+        """Append one step: ``values`` (M, S) float64 for the M ``names``."""
+        values = np.ascontiguousarray(values, dtype="<f8")
+        if values.shape != (len(names), len(self.seeds)):
+            raise ValueError(f"metrics {list(names)[:3]}...: values of shape {values.shape}, "
+                             f"expected ({len(names)}, {len(self.seeds)})")
+        line = json.dumps({"step": int(step), "variant": variant, "names": list(names),
+                           "f8": base64.b64encode(values.tobytes()).decode("ascii")})
         self._open().write(line + "\n")
         self.lines += 1
+
+    def log(self, step: int, values: Mapping[str, Sequence[float]], variant: str = "") -> None:
+        """Append one step from ``{metric: one value per seed}``."""
+        names = list(values)
+        self.log_array(step, names, np.array([list(values[n]) for n in names], dtype=float).reshape(len(names), -1),
+                       variant)
 
     def flush(self) -> None:
         if self._handle is not None:
@@ -154,19 +226,16 @@ class MetricSink:
         if not self.path.exists():
             return []
         out = []
-        for raw in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                out.append(json.loads(raw))
-            except json.JSONDecodeError:
-                continue
+        with open(self.path, encoding="utf-8", errors="replace") as handle:
+            for raw in handle:
+                if not raw.endswith("\n"):
+                    break  # torn tail
+                try:
+                    line = json.loads(raw)
+                except json.JSONDecodeError:
+                    break  # everything after a corrupt line is suspect
+                out.append(line)
         return out
-
-    def truncate_after(self, step: int) -> None:
-        """Keep only steps <= ``step`` (used when resuming from a checkpoint at ``step``)."""
-        self.close()
-        kept = [line for line in self.read_lines() if line["step"] <= step]
-        atomic_write_text(self.path, "".join(json.dumps(line) + "\n" for line in kept))
-        self.lines = len(kept)
 
     def truncate_lines(self, count: int) -> None:
         """Keep only the first ``count`` lines (a checkpoint records how many it covers)."""
@@ -176,53 +245,62 @@ class MetricSink:
         self.lines = len(kept)
 
     def to_frame(self) -> pd.DataFrame:
-        """Long-form metrics: step, seed, metric, value (sorted by metric, step, seed)."""
-        steps, seeds, names, values = [], [], [], []
+        """Long-form metrics: step, seed, variant, metric, value (sorted by metric, step, seed)."""
         n = len(self.seeds)
+        seeds = np.asarray(self.seeds, dtype=np.int64)
+        steps, names, variants, blocks = [], [], [], []
         for line in self.read_lines():
-            for name, vals in line["values"].items():
-                steps.extend([line["step"]] * n)
-                seeds.extend(self.seeds)
-                names.extend([name] * n)
-                values.extend(vals)
-        frame = pd.DataFrame(
-            {
-                "step": pd.Series(steps, dtype="int64"),
-                "seed": pd.Series(seeds, dtype="int64"),
-                "metric": pd.Series(names, dtype="string"),
-                "value": pd.Series(values, dtype="float64"),
-            }
-        )
+            vals = np.frombuffer(base64.b64decode(line["f8"]), dtype="<f8")
+            m = len(line["names"])
+            variant = line.get("variant", "")
+            blocks.append(vals)
+            steps.append(np.full(m * n, line["step"], dtype=np.int64))
+            full = [f"{variant}/{name}" if variant else name for name in line["names"]]
+            names.extend(np.repeat(np.asarray(full, dtype=object), n))
+            variants.extend([variant] * (m * n))
+        total = sum(len(b) for b in blocks)
+        frame = pd.DataFrame({
+            "step": np.concatenate(steps) if steps else np.zeros(0, np.int64),
+            "seed": np.tile(seeds, total // n if n else 0),
+            "variant": pd.array(variants, dtype="string"),
+            "metric": pd.array(names, dtype="string"),
+            "value": np.concatenate(blocks) if blocks else np.zeros(0),
+        })
         return frame.sort_values(["metric", "step", "seed"], kind="stable").reset_index(drop=True)
 
 
-def write_parquet(frame: pd.DataFrame, path: str | Path) -> None:
-    """Atomic Parquet write."""
-    import io
-
-    buf = io.BytesIO()
-    frame.to_parquet(buf, index=False)
-    atomic_write_bytes(path, buf.getvalue())
-
-
 # ------------------------------------------------------------------------ checkpoints
+def _digest(tensors: Mapping[str, torch.Tensor], meta_json: str) -> str:
+    """sha256 over the metadata and every tensor (name, dtype, shape, bytes), in name order."""
+    h = hashlib.sha256(meta_json.encode())
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
 class Checkpoints:
-    """safetensors checkpoints ``step_XXXXXXXX.safetensors`` with JSON metadata; keeps the
-    newest ``keep``."""
+    """safetensors checkpoints ``ckpt_GGGG_SSSSSSSSSS.safetensors`` (group, step) with JSON
+    metadata and a sha256 of their content; keeps the newest ``keep``.
+
+    A checkpoint whose checksum does not match (a flipped byte), that cannot be parsed (a
+    torn write) or that fails the caller's ``accept`` test is skipped in favour of an
+    older one.
+    """
 
     def __init__(self, folder: str | Path, keep: int = 2):
         self.folder = Path(folder)
         self.keep = keep
 
-    def save(self, step: int, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None) -> Path:
+    def save(self, step: int, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None,
+             group: int = 0) -> Path:
         self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"step_{step:08d}.safetensors"
-        tmp = self.folder / f".{path.name}.tmp"
+        path = self.folder / f"ckpt_{group:04d}_{step:010d}.safetensors"
         payload = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
-        save_file(payload, str(tmp), metadata={"step": str(step), "meta": json.dumps(dict(meta or {}))})
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        meta_json = json.dumps(dict(meta or {}), sort_keys=True)
+        header = {"step": str(step), "group": str(group), "meta": meta_json, "sha256": _digest(payload, meta_json)}
+        atomic_write_bytes(path, save(payload, metadata=header))
         for old in self.list()[: -self.keep]:
             old.unlink(missing_ok=True)
         return path
@@ -230,22 +308,106 @@ class Checkpoints:
     def list(self) -> list[Path]:
         if not self.folder.exists():
             return []
-        return sorted(self.folder.glob("step_*.safetensors"))
+        return sorted(self.folder.glob("ckpt_*.safetensors"))
 
-    def latest(self) -> tuple[int, dict[str, torch.Tensor], dict[str, Any]] | None:
-        """(step, tensors, meta) of the newest readable checkpoint, or None."""
-        from safetensors import safe_open
+    def read(self, path: Path) -> tuple[int, int, dict[str, torch.Tensor], dict[str, Any]] | None:
+        """(group, step, tensors, meta) of one verified checkpoint, or None when it is bad."""
+        try:
+            blob = path.read_bytes()
+            n = int.from_bytes(blob[:8], "little")
+            header = json.loads(blob[8:8 + n]).get("__metadata__") or {}
+            tensors = load(blob)
+        except (OSError, ValueError, SafetensorError, json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        # fresh (aligned) buffers: kernels may round differently on odd alignments, and a
+        # resumed run must repeat the uninterrupted one bit for bit
+        tensors = {k: v.clone() for k, v in tensors.items()}
+        meta_json = header.get("meta", "{}")
+        if header.get("sha256") != _digest(tensors, meta_json):
+            return None
+        try:
+            return int(header["group"]), int(header["step"]), tensors, json.loads(meta_json)
+        except (KeyError, ValueError):
+            return None
 
+    def latest(self, accept=None) -> tuple[int, int, dict[str, torch.Tensor], dict[str, Any]] | None:
+        """The newest verified checkpoint that ``accept(meta)`` allows (default: any)."""
         for path in reversed(self.list()):
-            try:
-                with safe_open(str(path), framework="pt") as handle:
-                    metadata = handle.metadata() or {}
-                tensors = load_file(str(path))
-            except Exception:  # a torn file from a kill: fall back to the previous one
-                continue
-            # fresh (aligned) buffers: kernels may round differently on odd alignments, and a
-            # resumed run must repeat the uninterrupted one bit for bit
-            tensors = {k: v.clone() for k, v in tensors.items()}
-            return int(metadata["step"]), tensors, json.loads(metadata.get("meta", "{}"))
+            found = self.read(path)
+            if found is not None and (accept is None or accept(found[3])):
+                return found
         return None
 
+
+# ----------------------------------------------------------------------------- tables
+class TableStore:
+    """``tables/NAME.parquet``: one file per table, written atomically, rows grouped in
+    *parts* (column ``_part``, e.g. one per epoch). Logging a part again replaces it, so a
+    resumed run that repeats a part leaves no duplicates."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+
+    def path(self, name: str) -> Path:
+        return self.folder / f"{name}.parquet"
+
+    def names(self) -> list[str]:
+        return sorted(p.stem for p in self.folder.glob("*.parquet")) if self.folder.exists() else []
+
+    def get(self, name: str) -> pd.DataFrame | None:
+        path = self.path(name)
+        if not path.exists():
+            return None
+        frame = pd.read_parquet(path)
+        return frame.drop(columns=["_part"], errors="ignore")
+
+    def _raw(self, name: str) -> pd.DataFrame | None:
+        path = self.path(name)
+        return pd.read_parquet(path) if path.exists() else None
+
+    def write(self, name: str, frame: pd.DataFrame, part: str) -> dict[str, Any]:
+        """Replace ``part`` of table ``name`` with ``frame``; returns the table's manifest entry."""
+        frame = frame.reset_index(drop=True).assign(_part=str(part))
+        old = self._raw(name)
+        if old is not None and len(old):
+            frame = pd.concat([old[old["_part"] != str(part)], frame], ignore_index=True)
+        write_parquet(frame, self.path(name))
+        return self.entry(name, frame)
+
+    def entry(self, name: str, frame: pd.DataFrame) -> dict[str, Any]:
+        parts = list(dict.fromkeys(frame["_part"].tolist()))
+        return {"path": f"tables/{name}.parquet", "rows": int(len(frame)), "parts": parts,
+                "columns": [c for c in frame.columns if c != "_part"]}
+
+    def keep_parts(self, kept: Mapping[str, Sequence[str]]) -> None:
+        """Drop every part not listed in ``kept`` (a checkpoint's record); tables it does
+        not name are removed."""
+        for name in self.names():
+            frame = self._raw(name)
+            allowed = set(map(str, kept.get(name, [])))
+            if not allowed:
+                self.path(name).unlink()
+                continue
+            if frame is not None and not set(frame["_part"]) <= allowed:
+                write_parquet(frame[frame["_part"].isin(allowed)].reset_index(drop=True), self.path(name))
+
+    def parts(self) -> dict[str, list[str]]:
+        out = {}
+        for name in self.names():
+            frame = self._raw(name)
+            out[name] = list(dict.fromkeys(frame["_part"].tolist())) if frame is not None else []
+        return out
+
+
+def safe_csv(frame: pd.DataFrame) -> str:
+    """CSV with every field quoted and spreadsheet formulas neutralized (a cell starting
+    with = + - @ or a tab/CR gets a leading apostrophe)."""
+    import csv
+
+    def cell(value: Any) -> Any:
+        if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+            return "'" + value
+        return value
+
+    safe = frame.map(cell) if hasattr(frame, "map") else frame.applymap(cell)
+    return safe.to_csv(index=False, quoting=csv.QUOTE_ALL)

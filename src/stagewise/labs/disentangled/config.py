@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config import ConfigModel, Threads
+from ...config import ConfigModel, RunBase, Threads, TrainBase
 
 Finite = dict(allow_inf_nan=False)
 
@@ -57,7 +57,7 @@ class ModelConfig(ConfigModel):
     dtype: Literal["float64", "float32"] = Field("float64", description="[reconstructed] float64 for reproducible small effects")
 
 
-class TrainConfig(ConfigModel):
+class TrainConfig(TrainBase):
     optimizer: Literal["gd", "sgd", "adam", "adamw"] = Field("gd", description="[known] full-batch GD; sgd (minibatches), adam, adamw are options")
     batch_size: int = Field(64, ge=1, description="[run] sgd minibatch size (prompts per step, drawn per member)")
     schedule: Literal["step", "constant", "cosine", "warmup"] = Field(
@@ -71,9 +71,6 @@ class TrainConfig(ConfigModel):
     warmup_steps: int = Field(100, ge=0, description="[run] warmup schedule: steps of linear warmup")
     noise: float = Field(0.05, ge=0, **Finite, description="[reconstructed] Li-Wei-Ma update noise: N(0, (noise * lr)^2) added to every entry per step")
     l2: float = Field(0.01, ge=0, **Finite, description="[known] lambda of the L2 term (lambda/2)(||W||^2 + ||V||^2); value 0.01 [reconstructed] (our probes)")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="[run] adam/adamw betas")
-    adam_eps: float = Field(1e-8, gt=0, description="[run] adam/adamw epsilon")
-    weight_decay: float = Field(0.01, ge=0, **Finite, description="[run] adamw decoupled weight decay (on top of the L2 term)")
     log_every: int = Field(20, ge=1, description="[run] log train and test metrics every k steps (and at t1 and the end)")
     spectrum_every: int = Field(200, ge=1, description="[run] log eigenvalues / singular values every k steps (and at t1 and the end)")
     checkpoint_every: int = Field(1000, ge=1, description="[run] safetensors checkpoint every k steps (for --resume)")
@@ -130,8 +127,7 @@ class ExperimentConfig(ConfigModel):
         return sorted(set(value))
 
 
-class Config(ConfigModel):
-    seed: int = Field(0, ge=0, description="[run] first seed; members use seed .. seed + n_seeds - 1")
+class Config(RunBase):
     n_seeds: int = Field(8, ge=1, le=1024, description="[run] seeds per variant, batched as one ensemble (--seeds K); 8 keeps the mean Q-only accuracy\n"
                          "of an unlearned Q within about +-0.06 of chance")
     data: DataConfig = Field(default_factory=DataConfig)
@@ -147,7 +143,3 @@ class Config(ConfigModel):
             return int(self.train.threads)
         work = members * self.data.n_train * (self.data.prompt_len - 1) * self.data.d
         return (os.cpu_count() or 1) if work >= 200_000 else 1
-
-
-def p_noise(data: DataConfig) -> float:
-    return data.p_noise if data.p_noise is not None else 1.0 / math.sqrt(data.d)

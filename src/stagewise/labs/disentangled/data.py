@@ -22,13 +22,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ...engine import SeedStreams
 from ...errors import UserError
 
 P_GEOMETRIES = ("margin",)
 Q_GEOMETRIES = ("three-cluster", "xor")
 W_STAR_KINDS = ("e1", "random")
-SPLIT_STREAMS = {"train": 1, "test": 2}
-GEOMETRY_STREAM = 3
+SPLIT_STREAMS = {"train": "data.train", "test": "data.test"}
+# every named stream of a member's seed in this lab; the training streams (init, one
+# sub-stream per weight matrix; update noise; minibatches) seed torch with 63-bit words
+STREAMS = SeedStreams({"data.train": 1, "data.test": 2, "geometry": 3, "init": (110, 1), "noise": 102, "batch": 103},
+                      width={"init": 63, "noise": 63, "batch": 63})
 
 KIND_BOTH, KIND_P_ONLY, KIND_Q_ONLY = 0, 1, 2
 
@@ -106,18 +110,13 @@ def validate_spec(spec: DataSpec) -> None:
         raise UserError(*problems)
 
 
-def _torch_generator(seed: int, stream: int) -> torch.Generator:
-    state = np.random.SeedSequence([int(seed), stream]).generate_state(1, dtype=np.uint64)[0]
-    return torch.Generator().manual_seed(int(state))
-
-
 def _geometry(spec: DataSpec, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """w* (d,) and zeta (2, d) of one seed, in float64.
 
     Both draws are made whatever the options, so zeta does not depend on ``spec.w_star``.
     For d = 1 only zeta1 exists; zeta2 is then 0 (xor is rejected by validation).
     """
-    gen = _torch_generator(seed, GEOMETRY_STREAM)
+    gen = STREAMS.torch(seed, "geometry")
     d = spec.d
     w_draw = torch.randn(d, generator=gen, dtype=torch.float64)  # (d,)
     z_draw = torch.randn(d, 2, generator=gen, dtype=torch.float64)  # (d, 2)
@@ -135,10 +134,10 @@ def _geometry(spec: DataSpec, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return w_star, zeta * spec.zeta
 
 
-def _sample_member(spec: DataSpec, seed: int, n: int, stream: int) -> dict[str, torch.Tensor]:
+def _sample_member(spec: DataSpec, seed: int, n: int, stream: str) -> dict[str, torch.Tensor]:
     """One member's prompts in float64: x1, x2 (N, L, d), y, kind (N, L), w_star (d,), zeta (2, d)."""
     w_star, zeta = _geometry(spec, seed)
-    gen = _torch_generator(seed, stream)
+    gen = STREAMS.torch(seed, stream)
     L, d, f64 = spec.prompt_len, spec.d, torch.float64
     # fixed draw order, independent of the geometry options
     y = torch.randint(0, 2, (n, L), generator=gen).to(f64) * 2 - 1  # (N, L)

@@ -1,9 +1,13 @@
 """The experiments of the disentangled lab as *groups* of batched trainings.
 
-A group is one batched computation (members = seeds x shape-keeping variants). Metric
-names of a group are prefixed with ``{variant}/`` when an experiment has several variants
-(ablations) or ``d={d}/`` (d-scaling). Groups run one after another; checkpoints record
-the group, so a killed run resumes inside the right group.
+A group is one batched computation (members = seeds x shape-keeping variants). When an
+experiment has several variants (ablations, grid) or groups (d-scaling: ``d={d}``), each
+metric record carries its variant (the run store's ``variant`` field; metric names read
+``{variant}/{name}``). Groups run one after another; checkpoints carry the group index as
+their own field, so a killed run resumes inside the right group.
+
+Each group also logs the table ``stages``: one row per (variant, seed) with the test
+accuracies and branch losses at the end of each stage (t1 and the last step).
 """
 
 from __future__ import annotations
@@ -12,17 +16,17 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
 import torch
 
 from ...config import deep_merge, validate
 from ...measure import truncate
-from ...runs import Diverged
+from ...engine import Diverged
+from ...runs import Checkpoint
+from ..contract import RunContext
 from .config import Config
 from .metrics import block_matrices, evaluate, weight_metrics
 from .train import Member, State, build_ensemble, init_weights, members_from_config, run_training
-
-BASE_D = 30
-
 
 @dataclass(frozen=True)
 class Group:
@@ -34,10 +38,11 @@ class Group:
     prefix_by_variant: bool = False
     prefix: str = ""
 
-    def metric_name(self, member: Member, metric: str) -> str:
+    def variant_of(self, member: Member) -> str:
+        """The variant field of this member's records ("" for a single-variant run)."""
         if self.prefix_by_variant:
-            return f"{member.variant}/{metric}"
-        return f"{self.prefix}{metric}"
+            return member.variant
+        return self.prefix.rstrip("/")
 
 
 def _variant(config: Config, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -111,17 +116,28 @@ def grid_variants(config: Config) -> dict[str, dict[str, float]]:
     return out
 
 
-def _log_rows(group: Group, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Split (M,) member vectors into one (n_seeds,) vector per variant name."""
-    out: dict[str, torch.Tensor] = {}
+def _log_rows(ctx, group: Group, step: int, values: dict[str, torch.Tensor]) -> None:
+    """Log (M,) member vectors as one record of (n_seeds,) vectors per variant."""
     variants: dict[str, list[int]] = {}
     for i, m in enumerate(group.members):
-        variants.setdefault(m.variant, []).append(i)
+        variants.setdefault(group.variant_of(m), []).append(i)
+    names = list(values)
+    stacked = torch.stack([values[n] for n in names])  # (K, M)
     for variant, idx in variants.items():
-        sel = torch.tensor(idx)
-        for metric, vec in values.items():
-            out[group.metric_name(group.members[idx[0]], metric)] = vec[sel]
-    return out
+        block = stacked[:, torch.tensor(idx)]  # (K, n_seeds)
+        ctx.log(step, dict(zip(names, block.unbind(0))), variant=variant)
+
+
+STAGE_COLUMNS = ("test.acc.p_only", "test.acc.q_only", "test.acc.both", "test.K1", "test.K2",
+                 "test.K1.p_queries", "test.K2.q_queries", "train.K1", "train.K2", "train.K1.p_queries",
+                 "train.K2.q_queries")
+
+
+def _stage_rows(group: Group, stage: str, step: int, values: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+    """Rows of the ``stages`` table at one stage end: one per member."""
+    cols = {k: values[k].tolist() for k in STAGE_COLUMNS if k in values}
+    return [{"group": group.name, "variant": group.variant_of(m), "seed": m.seed, "stage": stage, "step": step,
+             **{k: v[i] for k, v in cols.items()}} for i, m in enumerate(group.members)]
 
 
 def truncation_metrics(config: Config, ens, weights: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
@@ -141,14 +157,14 @@ def truncation_metrics(config: Config, ens, weights: tuple[torch.Tensor, ...]) -
     return out
 
 
-def run_group(index: int, group: Group, ctx, resume: tuple[int, dict, dict] | None) -> None:
+def run_group(index: int, group: Group, ctx: RunContext, resume: Checkpoint | None) -> None:
     """Train one group with logging and checkpoints (resuming when ``resume`` is given)."""
     cfg, tc = group.config, group.config.train
     ens = build_ensemble(cfg, group.members)
     dtype = ens.hyper["l2"].dtype
     prefix = f"g{index}."
     if resume is not None:
-        state = State.restore(resume[1], ens, prefix, resume[2]["step"])
+        state = State.restore(resume.tensors, ens, prefix, resume.step)
     else:
         state = State(list(init_weights(cfg, group.members, dtype)))
     total, marks = tc.steps, {0, tc.t1, tc.steps}
@@ -160,12 +176,14 @@ def run_group(index: int, group: Group, ctx, resume: tuple[int, dict, dict] | No
             out.update(evaluate(weights, batch, ens.hyper["l2"], cfg.model.output, cfg.model.normalizer, cfg.data.d, split))
         return out
 
+    stage_rows: list[dict[str, Any]] = []
+
     def on_step(t: int, st: State) -> None:
         weights = tuple(st.weights)
         stage = {"stage": torch.full((ens.size,), 1.0 if t <= tc.t1 else 2.0, dtype=dtype)}
         bad = ~torch.stack([torch.isfinite(w).flatten(1).all(-1) for w in weights]).all(0)  # (M,)
         if bad.any():  # keep what can be computed, then stop with the step and seed named
-            ctx.log(t, _log_rows(group, {**stage, **evaluate_splits(weights)}))
+            _log_rows(ctx, group, t, {**stage, **evaluate_splits(weights)})
             raise Diverged(t, seeds[int(bad.nonzero()[0])], "weights are not finite")
         log = t % tc.log_every == 0 or t in marks
         spectra = t % tc.spectrum_every == 0 or t in marks
@@ -175,8 +193,16 @@ def run_group(index: int, group: Group, ctx, resume: tuple[int, dict, dict] | No
                 values.update(evaluate_splits(weights))
             if t == total:
                 values.update(truncation_metrics(cfg, ens, weights))
-            ctx.log(t, _log_rows(group, values))
-        if t > 0 and (t % tc.checkpoint_every == 0 or t == total):
-            ctx.save_checkpoint(index * (total + 1) + t, st.tensors(ens, prefix), {"group": index, "step": t})
+            _log_rows(ctx, group, t, values)
+            for name, mark in (("stage1", tc.t1), ("stage2", total)):
+                if t == mark and log:
+                    stage_rows.extend(_stage_rows(group, name, t, values))
+        if t > 0 and (ctx.should_checkpoint(t) or t == total):
+            if t == total:  # the table part of this group is complete: log it before the final checkpoint
+                ctx.log_table("stages", pd.DataFrame(stage_rows), part=group.name)
+            ctx.save_checkpoint(t, st.tensors(ens, prefix), {"group": index, "step": t, "stage_rows": stage_rows},
+                                group=index)
 
+    if resume is not None:  # rows collected before the checkpoint
+        stage_rows.extend(resume.meta.get("stage_rows", []))
     run_training(ens, state, total, on_step, ctx.progress(total, group.name, start=state.step))

@@ -11,6 +11,8 @@ import pandas as pd
 
 from ...measure import series
 from ...report.plots import figure, save, seed_lines
+from ...report.claims import Summary
+from ..contract import Tables
 from .config import Config
 from .summary import LOG2, REVIEW_FLOOR
 
@@ -140,11 +142,12 @@ def d_scaling(summary: dict[str, Any], folder: Path) -> list[Path]:
     return save(fig, folder, "d_scaling")
 
 
-def make_figures(config: Config, frame: pd.DataFrame, summary: dict[str, Any], folder: str | Path) -> list[Path]:
+def make_figures(config: Config, frame: pd.DataFrame, tables: Tables, summary: Summary, folder: str | Path) -> list[Path]:
+    """The figures of the experiment (PNG and PDF) into ``folder``."""
     folder = Path(folder)
     kind = config.experiment.kind
     if kind in ("ablations", "grid"):
-        return ablations(config, frame, summary, folder, kind)
+        return ablations(config, frame, summary.details, folder, kind)
     if kind == "d-scaling":
-        return d_scaling(summary, folder)
+        return d_scaling(summary.details, folder)
     return two_stage(config, frame, folder) + spectra(config, frame, folder)

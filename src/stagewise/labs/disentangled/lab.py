@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...engine import resolve_device
 from ...errors import UserError
-from ...runs import RunContext
+from ..contract import Lab, Reproduction, RunContext, RunResult
+from ..spec import RunSpec
 from .config import Config
 from .data import validate_spec
 from .experiments import groups, run_group
 from .figures import make_figures
+from .resources import estimate
 from .summary import summarize
 from .train import data_spec
 
@@ -32,7 +35,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 
 # runs of `stagewise reproduce disentangled`: (name, preset, extra overrides, quick overrides or None)
 _QUICK = {"n_seeds": 4, "data": {"n_test": 500}, "train": {"steps": 3000, "log_every": 50, "spectrum_every": 500}}
-REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
+_REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("two-stage", "two-stage", {}, _QUICK),
     ("ablations", "ablations", {}, {**_QUICK, "experiment": {"ablations": ["no-anneal", "no-noise"]}}),
     ("spectral", "spectral", {}, None),
@@ -41,10 +44,16 @@ REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
                                     "experiment": {"dims": [8, 16, 32]},
                                     "train": {"steps": 800, "log_every": 100, "spectrum_every": 800}}),
 ]
+REPRODUCE = Reproduction(
+    full=tuple(RunSpec(lab=NAME, preset=p, overrides=extra, name=n) for n, p, extra, _ in _REPRODUCE),
+    quick=tuple(RunSpec(lab=NAME, preset=p, overrides={**extra, **quick}, name=n)
+                for n, p, extra, quick in _REPRODUCE if quick is not None),
+)
 
 
 def check(config: Config) -> None:
     """Data specs of every group (d-scaling changes d and L) before any work."""
+    resolve_device(config.device)
     for group in groups(config):
         for member in {(m.p0, m.q0): m for m in group.members}.values():
             validate_spec(data_spec(group.config, member))
@@ -52,20 +61,23 @@ def check(config: Config) -> None:
         raise UserError(f"data.d={config.data.d}: d-scaling anchors its rules at d >= 2")
 
 
-def run(config: Config, ctx: RunContext) -> dict[str, Any]:
+def run(config: Config, ctx: RunContext) -> RunResult:
     """Run every group of the experiment, resuming inside the group a checkpoint names."""
     plan = groups(config)
     resume = ctx.resume_state()
-    first = resume[2]["group"] if resume is not None else 0
+    first = resume.group if resume is not None else 0
     for index, group in enumerate(plan):
         if index < first:
             continue
         run_group(index, group, ctx, resume if index == first else None)
-    return {
-        "seeds": [config.seed + i for i in range(config.n_seeds)],
+    return RunResult({
+        "seeds": config.seed_list(),
         "groups": [{"name": g.name, "members": len(g.members), "d": g.config.data.d, "prompt_len": g.config.data.prompt_len,
                     "l2": g.config.train.l2, "variants": sorted({m.variant for m in g.members})} for g in plan],
-    }
+    })
 
 
-__all__ = ["NAME", "DESCRIPTION", "PRESETS", "REPRODUCE", "Config", "check", "run", "summarize", "make_figures"]
+LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
+          summarize=summarize, make_figures=make_figures, estimate=estimate)
+
+__all__ = ["LAB"]

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from ...measure import detect_stages, values_at
-from ...report.claims import claim
+from ...report.claims import Claim, Stats, Summary, claim
+from ..contract import RunResult, Tables
 from .config import Config
 
 LOG2 = math.log(2.0)
@@ -21,21 +22,26 @@ def _mean(frame: pd.DataFrame, metric: str, step: int) -> float:
     return float(np.nanmean(vals)) if len(vals) else float("nan")
 
 
-def stage_table(config: Config, frame: pd.DataFrame, prefix: str = "") -> dict[str, Any]:
-    """Mean (over seeds) P-only / Q-only / both test accuracy at the end of each stage."""
-    t1, end = config.train.t1, config.train.steps
-    out = {}
-    for stage, step in (("stage1", t1), ("stage2", end)):
+def stage_table(stages: pd.DataFrame, variant: str = "") -> dict[str, Any]:
+    """Mean (over seeds) P-only / Q-only / both test accuracy and K1, K2 at the end of each
+    stage, from the run's ``stages`` table (one row per variant, seed and stage)."""
+    rows = stages[stages["variant"] == variant] if len(stages) else stages
+    out: dict[str, Any] = {}
+    for stage in ("stage1", "stage2"):
+        at = rows[rows["stage"] == stage].sort_values("seed") if len(rows) else rows
         for kind in ("p_only", "q_only", "both"):
-            out[f"{stage}.acc.{kind}"] = _mean(frame, f"{prefix}test.acc.{kind}", step)
+            out[f"{stage}.acc.{kind}"] = _column_mean(at, f"test.acc.{kind}")
         for k in ("K1", "K2"):
-            out[f"{stage}.{k}"] = _mean(frame, f"{prefix}test.{k}", step)
-    out["per_seed_q_only_stage1"] = values_at(frame, f"{prefix}test.acc.q_only", t1).tolist()
-    out["per_seed_q_only_stage2"] = values_at(frame, f"{prefix}test.acc.q_only", end).tolist()
+            out[f"{stage}.{k}"] = _column_mean(at, f"test.{k}")
+        out[f"per_seed_q_only_{stage}"] = at["test.acc.q_only"].tolist() if "test.acc.q_only" in at else []
     return out
 
 
-def stage_claims(config: Config, table: dict[str, Any]) -> list[dict[str, Any]]:
+def _column_mean(rows: pd.DataFrame, column: str) -> float:
+    return float(np.nanmean(rows[column].to_numpy(float))) if column in rows and len(rows) else float("nan")
+
+
+def stage_claims(config: Config, table: dict[str, Any]) -> list[Claim]:
     th, t1, end = config.thresholds, config.train.t1, config.train.steps
     p1, q1, p2, q2 = (table[k] for k in ("stage1.acc.p_only", "stage1.acc.q_only", "stage2.acc.p_only", "stage2.acc.q_only"))
     return [
@@ -51,10 +57,10 @@ def stage_claims(config: Config, table: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _two_stage_holds(config: Config, table: dict[str, Any]) -> bool:
-    return all(c["holds"] for c in stage_claims(config, table))
+    return all(c.holds for c in stage_claims(config, table))
 
 
-def spectralclaim(config: Config, frame: pd.DataFrame) -> dict[str, Any] | None:
+def spectral_claim(config: Config, frame: pd.DataFrame) -> Claim | None:
     """The corollary ("small eigenvalues elementary, large specialized") at the end of
     training, tested two ways: the P block's spectral norm is below the Q block's, and in
     the truncation of blockdiag(W, V) to half its singular directions (k = d of 2d), P
@@ -84,21 +90,27 @@ def stage_detection(config: Config, frame: pd.DataFrame, prefix: str = "") -> di
     return out
 
 
-def summarize(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> dict[str, Any]:
+def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunResult) -> Summary:
+    """The Summary: final values and per-seed values at the last step (of the baseline or
+    single variant); details hold the stage tables, stage detection, ablation/grid tables
+    and the d-scaling table."""
+    extras = result.extras
     kind = config.experiment.kind
-    summary: dict[str, Any] = {"lab": "disentangled", "experiment": kind, "seeds": extras["seeds"], "groups": extras["groups"]}
-    claims: list[dict[str, Any]] = []
+    stages = tables.get("stages")
+    stages = stages if stages is not None else pd.DataFrame(columns=["variant", "seed", "stage"])
+    summary: dict[str, Any] = {"experiment": kind, "groups": extras["groups"]}
+    claims: list[Claim] = []
     if kind in ("two-stage", "spectral"):
-        table = stage_table(config, frame)
+        table = stage_table(stages)
         summary["stages"] = table
         summary["stage_detection"] = stage_detection(config, frame)
         claims += stage_claims(config, table)
-        spectral = spectralclaim(config, frame)
+        spectral = spectral_claim(config, frame)
         if spectral:
             claims.append(spectral)
     elif kind == "ablations":
         variants = ["baseline"] + list(config.experiment.ablations)
-        tables = {v: stage_table(config, frame, f"{v}/") for v in variants}
+        tables = {v: stage_table(stages, v) for v in variants}
         summary["ablations"] = tables
         claims += stage_claims(config, tables["baseline"])
         base_two_stage = _two_stage_holds(config, tables["baseline"])
@@ -119,13 +131,34 @@ def summarize(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> di
     elif kind == "grid":
         from .experiments import grid_variants
 
-        tables = {v: stage_table(config, frame, f"{v}/") for v in grid_variants(config)}
+        tables = {v: stage_table(stages, v) for v in grid_variants(config)}
         summary["grid"] = {v: {**t, "staged": _two_stage_holds(config, t)} for v, t in tables.items()}
     elif kind == "d-scaling":
         summary["d_scaling"] = d_table(config, frame, extras)
-        claims.append(boundclaim(summary["d_scaling"]))
-    summary["claims"] = claims
-    return summary
+        claims.append(bound_claim(summary["d_scaling"]))
+    final, per_seed = _finals(config, frame, extras["seeds"])
+    return Summary(lab="disentangled", seeds=extras["seeds"], final=final, per_seed=per_seed, claims=claims,
+                   details=summary)
+
+
+FINAL_METRICS = ("test.acc", "test.acc.p_only", "test.acc.q_only", "test.acc.both", "test.loss", "train.loss",
+                 "test.K1", "test.K2", "test.K1.p_queries", "test.K2.q_queries", "W.fro", "V.fro")
+
+
+def _finals(config: Config, frame: pd.DataFrame, seeds: list[int]) -> tuple[dict[str, Stats], dict[str, dict[str, Any]]]:
+    """Stats over seeds and per-seed values of the main metrics at the last step; for
+    experiments with variants, those of the baseline (``baseline/...``) when present."""
+    end = config.train.steps
+    prefix = "baseline/" if config.experiment.kind == "ablations" else ""
+    final, per_seed = {}, {str(s): {} for s in seeds}
+    for metric in FINAL_METRICS:
+        vals = values_at(frame, prefix + metric, end)
+        if len(vals) != len(seeds):
+            continue
+        final[metric] = Stats.of(vals)
+        for s, v in zip(seeds, vals):
+            per_seed[str(s)][metric] = float(v)
+    return final, per_seed
 
 
 def d_table(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> list[dict[str, Any]]:
@@ -142,7 +175,7 @@ def d_table(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> list
     return rows
 
 
-def boundclaim(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def bound_claim(rows: list[dict[str, Any]]) -> Claim:
     """Does the P loss (end of stage 1) tend to 0 as d grows, as Theorem 2 claims?
 
     Tested on K1 over the prompts whose query carries P (a Q-only query's P part is 0, so

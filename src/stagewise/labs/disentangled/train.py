@@ -19,9 +19,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ...perf import training_threads
+from ...engine import BatchedOptimizer
+from ...engine.perf import training_threads
 from .config import Config
-from .data import DataSpec, sample_prompts
+from .data import STREAMS, DataSpec, sample_prompts
 from .model import Batch, forward, gradients, make_batch
 
 
@@ -52,14 +53,6 @@ def data_spec(config: Config, member: Member | None = None) -> DataSpec:
     p0, q0 = (member.p0, member.q0) if member else (dc.p0, dc.q0)
     return DataSpec(d=dc.d, prompt_len=dc.prompt_len, q_geometry=dc.q_geometry, p0=p0, q0=q0, gamma0=dc.gamma0,
                     p_noise=dc.p_noise, q_noise=dc.q_noise, zeta=dc.zeta, w_star=dc.w_star)
-
-
-def _stream(seed: int, stream: int) -> torch.Generator:
-    state = np.random.SeedSequence([seed, 100 + stream]).generate_state(2, dtype=np.uint64)
-    return torch.Generator().manual_seed(int(state[0] % (2**63)))
-
-
-INIT, NOISE, BATCH = 1, 2, 3
 
 
 @dataclass
@@ -121,7 +114,7 @@ def build_ensemble(config: Config, members: list[Member]) -> Ensemble:
     hyper = {k: torch.tensor([float(getattr(m, k)) for m in members], dtype=dtype) for k in ("eta1", "eta2", "t1", "noise", "l2")}
     ens = Ensemble(config, members, _prompts(config, members, config.data.n_train, "train", dtype),
                    _prompts(config, members, config.data.n_test, "test", dtype), hyper)
-    ens.rngs = {"noise": [_stream(m.seed, NOISE) for m in members], "batch": [_stream(m.seed, BATCH) for m in members]}
+    ens.rngs = {name: [STREAMS.torch(m.seed, name) for m in members] for name in ("noise", "batch")}
     return ens
 
 
@@ -145,7 +138,7 @@ def init_weights(config: Config, members: list[Member], dtype: torch.dtype) -> t
     shapes = [(2 * d, 2 * d)] if config.model.weights == "full" else [(d, d), (d, d)]
     out = []
     for k, shape in enumerate(shapes):
-        draws = [torch.randn(shape, generator=_stream(m.seed, INIT * 10 + k), dtype=torch.float64) for m in members]
+        draws = [torch.randn(shape, generator=STREAMS.torch(m.seed, "init", k), dtype=torch.float64) for m in members]
         out.append((config.model.init_scale * torch.stack(draws)).to(dtype))
     return tuple(out)
 
@@ -170,6 +163,12 @@ class State:
     weights: list[torch.Tensor]
     moments: dict[str, torch.Tensor] = field(default_factory=dict)
     step: int = 0
+
+    def optimizer(self, tc) -> BatchedOptimizer:
+        """The engine's optimizer over this state's moments (shared dict: updates land here)."""
+        opt = BatchedOptimizer(tc.optimizer, tuple(tc.betas), tc.adam_eps, tc.weight_decay)
+        opt.state = self.moments
+        return opt
 
     def tensors(self, ens: Ensemble, prefix: str) -> dict[str, torch.Tensor]:
         out = {f"{prefix}w{i}": w for i, w in enumerate(self.weights)}
@@ -196,20 +195,11 @@ def update(ens: Ensemble, state: State, step: int) -> None:
     fwd = forward(tuple(state.weights), ens.train, config.model.output, config.model.normalizer)
     grads = gradients(fwd, ens.train, config.model.normalizer, weight)
     l2 = ens.hyper["l2"].view(-1, 1, 1)
-    lr3 = lr.view(-1, 1, 1)
-    for i, (w, g) in enumerate(zip(state.weights, grads)):
-        g = g + l2 * w
-        if tc.optimizer in ("adam", "adamw"):
-            b1, b2 = tc.betas
-            m = state.moments.get(f"m{i}", torch.zeros_like(w)) * b1 + (1 - b1) * g
-            v = state.moments.get(f"v{i}", torch.zeros_like(w)) * b2 + (1 - b2) * g * g
-            state.moments.update({f"m{i}": m, f"v{i}": v})
-            direction = (m / (1 - b1**step)) / ((v / (1 - b2**step)).sqrt() + tc.adam_eps)
-            if tc.optimizer == "adamw":
-                direction = direction + tc.weight_decay * w
-        else:
-            direction = g
-        state.weights[i] = w - lr3 * direction
+    names = [f"w{i}" for i in range(len(state.weights))]
+    params = dict(zip(names, state.weights))
+    full = {n: g + l2 * w for n, w, g in zip(names, state.weights, grads)}  # + gradient of (lambda/2)||w||^2
+    state.optimizer(tc).step(params, full, names, lr)
+    state.weights = [params[n] for n in names]
     if bool((ens.hyper["noise"] > 0).any()):
         # one draw per member and matrix, matrices in order (torch's normal sampler fills
         # blocks of 16, so one joint draw would not equal separate draws)

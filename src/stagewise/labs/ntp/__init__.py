@@ -1,7 +1,7 @@
 """The next-token-prediction lab (Huang, Liang, Yang, NeurIPS 2024): two-stage normalized
 GD on a one-layer transformer converges in direction to max-margin solutions.
 
-The lab contract (Config, PRESETS, run, summarize, make_figures) lives in :mod:`.lab`;
+The lab's contract value is :data:`.lab.LAB` (a :class:`~stagewise.labs.contract.Lab`);
 the pieces are importable on their own for use from Python.
 """
 
@@ -10,12 +10,12 @@ from .data import build_dataset, example1, load_json_dataset, random_dataset, to
 from .dataset import NTPDataset, QueryStructure, Sample
 from .generalize import GenCase, build_suite, classify
 from .maxmargin import MaxMarginTargets, max_margin_targets, min_norm_margin, prop2_wkq, wkq_star, wov_star
-from .problem import Problem, build_problem
-from .train import Params, cosine, train
+from .problem import Problem, build_problem, member_dataset
+from .train import Params, cosine, train_two_stage
 
 __all__ = [
     "Config", "GenCase", "MaxMarginTargets", "NTPDataset", "Params", "Problem", "QueryStructure", "Sample",
     "build_dataset", "build_problem", "build_suite", "classify", "cosine", "example1", "load_json_dataset",
-    "max_margin_targets", "min_norm_margin", "prop2_wkq", "random_dataset", "to_tensors", "train", "wkq_star",
+    "max_margin_targets", "member_dataset", "min_norm_margin", "prop2_wkq", "random_dataset", "to_tensors", "train_two_stage", "wkq_star",
     "wov_star",
 ]

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config import ConfigModel, Threads
+from ...config import ConfigModel, RunBase, Threads, TrainBase
 
 
 class DataConfig(ConfigModel):
@@ -65,7 +65,7 @@ class ModelConfig(ConfigModel):
     dtype: Literal["float64", "float32"] = Field("float64", description="float64 by default: normalized GD amplifies round-off")
 
 
-class TrainConfig(ConfigModel):
+class TrainConfig(TrainBase):
     algorithm: Literal["two_stage", "joint"] = Field(
         "two_stage", description="two_stage: W_ov for T steps, then W_kq for T1 steps [paper, Algorithm 1];\n"
         "joint: both matrices for T+T1 steps, one gradient normalized jointly, step eta0 (ablation)")
@@ -75,23 +75,15 @@ class TrainConfig(ConfigModel):
     eta: float | None = Field(None, gt=0, allow_inf_nan=False, description="stage-2 step size; null = 0.05/sqrt(d) [paper experiment]")
     steps_stage1: int = Field(900, ge=0, description="T [paper experiment: 900]")
     steps_stage2: int = Field(900, ge=0, description="T1 [paper experiment: 900]")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="adam/adamw betas")
-    adam_eps: float = Field(1e-8, gt=0, description="adam/adamw epsilon")
-    weight_decay: float = Field(0.01, ge=0, description="adamw decoupled weight decay (bounds the norm: no directional convergence expected)")
     loss_reduction: Literal["mean", "sum"] = Field("mean", description="mean (pi-weighted) or sum; normalized GD iterates are identical")
     grad_tol: float = Field(1e-14, ge=0, description="tiny-gradient guard: below this ||g||_F round-off steers normalized GD")
     on_tiny_grad: Literal["stop", "flag"] = Field("stop", description="stop: that seed stops updating (flagged); flag: keep going, flagged")
-    log_every: int = Field(1, ge=1, description="log metrics every k steps (stage ends and the last step are always logged)")
-    checkpoint_every: int = Field(100, ge=1, description="safetensors checkpoint every k steps (for --resume)")
     threads: Threads = Field(
         "auto", description="CPU threads for torch while training; auto = min(cores, n_seeds // 16), at least 1.\n"
         "Small ensembles run fastest on one thread; large ones gain from more (64 seeds: 1.8x on 2 cores)")
 
     @model_validator(mode="after")
     def _check(self):
-        b1, b2 = self.betas
-        if not (0 <= b1 < 1 and 0 <= b2 < 1):
-            raise ValueError(f"train.betas={[b1, b2]}: each must be in [0, 1)")
         if self.steps_stage1 + self.steps_stage2 < 1:
             raise ValueError("train.steps_stage1 + train.steps_stage2 must be >= 1")
         return self
@@ -102,9 +94,7 @@ class GeneralizeConfig(ConfigModel):
     every: int = Field(10, ge=1, description="log the suite's accuracy (gen_acc) every k steps (and at stage ends)")
 
 
-class Config(ConfigModel):
-    seed: int = Field(0, ge=0, description="first seed; the ensemble runs seeds seed .. seed + n_seeds - 1")
-    n_seeds: int = Field(1, ge=1, le=4096, description="ensemble size, computed in one batched pass (--seeds K)")
+class Config(RunBase):
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)

@@ -11,6 +11,8 @@ import pandas as pd
 
 from ...measure import series
 from ...report.plots import figure, save, seed_lines
+from ...report.claims import Summary
+from ..contract import Tables
 from .config import Config
 
 FIG2_PANELS = [("loss_stage1", "$L_0$ (stage-1 loss)"), ("cos_wov", r"cos($W_{ov}$, $W_{ov}^*$)"),
@@ -36,7 +38,7 @@ def figure2(config: Config, frame: pd.DataFrame, folder: Path) -> list[Path]:
     return save(fig, folder, "figure2")
 
 
-def rate_fits(config: Config, frame: pd.DataFrame, summary: dict[str, Any], folder: Path) -> list[Path]:
+def rate_fits(config: Config, frame: pd.DataFrame, summary: Summary, folder: Path) -> list[Path]:
     """1 - cos against stage time on log axes beside the theory's log t / t (W_ov) and
     log^2 t / t (W_kq) shapes (scaled to meet the data at the last step), and L - floor."""
     two_stage = config.train.algorithm == "two_stage"
@@ -70,14 +72,14 @@ def rate_fits(config: Config, frame: pd.DataFrame, summary: dict[str, Any], fold
     steps, gap = series(frame, "loss_gap")
     sel = steps > T
     ax.semilogy(steps[sel], np.clip(gap[sel], 1e-17, None), color="C1", lw=0.8, alpha=0.6)
-    rates = summary.get("rates", {}).get("loss_gap_rate", [])
+    rates = summary.details.get("rates", {}).get("loss_gap_rate", [])
     ax.set_title(f"$L$ - floor (fitted rate {np.nanmean(rates):.3g}/step)" if len(rates) else "$L$ - floor")
     ax.set_xlabel("t")
     fig.tight_layout()
     return save(fig, folder, "rate_fits")
 
 
-def attention(config: Config, frame: pd.DataFrame, folder: Path) -> list[Path]:
+def attention_figure(config: Config, frame: pd.DataFrame, folder: Path) -> list[Path]:
     fig, axes = figure(1, 2, (10, 3.8))
     seed_lines(axes[0, 0], frame, "opt_attn_min", label="min over samples", color="C2")
     seed_lines(axes[0, 0], frame, "opt_attn_mean", label="mean over samples", color="C0")
@@ -94,11 +96,11 @@ def attention(config: Config, frame: pd.DataFrame, folder: Path) -> list[Path]:
     return save(fig, folder, "attention")
 
 
-def generalization(summary: dict[str, Any], rows: pd.DataFrame, folder: Path, max_rows: int = 24) -> list[Path]:
+def generalization(summary: Summary, rows: pd.DataFrame, folder: Path, max_rows: int = 24) -> list[Path]:
     """Table of unseen sentences of the first seed: input, predicted, expected by theory."""
     first = rows[rows["seed"] == rows["seed"].min()] if len(rows) else rows
     shown = pd.concat([g.head(max(2, max_rows // max(1, first["category"].nunique()))) for _, g in first.groupby("category", sort=False)]) if len(first) else first
-    named = [r for r in summary.get("named_cases", []) if r["seed"] == summary["seeds"][0]]
+    named = [r for r in summary.details.get("named_cases", []) if r["seed"] == summary.seeds[0]]
     cells = [[r["input"], "named (spec)", r["predicted"], r["expected"]] for r in named]
     cells += [[r.input, r.category, r.predicted, r.expected] for r in shown.itertuples()]
     fig, axes = figure(1, 1, (8, 0.9 + 0.24 * max(1, len(cells))))
@@ -113,17 +115,15 @@ def generalization(summary: dict[str, Any], rows: pd.DataFrame, folder: Path, ma
         for i, row in enumerate(cells, start=1):
             if row[3] != "not covered":
                 table[i, 2].set_facecolor("#d9f2d9" if row[2] == row[3] else "#f8d0d0")
-    acc = summary.get("final", {}).get("gen_acc", {}).get("mean", float("nan"))
-    ax.set_title(f"generalization (seed {summary['seeds'][0]}); covered-case accuracy over seeds: {acc:.3f}")
+    acc = summary.final["gen_acc"].mean if "gen_acc" in summary.final else None
+    acc = float("nan") if acc is None else acc
+    ax.set_title(f"generalization (seed {summary.seeds[0]}); covered-case accuracy over seeds: {acc:.3f}")
     return save(fig, folder, "generalization")
 
 
-def make_figures(config: Config, frame: pd.DataFrame, summary: dict[str, Any], folder: str | Path) -> list[Path]:
+def make_figures(config: Config, frame: pd.DataFrame, tables: Tables, summary: Summary, folder: str | Path) -> list[Path]:
     """All figures of a finished run into ``folder`` (PNG and PDF)."""
     folder = Path(folder)
-    paths = figure2(config, frame, folder) + rate_fits(config, frame, summary, folder) + attention(config, frame, folder)
-    gen_csv = folder.parent / "generalization.csv"
-    rows = pd.read_csv(gen_csv, keep_default_na=False) if gen_csv.exists() else pd.DataFrame()
-    if len(rows):
-        rows["seed"] = rows["seed"].astype(int)
-    return paths + generalization(summary, rows, folder)
+    paths = figure2(config, frame, folder) + rate_fits(config, frame, summary, folder) + attention_figure(config, frame, folder)
+    rows = tables.get("generalization")
+    return paths + generalization(summary, rows if rows is not None else pd.DataFrame(), folder)

@@ -7,14 +7,17 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ...runs import RunContext, atomic_write_text
+from ...engine import resolve_device
+from ..contract import Lab, Reproduction, RunContext, RunResult
+from ..spec import RunSpec
 from .config import Config
 from .figures import make_figures
+from .resources import estimate
 from .generalize import named_cases, render
 from .model import predict, token_matrices
-from .problem import Problem, build_dataset, build_problem, embedding
+from .problem import Problem, build_problem, embedding, member_dataset
 from .summary import summarize
-from .train import train
+from .train import train_two_stage
 
 NAME = "ntp"
 DESCRIPTION = "next-token prediction: two-stage normalized GD converges to max-margin solutions (Huang, Liang, Yang 2024)"
@@ -37,8 +40,8 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
                 {"data": {"embedding": "rotated"}}),
 }
 
-# runs of `stagewise reproduce ntp`: (name, preset, extra overrides, quick overrides)
-REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
+# runs of `stagewise reproduce ntp`: (name, preset, extra overrides, quick overrides or None)
+_REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("example1", "example1", {}, {}),
     ("paper", "paper", {"n_seeds": 8}, {"n_seeds": 4}),
     ("paper-random-init", "paper-random-init", {"n_seeds": 8}, {"n_seeds": 2}),
@@ -48,14 +51,21 @@ REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("adamw", "adamw", {"n_seeds": 8}, None),
     ("rotated", "rotated", {"n_seeds": 8}, None),
 ]
+REPRODUCE = Reproduction(
+    full=tuple(RunSpec(lab=NAME, preset=p, overrides=extra, name=n) for n, p, extra, _ in _REPRODUCE),
+    quick=tuple(RunSpec(lab=NAME, preset=p, overrides={**extra, **quick}, name=n)
+                for n, p, extra, quick in _REPRODUCE if quick is not None),
+)
 
 EXAMPLE1_CASES = [["S", "P"], ["O", "S", "P"]]
+GEN_COLUMNS = ["seed", "input", "category", "predicted", "expected", "covered", "correct", "reason", "max_attention"]
 
 
 def check(config: Config) -> None:
     """Everything that can fail on user input, before any work: the data and embeddings of
     the first member (the generator's checks depend on the options, not on the seed)."""
-    ds = build_dataset(config, config.seed)
+    resolve_device(config.device)
+    ds = member_dataset(config, config.seed)
     embedding(config, ds.vocab_size, config.seed)
 
 
@@ -93,17 +103,17 @@ def _named_predictions(config: Config, problem: Problem, wkq: torch.Tensor, wov:
     return rows
 
 
-def run(config: Config, ctx: RunContext) -> dict[str, Any]:
-    """Build the batched problem, train (resuming if ``ctx`` holds a checkpoint), and
-    return the extras the summary needs. Writes ``generalization.csv`` into the run dir."""
-    dtype = torch.float64 if config.model.dtype == "float64" else torch.float32
-    problem = build_problem(config, dtype)
-    params = train(config, problem, ctx)
+def run(config: Config, ctx: RunContext) -> RunResult:
+    """Build the batched problem, train (resuming if ``ctx`` holds a checkpoint), log the
+    table ``generalization`` (one row per seed and unseen sentence) and return the extras
+    the summary needs."""
+    problem = build_problem(config)
+    params = train_two_stage(config, problem, ctx)
     wkq, wov = params.merged()
     rows = _final_predictions(problem, wkq, wov)
-    atomic_write_text(ctx.paths.root / "generalization.csv", pd.DataFrame(rows).to_csv(index=False))
+    ctx.log_table("generalization", pd.DataFrame(rows, columns=GEN_COLUMNS), csv=True)
     eta0, eta = config.step_sizes(problem.emb.shape[1])
-    return {
+    return RunResult({
         "seeds": problem.seeds,
         "vocab_size": problem.datasets[0].vocab_size,
         "dim": int(problem.emb.shape[1]),
@@ -111,10 +121,12 @@ def run(config: Config, ctx: RunContext) -> dict[str, Any]:
         "n_samples": [len(ds.samples) for ds in problem.datasets],
         "targets": [{"wov_star_norm": t.wov_star_norm, "wkq_star_norm_sq": t.wkq_star_norm_sq,
                      "prop2_wkq_norm_sq": t.prop2_wkq_norm_sq, "prop2_gap": t.prop2_gap} for t in problem.targets],
-        "generalization": rows,
         "named_cases": _named_predictions(config, problem, wkq, wov),
         "orthonormal": config.data.embedding != "gaussian",
-    }
+    })
 
 
-__all__ = ["NAME", "DESCRIPTION", "PRESETS", "REPRODUCE", "Config", "check", "run", "summarize", "make_figures"]
+LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
+          summarize=summarize, make_figures=make_figures, estimate=estimate)
+
+__all__ = ["LAB"]

@@ -96,7 +96,7 @@ def with_unknown(key: torch.Tensor, tok: torch.Tensor) -> tuple[torch.Tensor, to
     return torch.nn.functional.pad(key, (0, 1, 0, 1)), torch.nn.functional.pad(tok, (0, 1))
 
 
-def attention(key: torch.Tensor, idx: torch.Tensor, query: torch.Tensor, mask: torch.Tensor,
+def attention_weights(key: torch.Tensor, idx: torch.Tensor, query: torch.Tensor, mask: torch.Tensor,
               pair_index: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax attention of the query over the valid positions.
 
@@ -121,7 +121,7 @@ def forward(key: torch.Tensor, tok: torch.Tensor, batch: TokenBatch, need_loss: 
 
     The gradients need only the probabilities; ``need_loss=False`` skips the loss values.
     """
-    attn = attention(key, batch.idx, batch.query, batch.mask, batch.pair_index)  # (S, N, L)
+    attn = attention_weights(key, batch.idx, batch.query, batch.mask, batch.pair_index)  # (S, N, L)
     token_attn = _token_sum(attn, batch.idx, tok.shape[2])  # (S, N, V)
     logits = torch.bmm(token_attn, tok.transpose(1, 2))  # (S, N, V_logits)
     top = logits.amax(-1, keepdim=True)  # (S, N, 1)
@@ -184,6 +184,6 @@ def collocation_loss(tok: torch.Tensor, emb: torch.Tensor | None, colloc_onehot:
 def predict(key: torch.Tensor, tok: torch.Tensor, idx: torch.Tensor, query: torch.Tensor,
             mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Predicted token (S, N) and attention (S, N, L) for token-index sentences."""
-    attn = attention(key, idx, query, mask)
+    attn = attention_weights(key, idx, query, mask)
     logits = torch.bmm(_token_sum(attn, idx, tok.shape[2]), tok.transpose(1, 2))  # (S, N, V)
     return logits.argmax(-1), attn

@@ -13,6 +13,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
+from ...engine import SeedStreams
 from ...errors import UserError
 from .config import Config
 from .data import example1, load_json_dataset, random_dataset, to_tensors
@@ -21,15 +22,11 @@ from .generalize import GenCase, build_suite
 from .maxmargin import MaxMarginTargets, max_margin_targets
 from .model import TokenBatch
 
-# sub-streams of a member's seed
-_DATA, _EMBED, INIT_STREAM, _SUITE = 1, 2, 3, 4
+# named streams of a member's seed; "init" has one sub-stream per weight matrix
+STREAMS = SeedStreams({"data": 1, "embed": 2, "init": (13, 10), "suite": 4})
 
 
-def member_rng(seed: int, stream: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([seed, stream]))
-
-
-def build_dataset(config: Config, seed: int) -> NTPDataset:
+def member_dataset(config: Config, seed: int) -> NTPDataset:
     """The dataset of the member with ``seed`` (UserError on bad data)."""
     d = config.data
     if d.source == "example1":
@@ -38,7 +35,7 @@ def build_dataset(config: Config, seed: int) -> NTPDataset:
         return load_json_dataset(d.file, weights=d.weights, max_len=d.max_len)
     data_seed = seed if d.vary_with_seed else config.seed
     return random_dataset(
-        d.vocab_size, seed=int(np.random.SeedSequence([data_seed, _DATA]).generate_state(1)[0]),
+        d.vocab_size, seed=STREAMS.word(data_seed, "data", bits=32),
         optimal_per_query=tuple(d.optimal_per_query), non_optimal_per_query=tuple(d.non_optimal_per_query),
         sentences_per_query=d.sentences_per_query, complete=d.complete, prefix_closed=d.prefix_closed,
         max_len=d.max_len, weights=d.weights,
@@ -51,7 +48,7 @@ def embedding(config: Config, vocab: int, seed: int) -> np.ndarray:
     kind = config.data.embedding
     if kind != "gaussian" and dim < vocab:
         raise UserError(f"data.dim={dim}: must be >= |V| = {vocab} for orthonormal embeddings (or use data.embedding=gaussian)")
-    rng = member_rng(seed if config.data.vary_with_seed else config.seed, _EMBED)
+    rng = STREAMS.numpy(seed if config.data.vary_with_seed else config.seed, "embed")
     if kind == "onehot":
         return np.eye(dim, vocab)
     if kind == "rotated":
@@ -122,7 +119,7 @@ def build_problem(config: Config, dtype: torch.dtype | None = None) -> Problem:
     if dtype is None:
         dtype = torch.float64 if config.model.dtype == "float64" else torch.float32
     seeds = [config.seed + i for i in range(config.n_seeds)]
-    datasets = [build_dataset(config, s) for s in seeds]
+    datasets = [member_dataset(config, s) for s in seeds]
     vocab = {ds.vocab_size for ds in datasets}
     if len(vocab) != 1:
         raise UserError(f"ensemble members have different vocabularies {sorted(vocab)}")
@@ -130,7 +127,7 @@ def build_problem(config: Config, dtype: torch.dtype | None = None) -> Problem:
     n_max = max(len(ds.samples) for ds in datasets)
     embs = [embedding(config, ds.vocab_size, s) for ds, s in zip(datasets, seeds)]
     targets = [max_margin_targets(ds, e) for ds, e in zip(datasets, embs)]
-    suites = [build_suite(ds, config.generalize.max_cases, int(member_rng(s, _SUITE).integers(2**31)))
+    suites = [build_suite(ds, config.generalize.max_cases, int(STREAMS.numpy(s, "suite").integers(2**31)))
               for ds, s in zip(datasets, seeds)]
 
     tens = [to_tensors(ds, max_len, n_max) for ds in datasets]

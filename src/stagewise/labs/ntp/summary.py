@@ -10,15 +10,12 @@ import numpy as np
 import pandas as pd
 
 from ...measure import linear_fit, log_linear_rate, power_exponent, series, values_at
-from ...report.claims import claim
+from ...report.claims import Claim, Stats, Summary, claim
+from ..contract import RunResult, Tables
 from .config import Config
 
 FINAL_METRICS = ("loss", "loss_stage1", "loss_floor", "loss_gap", "cos_wov", "cos_wkq", "norm_wov", "norm_wkq",
                  "opt_attn_min", "opt_attn_mean", "train_acc", "gen_acc", "grad_norm_wkq")
-
-
-def _stats(values: np.ndarray) -> dict[str, float]:
-    return {"mean": float(np.mean(values)), "min": float(np.min(values)), "max": float(np.max(values))}
 
 
 def _window(t: np.ndarray, start: int, end: int) -> np.ndarray:
@@ -76,7 +73,8 @@ def _fmt(values) -> str:
     return f"min {np.nanmin(arr):.6g}, mean {np.nanmean(arr):.6g}, max {np.nanmax(arr):.6g}"
 
 
-def claims(config: Config, frame: pd.DataFrame, extras: dict[str, Any], rates: dict[str, Any]) -> list[dict[str, Any]]:
+def claims(config: Config, frame: pd.DataFrame, extras: dict[str, Any], rates: dict[str, Any],
+           gen: pd.DataFrame) -> list[Claim]:
     """The theory's predictions tested on this run. Each claim applies only under the
     theory's preconditions for it (e.g. the exact stage-1 claim needs zero init)."""
     T, total = config.train.steps_stage1, config.train.steps_stage1 + config.train.steps_stage2
@@ -128,14 +126,13 @@ def claims(config: Config, frame: pd.DataFrame, extras: dict[str, Any], rates: d
                       bool(np.all(arate < 0) and np.all(ar2 >= 0.95) and np.all(end_attn > start_attn)),
                       f"min optimal attention at t={T if two_stage else 0}: {_fmt(start_attn)}; at t={total}: {_fmt(end_attn)}; "
                       f"rate of log(1 - mass) {_fmt(arate)} (R^2 {_fmt(ar2)})"))
-    gen = pd.DataFrame(extras["generalization"])
-    covered = gen[gen["covered"]] if len(gen) else gen
+    covered = gen[gen["covered"].astype(bool)] if len(gen) else gen
     if len(covered):
-        acc = covered.groupby("seed")["correct"].mean().to_numpy()
+        acc = covered.groupby("seed")["correct"].apply(lambda c: c.astype(bool).mean()).to_numpy()
         out.append(claim("generalization", "every unseen sentence covered by the theory is predicted as it says (all seeds)",
                           bool(np.all(acc == 1.0)),
                           f"{int(covered['correct'].sum())}/{len(covered)} covered cases correct; "
-                          f"{int((~gen['covered']).sum())} uncovered cases reported separately"))
+                          f"{int((~gen['covered'].astype(bool)).sum())} uncovered cases reported separately"))
     for row in [r for r in extras["named_cases"] if r["seed"] == extras["seeds"][0]]:
         preds = [r["predicted"] for r in extras["named_cases"] if r["input"] == row["input"]]
         out.append(claim(f"example1_{row['input'].replace(' ', '_')}", f"'{row['input']}' predicts {row['expected']}",
@@ -143,36 +140,38 @@ def claims(config: Config, frame: pd.DataFrame, extras: dict[str, Any], rates: d
     return out
 
 
-def summarize(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> dict[str, Any]:
-    """summary.json: targets (first seed at top level, all seeds under per_seed), final
-    values, stage-1 values, rate fits and claims."""
+def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunResult) -> Summary:
+    """The Summary: final values and per-seed values; details hold the targets (first
+    seed), stage-1 values, rate fits, generalization by category and the named cases."""
+    extras = result.extras
     T, total = config.train.steps_stage1, config.train.steps_stage1 + config.train.steps_stage2
     seeds = extras["seeds"]
     rates = rate_fits(config, frame, seeds, extras["eta0"], extras["eta"])
-    gen = pd.DataFrame(extras["generalization"])
+    gen = tables.get("generalization")
+    gen = gen if gen is not None else pd.DataFrame(columns=["seed", "category", "covered", "correct"])
     by_category = {}
     if len(gen):
         for cat, rows in gen.groupby("category"):
-            cov = rows[rows["covered"]]
+            cov = rows[rows["covered"].astype(bool)]
             by_category[cat] = {"cases": int(len(rows)), "covered": int(len(cov)),
-                                "accuracy_on_covered": float(cov["correct"].mean()) if len(cov) else None}
+                                "accuracy_on_covered": float(cov["correct"].astype(bool).mean()) if len(cov) else None}
     finals = {m: values_at(frame, m, total) for m in FINAL_METRICS}
     finals = {m: v for m, v in finals.items() if len(v)}
     stage1 = {m: values_at(frame, m, T) for m in ("loss_stage1", "cos_wov", "norm_wov")}
-    summary: dict[str, Any] = {
-        "lab": "ntp",
-        "seeds": seeds,
+    details: dict[str, Any] = {
         "vocab_size": extras["vocab_size"], "dim": extras["dim"], "eta0": extras["eta0"], "eta": extras["eta"],
         "steps": {"stage1": T, "stage2": config.train.steps_stage2},
         **{k: extras["targets"][0][k] for k in ("wov_star_norm", "wkq_star_norm_sq", "prop2_wkq_norm_sq", "prop2_gap")},
-        "final": {m: _stats(v) for m, v in finals.items()},
-        "end_of_stage1": {m: _stats(v) for m, v in stage1.items() if len(v)},
+        "end_of_stage1": {m: Stats.of(v).model_dump() for m, v in stage1.items() if len(v)},
         "rates": rates,
-        "per_seed": {str(s): {**extras["targets"][i], "n_samples": extras["n_samples"][i],
-                              **{m: float(v[i]) for m, v in finals.items()}}
-                     for i, s in enumerate(seeds)},
         "generalization": by_category,
         "named_cases": extras["named_cases"],
-        "claims": claims(config, frame, extras, rates),
     }
-    return summary
+    return Summary(
+        lab="ntp", seeds=seeds,
+        final={m: Stats.of(v) for m, v in finals.items()},
+        per_seed={str(s): {**extras["targets"][i], "n_samples": extras["n_samples"][i],
+                           **{m: float(v[i]) for m, v in finals.items()}} for i, s in enumerate(seeds)},
+        claims=claims(config, frame, extras, rates, gen),
+        details=details,
+    )

@@ -16,18 +16,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ...perf import training_threads
-from ...runs import Diverged, RunContext
+from ...engine import BatchedOptimizer, check_finite, group_norm, pack, unpack
+from ...engine.perf import training_threads
+from ..contract import RunContext
 from .config import Config
 from .model import Forward, collocation_loss, cross_entropy, forward, gradients, predict, token_matrices, with_unknown
-from .problem import INIT_STREAM, Problem, member_rng
+from .problem import STREAMS, Problem
 
 OV, KQ = "ov", "kq"
 
 
-def _flat_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """Per-member Frobenius norm over several (S, ...) tensors -> (S,)."""
-    return torch.sqrt(sum(t.pow(2).flatten(1).sum(-1) for t in tensors))
+_flat_norm = group_norm
 
 
 def cosine(w: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,49 +81,9 @@ def init_params(config: Config, problem: Problem, dtype: torch.dtype) -> Params:
         if config.model.init == "zero":
             tensors[name] = torch.zeros(S, *shape, dtype=dtype)
         else:
-            draws = [member_rng(s, INIT_STREAM + 10 * (k + 1)).standard_normal(shape) for s in problem.seeds]
+            draws = [STREAMS.numpy(s, "init", k).standard_normal(shape) for s in problem.seeds]
             tensors[name] = config.model.init_scale * torch.tensor(np.stack(draws), dtype=dtype)
     return Params(tensors, config.model.factored)
-
-
-@dataclass
-class Optimizer:
-    """Per-member optimizer state for normalized GD, GD, Adam and AdamW."""
-
-    config: Config
-    state: dict[str, torch.Tensor] = field(default_factory=dict)
-
-    def step(self, params: Params, grads: dict[str, torch.Tensor], names: list[str], lr: float,
-             active: torch.Tensor) -> None:
-        tc = self.config.train
-        kind = tc.optimizer
-        if kind == "normalized_gd":
-            norm = _flat_norm([grads[n] for n in names])  # (S,)
-            updates = {n: grads[n] / norm.clamp_min(1e-300).view(-1, *[1] * (grads[n].dim() - 1)) for n in names}
-        elif kind == "gd":
-            updates = {n: grads[n] for n in names}
-        else:
-            b1, b2 = tc.betas
-            updates = {}
-            for n in names:
-                g = grads[n]
-                m = self.state.get(f"m.{n}", torch.zeros_like(g))
-                v = self.state.get(f"v.{n}", torch.zeros_like(g))
-                count = self.state.get(f"t.{n}", torch.zeros(g.shape[0], dtype=g.dtype))
-                keep = active.view(-1, *[1] * (g.dim() - 1))
-                m = torch.where(keep, b1 * m + (1 - b1) * g, m)
-                v = torch.where(keep, b2 * v + (1 - b2) * g * g, v)
-                count = count + active.to(g.dtype)
-                c = count.clamp_min(1).view(-1, *[1] * (g.dim() - 1))
-                upd = (m / (1 - b1 ** c)) / ((v / (1 - b2 ** c)).sqrt() + tc.adam_eps)
-                if kind == "adamw":
-                    upd = upd + tc.weight_decay * params.tensors[n]
-                self.state.update({f"m.{n}": m, f"v.{n}": v, f"t.{n}": count})
-                updates[n] = upd
-        for n in names:
-            p = params.tensors[n]
-            keep = active.view(-1, *[1] * (p.dim() - 1))
-            params.tensors[n] = torch.where(keep, p - lr * updates[n], p)
 
 
 @dataclass
@@ -203,18 +162,7 @@ def metrics(params: Params, problem: Problem, ev: Evaluation, stage: int, two_st
     return values
 
 
-def _check_finite(step: int, problem: Problem, values: dict[str, torch.Tensor], params: Params) -> None:
-    for name in ("loss", "loss_stage1"):
-        bad = ~torch.isfinite(values[name])
-        if bad.any():
-            raise Diverged(step, problem.seeds[int(bad.nonzero()[0])], f"{name} is not finite")
-    for name, p in params.tensors.items():
-        bad = ~torch.isfinite(p.flatten(1)).all(-1)
-        if bad.any():
-            raise Diverged(step, problem.seeds[int(bad.nonzero()[0])], f"weights {name} are not finite")
-
-
-def train(config: Config, problem: Problem, ctx: RunContext | None = None) -> Params:
+def train_two_stage(config: Config, problem: Problem, ctx: RunContext | None = None) -> Params:
     """Run the configured algorithm; log through ``ctx`` (None: no logging, no checkpoints).
 
     Returns the final parameters. Uses ``config.thread_count()`` torch threads meanwhile.
@@ -230,15 +178,15 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
     two_stage = tc.algorithm == "two_stage"
     eta0, eta = config.step_sizes(problem.emb.shape[1])
     params = init_params(config, problem, dtype)
-    opt = Optimizer(config)
+    opt = BatchedOptimizer(tc.optimizer, tuple(tc.betas), tc.adam_eps, tc.weight_decay)
     S = problem.n_members
     active = torch.ones(S, dtype=torch.bool)
     start = 0
     resumed = ctx.resume_state() if ctx is not None else None
     if resumed is not None:
-        start, tensors, _ = resumed
-        params.tensors = {k[2:]: v for k, v in tensors.items() if k.startswith("p.")}
-        opt.state = {k[4:]: v for k, v in tensors.items() if k.startswith("opt.")}
+        start, tensors = resumed.step, resumed.tensors
+        params.tensors = unpack(tensors, "p")
+        opt.state = unpack(tensors, "opt")
         active = tensors["active"].bool()
     # sum reduction: L0 sums over the |V| collocation samples, L over each member's samples
     summed = tc.loss_reduction == "sum"
@@ -272,7 +220,7 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
             tiny = (gnorm <= tc.grad_tol) | (gnorm == 0)
             if two_stage and t == T and T > 0:
                 active = torch.ones(S, dtype=torch.bool)  # the guard acts per stage
-                opt.state = {}
+                opt.reset()
             if tc.on_tiny_grad == "stop":
                 active = active & ~tiny
             if log_now:
@@ -281,14 +229,12 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
                 values["tiny_grad"] = tiny.to(dtype)
                 values["frozen"] = (~active).to(dtype)
                 ctx.log(t, values)
-                _check_finite(t, problem, values, params)
+                check_finite(t, problem.seeds, {n: values[n] for n in ("loss", "loss_stage1")}, params.tensors)
             if ctx is not None and t > start and (ctx.should_checkpoint(t) or t == total):
-                payload = {f"p.{k}": v for k, v in params.tensors.items()}
-                payload.update({f"opt.{k}": v for k, v in opt.state.items()})
-                payload["active"] = active.to(torch.uint8)
+                payload = pack(p=params.tensors, opt=opt.state, active=active.to(torch.uint8))
                 ctx.save_checkpoint(t, payload, {"stage": stage_of(t)})
             if t == total:
                 break
-            opt.step(params, grads, names, lr, active if tc.on_tiny_grad == "stop" else gnorm > 0)
+            opt.step(params.tensors, grads, names, lr, active if tc.on_tiny_grad == "stop" else gnorm > 0)
             advance(1)
     return params

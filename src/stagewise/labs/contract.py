@@ -1,0 +1,136 @@
+"""The lab contract as code: :class:`Lab`, :class:`RunContext`, :class:`RunResult`,
+:class:`RunSpec` (and the shared :class:`~stagewise.report.claims.Summary` / ``Claim``).
+
+A lab is one frozen :class:`Lab` value in its ``lab.py`` (``LAB = Lab(...)``) and one line
+in :data:`stagewise.labs.REGISTRY`. Everything above the labs (execute, resume, reproduce,
+sweeps, the CLI) works on this contract only.
+
+Life of a run::
+
+    config = lab.Config(...)                   # validated (pydantic v2)
+    lab.check(config)                          # every input check, before any work
+    lab.estimate(config) -> Resources          # memory/disk, refused up front if too big
+    result = lab.run(config, ctx)              # streams metrics + tables through ctx
+    summary = lab.summarize(config, metrics, tables, result)   # -> Summary
+    lab.make_figures(config, metrics, tables, summary, folder)  # PNG + PDF
+"""
+
+from __future__ import annotations
+
+import difflib
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+
+import pandas as pd
+import torch
+from pydantic import BaseModel
+
+from ..errors import UserError
+from ..report.claims import Claim, Summary
+from ..runs.context import Checkpoint
+
+if TYPE_CHECKING:
+    from .spec import RunSpec
+
+__all__ = ["Checkpoint", "Claim", "Lab", "Reproduction", "Resources", "RunContext", "RunResult", "Summary", "Tables"]
+
+
+class RunContext(Protocol):
+    """What a lab sees of the run store while it runs. Implemented by the run directory
+    (:class:`stagewise.runs.RunDirContext`) and in memory (:class:`stagewise.runs.MemoryContext`).
+
+    Attributes:
+        seeds: the ensemble's seeds, in the order of the ensemble axis (S,).
+    """
+
+    seeds: list[int]
+
+    def log(self, step: int, values: Mapping[str, torch.Tensor], *, variant: str = "") -> None:
+        """Per-seed values of one step, each (S,). ``variant`` names the group/variant of
+        these values (metric names become ``{variant}/{name}``)."""
+
+    def log_table(self, name: str, frame: pd.DataFrame, *, part: str | int = "all", csv: bool = False) -> None:
+        """Rows of table ``name`` for one ``part`` (e.g. an epoch); logging a part again replaces it."""
+
+    def should_checkpoint(self, step: int) -> bool:
+        """True when the lab should save a checkpoint now (interval reached or stop requested)."""
+
+    def save_checkpoint(self, step: int, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None,
+                        *, group: int = 0) -> None:
+        """Save a resumable state; may raise ``Interrupted`` right after saving if a stop was requested."""
+
+    def resume_state(self) -> Checkpoint | None:
+        """The checkpoint to continue from, or None for a fresh start."""
+
+    def progress(self, total: int, description: str = "training",
+                 start: int | None = None) -> AbstractContextManager[Callable[..., None]]:
+        """A progress bar around a training loop; yields ``advance(n=1)``. Inside it, a
+        SIGINT/SIGTERM is turned into a checkpoint at the next step (see should_checkpoint)."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What ``lab.run`` returns: JSON-able facts the summary needs (sizes, targets, ...)."""
+
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class Tables(Protocol):
+    """Read access to a run's tables (``tables/NAME.parquet``)."""
+
+    def names(self) -> list[str]: ...
+
+    def get(self, name: str) -> pd.DataFrame | None: ...
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Estimated peak memory and disk of a run, in bytes (what the runner refuses on)."""
+
+    memory_bytes: int
+    disk_bytes: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """The runs of ``stagewise reproduce LAB``: the full set and the ``--quick`` set."""
+
+    full: tuple["RunSpec", ...]
+    quick: tuple["RunSpec", ...]
+
+    def specs(self, quick: bool) -> tuple["RunSpec", ...]:
+        return self.quick if quick else self.full
+
+
+def _no_estimate(config: Any) -> Resources:
+    return Resources(0, 0, "no estimate")
+
+
+@dataclass(frozen=True)
+class Lab:
+    """A lab: identity, config model, presets, reproduction set and its five functions."""
+
+    name: str
+    description: str
+    Config: type[BaseModel]
+    presets: Mapping[str, tuple[str, dict[str, Any]]]
+    reproduce: Reproduction
+    check: Callable[[Any], None]
+    run: Callable[[Any, RunContext], RunResult]
+    summarize: Callable[[Any, pd.DataFrame, Tables, RunResult], Summary]
+    make_figures: Callable[[Any, pd.DataFrame, Tables, Summary, Path], list[Path]]
+    estimate: Callable[[Any], Resources] = _no_estimate
+
+    def preset_overrides(self, preset: str | None) -> dict[str, Any]:
+        """The overrides of a named preset (None: the lab's defaults); one-line error otherwise."""
+        if preset is None:
+            return {}
+        if preset not in self.presets:
+            close = difflib.get_close_matches(preset, list(self.presets), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise UserError(f"--preset {preset}: unknown preset for lab '{self.name}'{hint}; "
+                            f"available: {', '.join(self.presets)}")
+        return self.presets[preset][1]

@@ -1,0 +1,251 @@
+"""Run one lab config in a run directory: create or resume, lock, stream, finish, record.
+
+:func:`execute_spec` is the one code path "run this spec into this directory" used by
+``stagewise run``, ``reproduce`` and sweeps; another process can import and call it::
+
+    from stagewise import RunSpec, execute_spec
+    manifest = execute_spec(RunSpec(lab="ntp", preset="example1", name="x"), "runs/x")
+
+Every outcome is recorded in the manifest: ``done``, ``failed`` (error and error.log),
+``diverged`` (step and seed), ``interrupted`` (SIGINT or SIGTERM; a checkpoint is written
+at the next step when the lab is inside its training loop). What was logged so far is
+kept and compacted to Parquet.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import threading
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+from ..config import config_hash, to_yaml, validate
+from ..engine import Diverged
+from ..errors import UserError
+from ..labs import Lab, RunSpec, get_lab
+from ..runs import Interrupted, RunDirContext, RunLock, RunPaths, read_manifest, update_manifest
+from ..runs.store import atomic_write_json, atomic_write_text, git_sha, now_iso, package_versions, write_parquet
+
+SIZE_MARGIN = 0.9  # refuse runs estimated above this fraction of the available memory
+
+
+# ------------------------------------------------------------------------ sizes
+def available_memory() -> int:
+    """MemAvailable from /proc/meminfo (bytes); a large number where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.0f} MiB"
+
+
+def check_size(lab: Lab, config: Any, out: Path | None, allow_large: bool = False) -> None:
+    """Refuse, before any work, a run whose estimated memory or metric disk cannot fit."""
+    est = lab.estimate(config)
+    if allow_large:
+        return
+    avail = available_memory()
+    if est.memory_bytes > SIZE_MARGIN * avail:
+        raise UserError(f"estimated peak memory {_gib(est.memory_bytes)} ({est.detail}) exceeds the available "
+                        f"memory {_gib(avail)}; make the run smaller or pass --allow-large to try anyway")
+    if out is not None and est.disk_bytes:
+        probe = next((p for p in [out, *out.parents] if p.exists()), Path("."))
+        free = shutil.disk_usage(probe).free
+        if est.disk_bytes > SIZE_MARGIN * free:
+            raise UserError(f"estimated metric stream {_gib(est.disk_bytes)} ({est.detail}) exceeds the free disk "
+                            f"{_gib(free)} at {probe}; log less often (train.log_every) or pass --allow-large")
+
+
+# -------------------------------------------------------------------- directories
+def _writable_dir(path: Path, flag: str) -> None:
+    """Create ``path`` (a directory) or say in one line why it cannot be used."""
+    for parent in [path, *path.parents]:
+        if parent.exists() and not parent.is_dir():
+            what = "is a file" if parent == path else f"is under {parent}, which is a file"
+            raise UserError(f"{flag} {path}: {what}; give a directory path")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"{flag} {path}: cannot create the directory ({err.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: directory is not writable")
+
+
+def prepare(lab: Lab, config: Any, out: str | Path) -> RunPaths:
+    """Create a fresh run directory with config.yaml and a 'running' manifest."""
+    paths = RunPaths(Path(out))
+    if paths.root.is_dir() and any(paths.root.iterdir()):
+        raise UserError(f"--out {out}: directory exists and is not empty; choose another or use --resume {out}")
+    _writable_dir(paths.root, "--out")
+    try:
+        atomic_write_text(paths.config, to_yaml(config))
+        atomic_write_json(paths.manifest, {
+            "lab": lab.name, "status": "running", "config_hash": config_hash(config), "seeds": config.seed_list(),
+            "versions": package_versions(), "git_sha": git_sha(), "host": socket.gethostname(),
+            "started": now_iso(), "ended": None, "error": None, "tables": {},
+        })
+    except OSError as err:
+        raise UserError(f"--out {out}: cannot write the run directory ({err.strerror})") from None
+    return paths
+
+
+def load_for_resume(run_dir: str | Path) -> tuple[Lab, Any]:
+    """(lab, validated config) of an existing run directory; one-line errors otherwise."""
+    paths = RunPaths(Path(run_dir))
+    manifest = read_manifest(run_dir)
+    lab = get_lab(str(manifest["lab"]))
+    if not paths.config.is_file():
+        raise UserError(f"--resume {run_dir}: config.yaml is missing; the run cannot be resumed")
+    try:
+        data = yaml.safe_load(paths.config.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise UserError(f"--resume {run_dir}: config.yaml is unreadable ({type(err).__name__})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"--resume {run_dir}: config.yaml is not a mapping")
+    config = validate(lab.Config, data)
+    if config_hash(config) != manifest["config_hash"]:
+        raise UserError(f"--resume {run_dir}: config.yaml does not match the manifest's config hash")
+    if not os.access(paths.root, os.W_OK | os.X_OK):
+        raise UserError(f"--resume {run_dir}: directory is not writable")
+    return lab, config
+
+
+# --------------------------------------------------------------------------- signals
+@contextmanager
+def _stop_requests(ctx: RunDirContext) -> Iterator[None]:
+    """SIGINT and SIGTERM -> ctx.request_stop (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: ctx.request_stop(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+# --------------------------------------------------------------------------- execute
+def _record(paths: RunPaths, **changes: Any) -> str | None:
+    """Update the manifest; returns a note instead of raising when that is impossible."""
+    try:
+        update_manifest(paths.root, **changes)
+        return None
+    except OSError as err:
+        return f"the manifest could not be updated ({err.strerror}); it still says 'running'"
+
+
+def _keep_metrics(ctx: RunDirContext, paths: RunPaths) -> None:
+    """Keep what was logged: compact the stream so far to Parquet (never masks the error)."""
+    try:
+        ctx.sink.close()
+        write_parquet(ctx.sink.to_frame(), paths.metrics)
+    except Exception:
+        pass
+
+
+def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) ``lab`` with ``config`` in ``paths``; returns the final manifest.
+
+    Holds the directory's lock throughout (a second writer gets a one-line error). On
+    failure the outcome is recorded and the exception propagates (``Interrupted`` for a
+    stop request, ``Diverged``, or the original error); ``err.stagewise_note`` says what
+    could not be recorded, if anything.
+    """
+    with RunLock(paths.root):
+        manifest_tables = dict(read_manifest(paths.root).get("tables") or {}) if resume else {}
+
+        def on_table(name: str, entry: dict[str, Any]) -> None:
+            manifest_tables[name] = entry
+            update_manifest(paths.root, tables=manifest_tables)
+
+        checkpoint_every = int(getattr(getattr(config, "train", None), "checkpoint_every", 0) or 0)
+        ctx = RunDirContext(paths, config.seed_list(), checkpoint_every, progress, on_table)
+        if resume:
+            ctx.prepare_resume()
+            manifest_tables = {k: v for k, v in manifest_tables.items() if k in ctx.tables.names()}
+            update_manifest(paths.root, status="running", error=None, ended=None, resumed=now_iso(),
+                            tables=manifest_tables)
+        try:
+            with _stop_requests(ctx):
+                result = lab.run(config, ctx)
+                ctx.sink.close()
+                frame = ctx.sink.to_frame()
+                write_parquet(frame, paths.metrics)
+                summary = lab.summarize(config, frame, ctx.tables, result)
+                atomic_write_json(paths.summary, summary.to_json())
+                lab.make_figures(config, frame, ctx.tables, summary, paths.figures)
+            return update_manifest(paths.root, status="done", ended=now_iso())
+        except Diverged as err:
+            _keep_metrics(ctx, paths)
+            err.stagewise_note = _record(paths, status="diverged", ended=now_iso(), error=str(err),
+                                         diverged={"step": err.step, "seed": err.seed, "what": err.what})
+            raise
+        except KeyboardInterrupt as err:
+            signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+            _keep_metrics(ctx, paths)
+            name = signal.Signals(signum).name
+            note = _record(paths, status="interrupted", ended=now_iso(),
+                           error=f"interrupted by {name}; resume with: stagewise run --resume {paths.root}")
+            stop = err if isinstance(err, Interrupted) else Interrupted(signum)
+            stop.stagewise_note = note
+            raise stop from None
+        except BaseException as err:
+            _keep_metrics(ctx, paths)
+            message = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+            log_note = None
+            try:
+                atomic_write_text(paths.error_log, traceback.format_exc())
+            except OSError:
+                log_note = "no error.log (the directory could not be written)"
+            note = _record(paths, status="failed", ended=now_iso(), error=message)
+            err.stagewise_note = "; ".join(n for n in (log_note, note) if n) or None
+            err.stagewise_error_log = None if log_note else paths.error_log
+            raise
+
+
+def execute_spec(spec: RunSpec, run_dir: str | Path, *, progress: bool = False, allow_large: bool = False,
+                 raise_on_failure: bool = False) -> dict[str, Any]:
+    """Run ``spec`` into ``run_dir`` and return its manifest: a fresh directory is created,
+    a finished run with the same config hash is returned as it is, an unfinished one is
+    resumed. A failed, diverged or interrupted run returns its manifest (or raises with
+    ``raise_on_failure``); a stop request (KeyboardInterrupt) always propagates."""
+    lab = spec.lab_value()
+    config = spec.config()
+    paths = RunPaths(Path(run_dir))
+    resume = (paths.manifest).is_file()
+    if resume:
+        manifest = read_manifest(paths.root)
+        if manifest["config_hash"] != config_hash(config):
+            raise UserError(f"{run_dir}: holds a run of another config (hash {manifest['config_hash']}, "
+                            f"spec {spec.name or spec.lab} is {config_hash(config)})")
+        if manifest["status"] == "done":
+            return manifest
+        lab, config = load_for_resume(paths.root)
+    else:
+        check_size(lab, config, paths.root, allow_large)
+        lab.check(config)
+        paths = prepare(lab, config, paths.root)
+    try:
+        return execute(lab, config, paths, resume=resume, progress=progress)
+    except KeyboardInterrupt:
+        raise
+    except Exception:
+        if raise_on_failure:
+            raise
+        return read_manifest(paths.root)

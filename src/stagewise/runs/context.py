@@ -1,0 +1,201 @@
+"""The run directory as a :class:`~stagewise.labs.contract.RunContext`: metrics, tables,
+checkpoints, progress, and stop requests (SIGINT/SIGTERM become a checkpoint).
+
+Resume consistency: every checkpoint records how many metric lines (``_lines``) and which
+table parts (``_tables``) it covers. On resume the newest checkpoint whose records are all
+present is used (a flipped byte, a torn file, a metric stream cut shorter than the
+checkpoint says: all fall back to an older checkpoint, or to a fresh start); the stream
+and tables are cut back to exactly what it covers.
+"""
+
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import pandas as pd
+import torch
+
+from .store import Checkpoints, MetricSink, TableStore, atomic_write_text, safe_csv
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop request (SIGINT or SIGTERM); ``signum`` says which (exit code 128 + signum)."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def metrics_jsonl(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.parquet"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def figures(self) -> Path:
+        return self.root / "figures"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def tables(self) -> Path:
+        return self.root / "tables"
+
+    @property
+    def error_log(self) -> Path:
+        return self.root / "error.log"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint to resume from: ``group`` (e.g. an experiment's group index) and
+    ``step`` within it, the saved tensors and the lab's metadata."""
+
+    step: int
+    tensors: dict[str, torch.Tensor]
+    meta: dict[str, Any]
+    group: int = 0
+
+
+class RunDirContext:
+    """What a lab sees of a run directory while it runs (implements ``RunContext``).
+
+    Attributes:
+        seeds: the ensemble's seeds, in the order of the ensemble axis.
+        paths: the run directory's paths.
+    """
+
+    def __init__(self, paths: RunPaths, seeds: list[int], checkpoint_every: int, progress: bool,
+                 on_table: Callable[[str, dict[str, Any]], None] | None = None):
+        self.paths = paths
+        self.seeds = list(seeds)
+        self.checkpoint_every = checkpoint_every
+        self.sink = MetricSink(paths.metrics_jsonl, seeds)
+        self.checkpoints = Checkpoints(paths.checkpoints)
+        self.tables = TableStore(paths.tables)
+        self.show_progress = progress
+        self.stop_signal: int | None = None
+        self._graceful = False
+        self._resume: Checkpoint | None = None
+        self._on_table = on_table
+
+    # metrics ----------------------------------------------------------------------
+    def log(self, step: int, values: Mapping[str, torch.Tensor], *, variant: str = "") -> None:
+        """Log per-seed values, each a tensor of shape (S,), for one step (one device copy)."""
+        names = list(values)
+        stacked = torch.stack([values[n].detach().reshape(-1).to(torch.float64) for n in names])  # (M, S)
+        self.sink.log_array(step, names, stacked.cpu().numpy(), variant)
+
+    # tables ------------------------------------------------------------------------
+    def log_table(self, name: str, frame: pd.DataFrame, *, part: str | int = "all", csv: bool = False) -> None:
+        """Write part ``part`` of ``tables/NAME.parquet`` (replacing an earlier write of
+        that part); ``csv`` also exports ``tables/NAME.csv`` (quoted, formula-safe)."""
+        if not name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"table name {name!r}: use letters, digits, '_' and '-'")
+        entry = self.tables.write(name, frame, str(part))
+        if csv:
+            atomic_write_text(self.paths.tables / f"{name}.csv", safe_csv(self.tables.get(name)))
+        if self._on_table is not None:
+            self._on_table(name, entry)
+
+    # checkpoints -------------------------------------------------------------------
+    def should_checkpoint(self, step: int) -> bool:
+        if self.stop_signal is not None:
+            return True
+        return self.checkpoint_every > 0 and step % self.checkpoint_every == 0
+
+    def save_checkpoint(self, step: int, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None,
+                        *, group: int = 0) -> None:
+        """Flush metrics, then write the checkpoint atomically with the metric lines and
+        table parts it covers. Raises :class:`Interrupted` after saving if a stop was requested."""
+        self.sink.flush()
+        record = {**dict(meta or {}), "_lines": self.sink.lines, "_tables": self.tables.parts()}
+        self.checkpoints.save(step, tensors, record, group=group)
+        if self.stop_signal is not None:
+            raise Interrupted(self.stop_signal)
+
+    def resume_state(self) -> Checkpoint | None:
+        return self._resume
+
+    def prepare_resume(self) -> Checkpoint | None:
+        """Pick the newest consistent checkpoint and cut the stream and tables back to it."""
+        available = self.sink.lines
+        parts = self.tables.parts()
+
+        def consistent(meta: dict[str, Any]) -> bool:
+            if meta.get("_lines", 0) > available:
+                return False
+            return all(set(map(str, p)) <= set(parts.get(name, [])) for name, p in meta.get("_tables", {}).items())
+
+        found = self.checkpoints.latest(accept=consistent)
+        if found is None:
+            self.sink.truncate_lines(0)
+            self.tables.keep_parts({})
+            self._resume = None
+            return None
+        group, step, tensors, meta = found
+        self.sink.truncate_lines(meta["_lines"])
+        self.tables.keep_parts(meta.get("_tables", {}))
+        self._resume = Checkpoint(step, tensors, meta, group)
+        return self._resume
+
+    # stop requests -----------------------------------------------------------------
+    def request_stop(self, signum: int) -> None:
+        """Signal handler body: inside a training loop, checkpoint at the next step and
+        stop; elsewhere (or on a second signal) stop at once."""
+        if self._graceful and self.stop_signal is None:
+            self.stop_signal = signum
+            return
+        raise Interrupted(signum)
+
+    # progress ----------------------------------------------------------------------
+    @contextmanager
+    def progress(self, total: int, description: str = "training", start: int | None = None) -> Iterator[Any]:
+        """A rich progress bar (steps, ETA); silent when stderr is not a terminal.
+
+        ``start`` is the step already done (default: the resumed checkpoint's step).
+        Yields a callable ``advance(n=1)``. Stop requests inside become checkpoints.
+        """
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._graceful = True
+        try:
+            console = Console(stderr=True)
+            if not (self.show_progress and console.is_terminal):
+                yield lambda n=1: None
+                return
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+            with Progress(*columns, console=console, transient=True) as bar:
+                if start is None:
+                    start = self._resume.step if self._resume else 0
+                task = bar.add_task(description, total=total, completed=start)
+                yield lambda n=1: bar.advance(task, n)
+        finally:
+            self._graceful = False
+

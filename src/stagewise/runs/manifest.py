@@ -1,0 +1,42 @@
+"""manifest.json: read with one-line errors for anything that is not a manifest, update atomically."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from .store import atomic_write_json
+
+REQUIRED = ("lab", "status", "config_hash", "seeds")
+STATUSES = ("running", "done", "failed", "diverged", "interrupted")
+
+
+def read_manifest(run_dir: str | Path) -> dict[str, Any]:
+    """The manifest of ``run_dir``; UserError when it is missing, unreadable or not a manifest."""
+    path = Path(run_dir) / "manifest.json"
+    if not Path(run_dir).is_dir():
+        raise UserError(f"{run_dir}: not a directory")
+    if not path.is_file():
+        raise UserError(f"{run_dir}: not a run directory (no manifest.json)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{path}: unreadable manifest ({type(err).__name__}: {str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a stagewise manifest (expected an object, got {type(data).__name__})")
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        raise UserError(f"{path}: not a stagewise manifest (missing {', '.join(missing)})")
+    if data["status"] not in STATUSES:
+        raise UserError(f"{path}: unknown status {data['status']!r}; expected one of {', '.join(STATUSES)}")
+    return data
+
+
+def update_manifest(run_dir: str | Path, **changes: Any) -> dict[str, Any]:
+    path = Path(run_dir) / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest.update(changes)
+    atomic_write_json(path, manifest)
+    return manifest
