@@ -86,12 +86,14 @@ def test_run_show_and_resume_guard(cli, tmp_path):
 
 
 def test_failed_run_exit_1_and_recorded(cli, tmp_path, monkeypatch):
-    import stagewise.labs.ntp.lab as lab
+    from dataclasses import replace
+
+    from stagewise.labs import REGISTRY
 
     def boom(*a, **k):
         raise RuntimeError("solver exploded")
 
-    monkeypatch.setattr(lab, "summarize", boom)
+    monkeypatch.setitem(REGISTRY._labs, "ntp", replace(REGISTRY["ntp"], summarize=boom))
     out = tmp_path / "r"
     code, _, stderr = cli("run", "ntp", "--preset", "example1", "--set", "train.steps_stage2=20", "--out", str(out), "-q")
     assert code == 1 and "solver exploded" in stderr and "--resume" in stderr

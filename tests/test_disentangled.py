@@ -16,7 +16,9 @@ from stagewise.labs.disentangled.model import forward, gradients, logistic
 from stagewise.labs.disentangled.train import (
     Member, State, build_ensemble, init_weights, learning_rate, members_from_config, run_training,
 )
-from stagewise.runs import Diverged, RunContext, execute, prepare
+from stagewise.engine import Diverged
+from stagewise.orchestrate import execute, prepare
+from stagewise.runs import RunDirContext
 
 LAB = get_lab("disentangled")
 TINY = {"n_seeds": 2, "data": {"d": 6, "prompt_len": 6, "n_train": 40, "n_test": 60},
@@ -100,22 +102,25 @@ def run_dir(tmp_path, name, config):
 def test_resume_across_groups_equals_uninterrupted(tmp_path, monkeypatch, crash_at_line):
     config = tiny(experiment={"kind": "ablations", "ablations": ["no-noise", "joint"]}, train={"optimizer": "sgd"})
     reference = pd.read_parquet(run_dir(tmp_path, "ref", config).metrics)
-    original = RunContext.log
+    original = RunDirContext.log
     count = {"n": 0}
 
-    def crashing(self, step, values):
-        original(self, step, values)
+    def crashing(self, step, values, **kw):
+        original(self, step, values, **kw)
         count["n"] += 1
         if count["n"] == crash_at_line:
             raise KeyboardInterrupt("simulated kill")
 
     paths = prepare(LAB, config, tmp_path / "crash")
-    monkeypatch.setattr(RunContext, "log", crashing)
+    monkeypatch.setattr(RunDirContext, "log", crashing)
     with pytest.raises(KeyboardInterrupt):
         execute(LAB, config, paths, progress=False)
-    monkeypatch.setattr(RunContext, "log", original)
+    monkeypatch.setattr(RunDirContext, "log", original)
     execute(LAB, config, paths, resume=True, progress=False)
     pd.testing.assert_frame_equal(pd.read_parquet(paths.metrics), reference, check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(paths.tables / "stages.parquet"),
+                                  pd.read_parquet(tmp_path / "ref" / "tables" / "stages.parquet"), check_exact=True)
+    assert set(reference["variant"]) == {"baseline", "no-noise", "joint"}
     names = set(reference["metric"])
     assert {"baseline/test.acc.q_only", "no-noise/test.acc.q_only", "joint/test.acc.q_only"} <= names
 
@@ -129,21 +134,29 @@ def test_two_stage_run_layout_and_claims(tmp_path):
     frame = pd.read_parquet(paths.metrics)
     assert {"W.sv.0", "V.eig_abs.5", "WV.sym_eig.11", "test.K1_l2", "train.acc.q_only.label_neg",
             "truncate.bottom.6.acc.p_only"} <= set(frame["metric"])
-    # claims follow the metrics: force Q-only accuracy at t1 to 1 and the claim flips
+    # claims follow the logged records: force Q-only accuracy at t1 to 1 and the claim flips
+    from stagewise.labs import RunResult
     from stagewise.labs.disentangled.summary import summarize
+    from stagewise.runs import MemoryContext
 
-    broken = frame.copy()
-    broken.loc[(broken["metric"] == "test.acc.q_only") & (broken["step"] == 15), "value"] = 1.0
-    again = {c["id"]: c for c in summarize(tiny(), broken, {"seeds": [0, 1], "groups": []})["claims"]}
-    assert not again["q_not_learned_stage1"]["holds"] and "1.000" in again["q_not_learned_stage1"]["evidence"]
+    stages = pd.read_parquet(paths.tables / "stages.parquet").drop(columns="_part")
+    assert len(stages) == 4 and set(stages["stage"]) == {"stage1", "stage2"}
+    tables = MemoryContext()
+    tables.log_table("stages", stages.assign(**{"test.acc.q_only": stages["test.acc.q_only"].where(stages["stage"] != "stage1", 1.0)}))
+    again = {c.id: c for c in summarize(tiny(), frame, tables, RunResult({"seeds": [0, 1], "groups": []})).claims}
+    assert not again["q_not_learned_stage1"].holds and "1.000" in again["q_not_learned_stage1"].evidence
     assert (paths.figures / "two_stage.png").exists() and (paths.figures / "spectra.pdf").exists()
 
 
 def test_d_scaling_rules(tmp_path, monkeypatch):
-    monkeypatch.setattr(LAB, "make_figures", lambda *a, **k: [])
+    from dataclasses import replace
+
+    lab = replace(LAB, make_figures=lambda *a, **k: [])
     config = tiny(experiment={"kind": "d-scaling", "dims": [4, 8]}, n_seeds=1)
-    summary = json.loads(run_dir(tmp_path, "d", config).summary.read_text())
-    rows = summary["d_scaling"]
+    paths = prepare(lab, config, tmp_path / "d")
+    execute(lab, config, paths, progress=False)
+    summary = json.loads(paths.summary.read_text())
+    rows = summary["details"]["d_scaling"]
     assert [r["d"] for r in rows] == [4, 8] and rows[1]["L"] > rows[0]["L"] and rows[1]["lambda"] < rows[0]["lambda"]
     assert summary["claims"][0]["id"] == "bound_tends_to_zero"
 
@@ -179,15 +192,20 @@ def test_bad_input_one_line_exit_2(cli, tmp_path, sets, needle):
 
 
 def test_reproduce_report(tmp_path, monkeypatch):
-    from stagewise.report.reproduce import reproduce
+    from stagewise.orchestrate import reproduce
+
+    from dataclasses import replace
+
+    from stagewise.labs import Reproduction, RunSpec
 
     small = deep_merge(TINY, {"n_seeds": 1})
-    monkeypatch.setattr(LAB, "REPRODUCE", [
-        ("two-stage", "two-stage", small, {}),
-        ("ablations", "ablations", deep_merge(small, {"experiment": {"ablations": ["no-anneal", "no-noise"]}}), {}),
-        ("d-scaling", "d-scaling", deep_merge(small, {"experiment": {"dims": [4, 6]}}), None),
-    ])
-    report = reproduce(LAB, tmp_path / "rep", quick=True)
+    quick = (RunSpec(lab="disentangled", preset="two-stage", overrides=small, name="two-stage"),
+             RunSpec(lab="disentangled", preset="ablations", name="ablations",
+                     overrides=deep_merge(small, {"experiment": {"ablations": ["no-anneal", "no-noise"]}})))
+    full = quick + (RunSpec(lab="disentangled", preset="d-scaling", name="d-scaling",
+                            overrides=deep_merge(small, {"experiment": {"dims": [4, 6]}})),)
+    lab = replace(LAB, reproduce=Reproduction(full=full, quick=quick))
+    report = reproduce(lab, tmp_path / "rep", quick=True)
     assert [r["name"] for r in report["runs"]] == ["two-stage", "ablations"]
     ids = {c["id"] for r in report["runs"] for c in r["claims"]}
     assert {"p_learned_stage1", "annealing_needed", "noise_needed", "spectral_corollary"} <= ids
@@ -203,5 +221,5 @@ def test_grid_experiment_batches_all_combinations(tmp_path):
     ens = build_ensemble(config, group.members)
     assert ens.train.per_data == 4  # each seed's data once, four variants over it
     summary = json.loads(run_dir(tmp_path, "g", config).summary.read_text())
-    assert set(summary["grid"]) == {"eta1=0.5,noise=0", "eta1=0.5,noise=0.05", "eta1=1,noise=0", "eta1=1,noise=0.05"}
-    assert all(isinstance(v["staged"], bool) for v in summary["grid"].values())
+    assert set(summary["details"]["grid"]) == {"eta1=0.5,noise=0", "eta1=0.5,noise=0.05", "eta1=1,noise=0", "eta1=1,noise=0.05"}
+    assert all(isinstance(v["staged"], bool) for v in summary["details"]["grid"].values())

@@ -11,20 +11,20 @@ import pandas as pd
 import pytest
 
 from stagewise.config import resolve
-from stagewise.labs import get_lab, preset_overrides
+from stagewise.labs import get_lab
 from stagewise.labs.ntp.data import example1
 from stagewise.labs.ntp.generalize import build_suite, classify
 from stagewise.labs.ntp.problem import build_problem
 from stagewise.labs.ntp.summary import summarize
-from stagewise.labs.ntp.train import cosine, train
-from stagewise.runs import execute, prepare
+from stagewise.labs.ntp.train import cosine, train_two_stage
+from stagewise.orchestrate import execute, prepare
 
 LAB = get_lab("ntp")
 
 
 @pytest.fixture(scope="module")
 def example1_run(tmp_path_factory):
-    config = resolve(LAB.Config, preset_overrides(LAB, "example1"))
+    config = resolve(LAB.Config, LAB.preset_overrides("example1"))
     paths = prepare(LAB, config, tmp_path_factory.mktemp("e1") / "R1")
     execute(LAB, config, paths, progress=False)
     return config, paths, pd.read_parquet(paths.metrics), json.loads(paths.summary.read_text())
@@ -38,39 +38,42 @@ def test_example1_acceptance(example1_run):
     stage1 = wide.loc[1:T]
     assert np.abs(stage1["cos_wov"] - 1).max() <= 1e-9
     assert np.abs(stage1["norm_wov"] - stage1.index.to_numpy() * eta0).max() <= 1e-12
-    assert summary["wkq_star_norm_sq"] == pytest.approx(13 / 6, abs=1e-6)
-    assert summary["wov_star_norm"] == pytest.approx(math.sqrt(3), abs=1e-6)
-    assert summary["prop2_gap"] <= 1e-9
+    details = summary["details"]
+    assert details["wkq_star_norm_sq"] == pytest.approx(13 / 6, abs=1e-6)
+    assert details["wov_star_norm"] == pytest.approx(math.sqrt(3), abs=1e-6)
+    assert details["prop2_gap"] <= 1e-9
     assert wide.loc[total, "cos_wkq"] >= 0.99
-    named = {row["input"]: row["predicted"] for row in summary["named_cases"]}
+    named = {row["input"]: row["predicted"] for row in details["named_cases"]}
     assert named == {"S P": "V", "O S P": "P"}
     assert all(c["holds"] for c in summary["claims"]), [c for c in summary["claims"] if not c["holds"]]
 
 
 def test_claims_are_computed_from_metrics(example1_run):
     config, paths, frame, summary = example1_run
-    extras = {"seeds": [0], "vocab_size": 4, "dim": 4, "eta0": 0.1, "eta": 0.025, "n_samples": [9],
-              "targets": [{k: summary[k] for k in ("wov_star_norm", "wkq_star_norm_sq", "prop2_wkq_norm_sq", "prop2_gap")}],
-              "generalization": pd.read_csv(paths.root / "generalization.csv", keep_default_na=False)
-              .assign(covered=lambda d: d["covered"].astype(str) == "True",
-                      correct=lambda d: d["correct"].astype(str) == "True").to_dict("records"),
-              "named_cases": summary["named_cases"], "orthonormal": True}
-    again = summarize(config, frame, extras)
-    assert [c["holds"] for c in again["claims"]] == [c["holds"] for c in summary["claims"]]
+    from stagewise.labs import RunResult
+    from stagewise.runs import TableStore
+
+    details = summary["details"]
+    extras = RunResult({"seeds": [0], "vocab_size": 4, "dim": 4, "eta0": 0.1, "eta": 0.025, "n_samples": [9],
+                        "targets": [{k: details[k] for k in ("wov_star_norm", "wkq_star_norm_sq", "prop2_wkq_norm_sq", "prop2_gap")}],
+                        "named_cases": details["named_cases"], "orthonormal": True})
+    tables = TableStore(paths.tables)  # the generalization table, read back from the run
+    again = summarize(config, frame, tables, extras)
+    assert [c.holds for c in again.claims] == [c["holds"] for c in summary["claims"]]
     total = config.train.steps_stage1 + config.train.steps_stage2
     broken = frame.copy()
     broken.loc[(broken["metric"] == "cos_wkq") & (broken["step"] == total), "value"] = 0.5
     broken.loc[(broken["metric"] == "cos_wov") & (broken["step"] == 3), "value"] = 0.9
-    claims = {c["id"]: c for c in summarize(config, broken, extras)["claims"]}
-    assert not claims["cos_wkq_to_one"]["holds"] and "0.5" in claims["cos_wkq_to_one"]["evidence"]
-    assert not claims["stage1_exact"]["holds"]
+    claims = {c.id: c for c in summarize(config, broken, tables, extras).claims}
+    assert not claims["cos_wkq_to_one"].holds and "0.5" in claims["cos_wkq_to_one"].evidence
+    assert not claims["stage1_exact"].holds
 
 
 def test_paper_preset_eight_seeds_reach_cos_095():
-    config = resolve(LAB.Config, preset_overrides(LAB, "paper"), extra={"n_seeds": 8})
+    config = resolve(LAB.Config, LAB.preset_overrides("paper"), extra={"n_seeds": 8})
     problem = build_problem(config)
     assert problem.emb.shape[1:] == (20, 20)
-    params = train(config, problem)
+    params = train_two_stage(config, problem)
     wkq, wov = params.merged()
     cos_kq, _ = cosine(wkq, problem.wkq_star)
     cos_ov, _ = cosine(wov, problem.wov_star)
@@ -101,14 +104,17 @@ def test_unseen_query_is_not_covered():
 
 
 def test_reproduce_quick_report(tmp_path, monkeypatch):
-    from stagewise.report.reproduce import reproduce
+    from stagewise.orchestrate import reproduce
 
-    monkeypatch.setattr(LAB, "REPRODUCE", [
-        ("example1", "example1", {"train": {"steps_stage2": 300}}, {}),
-        ("paper", "paper", {"n_seeds": 8}, {"n_seeds": 2, "data": {"vocab_size": 8}, "train": {"steps_stage1": 100, "steps_stage2": 200}}),
-        ("adamw", "adamw", {"n_seeds": 8}, None),
-    ])
-    report = reproduce(LAB, tmp_path / "rep", quick=True)
+    from dataclasses import replace
+
+    from stagewise.labs import Reproduction, RunSpec
+
+    quick = (RunSpec(lab="ntp", preset="example1", overrides={"train": {"steps_stage2": 300}}, name="example1"),
+             RunSpec(lab="ntp", preset="paper", overrides={"n_seeds": 2, "data": {"vocab_size": 8},
+                                                            "train": {"steps_stage1": 100, "steps_stage2": 200}}, name="paper"))
+    lab = replace(LAB, reproduce=Reproduction(full=quick + (RunSpec(lab="ntp", preset="adamw", name="adamw"),), quick=quick))
+    report = reproduce(lab, tmp_path / "rep", quick=True)
     assert [r["name"] for r in report["runs"]] == ["example1", "paper"]
     for name in ("report.html", "claims.md", "claims.json", "figures/example1-figure2.png", "figures/paper-rate_fits.pdf"):
         assert (tmp_path / "rep" / name).exists(), name
@@ -139,12 +145,14 @@ def test_every_option_runs_end_to_end(tmp_path, monkeypatch, name):
     """Each config switch trains, logs, summarizes and finishes 'done' (figures skipped)."""
     from stagewise.config import deep_merge
 
-    monkeypatch.setattr(LAB, "make_figures", lambda *a, **k: [])
+    from dataclasses import replace
+
+    lab = replace(LAB, make_figures=lambda *a, **k: [])
     base = {"n_seeds": 2, "data": {"vocab_size": 6}, "train": {"steps_stage1": 20, "steps_stage2": 30}}
     config = resolve(LAB.Config, deep_merge(base, OPTION_CASES[name]))
-    LAB.check(config)
-    paths = prepare(LAB, config, tmp_path / name)
-    manifest = execute(LAB, config, paths, progress=False)
+    lab.check(config)
+    paths = prepare(lab, config, tmp_path / name)
+    manifest = execute(lab, config, paths, progress=False)
     assert manifest["status"] == "done"
     summary = json.loads(paths.summary.read_text())
     assert summary["claims"] and all(isinstance(c["holds"], bool) for c in summary["claims"])

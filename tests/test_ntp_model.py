@@ -17,7 +17,7 @@ from stagewise.labs.ntp.config import Config
 from stagewise.labs.ntp.model import TokenBatch, collocation_loss, forward, gradients, token_matrices
 from stagewise.labs.ntp.problem import Problem, build_problem
 from stagewise.runs import MemoryContext
-from stagewise.labs.ntp.train import Params, evaluate, init_params, metrics, train
+from stagewise.labs.ntp.train import Params, evaluate, init_params, metrics, train_two_stage
 
 
 def make_config(**sections) -> Config:
@@ -28,7 +28,7 @@ def make_config(**sections) -> Config:
 def run_logged(config: Config) -> tuple[Params, MemoryContext, Problem]:
     problem = build_problem(config)
     recorder = MemoryContext()
-    params = train(config, problem, recorder)
+    params = train_two_stage(config, problem, recorder)
     return params, recorder, problem
 
 
@@ -242,10 +242,10 @@ def test_extra_padding_samples_and_positions_are_inert():
 def test_ensemble_equals_loop_of_single_runs(train_cfg):
     tc = {"steps_stage1": 30, "steps_stage2": 60, **train_cfg}
     base = make_config(seed=7, n_seeds=4, data={"vocab_size": 8}, model={"init": "random"}, train=tc)
-    batched = train(base, build_problem(base))
+    batched = train_two_stage(base, build_problem(base))
     for i in range(base.n_seeds):
         single_cfg = base.model_copy(update={"seed": base.seed + i, "n_seeds": 1})
-        single = train(single_cfg, build_problem(single_cfg))
+        single = train_two_stage(single_cfg, build_problem(single_cfg))
         for name, value in single.tensors.items():
             assert_rel_close(batched.tensors[name][i], value[0], 1e-10, f"member {i} {name}")
 
@@ -260,7 +260,7 @@ def test_zero_init_stage1_is_exactly_max_margin_direction():
         config = make_config(data={"source": "example1"}, train={"steps_stage1": k, "steps_stage2": 0})
         problem = build_problem(config)
         assert config.step_sizes(problem.emb.shape[1])[0] == eta0
-        _, wov = train(config, problem).merged()
+        _, wov = train_two_stage(config, problem).merged()
         star = problem.wov_star
         cos = (wov * star).sum() / (wov.norm() * star.norm())
         assert abs(cos.item() - 1.0) <= 1e-12, (k, cos.item())
@@ -348,12 +348,12 @@ def test_sum_reduction_same_iterates_for_normalized_gd_scaled_for_gd():
     base = {"seed": 3, "n_seeds": 2, "data": {"vocab_size": 6}, "model": {"init": "random"},
             "train": {"steps_stage1": 15, "steps_stage2": 25}}
     mean_cfg, sum_cfg = make_config(**base), make_config(**{**base, "train": {**base["train"], "loss_reduction": "sum"}})
-    a, b = train(mean_cfg, build_problem(mean_cfg)), train(sum_cfg, build_problem(sum_cfg))
+    a, b = train_two_stage(mean_cfg, build_problem(mean_cfg)), train_two_stage(sum_cfg, build_problem(sum_cfg))
     for name in a.tensors:
         assert_rel_close(b.tensors[name], a.tensors[name], 1e-12, f"normalized GD {name}")
     # plain GD: one stage-1 step of the sum loss is |V| times the mean loss's step
     gd = {**base, "model": {"init": "zero"}, "train": {"steps_stage1": 1, "steps_stage2": 0, "optimizer": "gd", "eta0": 0.1}}
     gd_sum = {**gd, "train": {**gd["train"], "loss_reduction": "sum"}}
-    w_mean = train(make_config(**gd), build_problem(make_config(**gd))).tensors["wov"]
-    w_sum = train(make_config(**gd_sum), build_problem(make_config(**gd_sum))).tensors["wov"]
+    w_mean = train_two_stage(make_config(**gd), build_problem(make_config(**gd))).tensors["wov"]
+    w_sum = train_two_stage(make_config(**gd_sum), build_problem(make_config(**gd_sum))).tensors["wov"]
     assert_rel_close(w_sum, 6 * w_mean, 1e-13, "GD sum vs mean")

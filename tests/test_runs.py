@@ -15,7 +15,9 @@ import yaml
 
 from stagewise.config import resolve
 from stagewise.labs import get_lab
-from stagewise.runs import Diverged, MetricSink, RunContext, execute, prepare
+from stagewise.engine import Diverged
+from stagewise.orchestrate import execute, prepare
+from stagewise.runs import MetricSink, RunDirContext
 
 LAB = get_lab("ntp")
 SMALL = {"seed": 5, "n_seeds": 3, "data": {"vocab_size": 6, "max_len": 5},
@@ -41,14 +43,17 @@ def test_layout_and_schema(tmp_path):
     assert {"config_hash", "versions", "git_sha", "started", "ended", "error"} <= set(manifest)
     assert yaml.safe_load(paths.config.read_text())["n_seeds"] == 3
     frame = pd.read_parquet(paths.metrics)
-    assert list(frame.columns) == ["step", "seed", "metric", "value"]
+    assert list(frame.columns) == ["step", "seed", "variant", "metric", "value"]
     assert str(frame["step"].dtype) == "int64" and str(frame["value"].dtype) == "float64"
     steps = sorted(frame["step"].unique())
     assert steps == list(range(0, 61))
     stage = frame[frame["metric"] == "stage"].set_index(["step", "seed"])["value"]
     assert stage.loc[(20, 5)] == 1 and stage.loc[(21, 5)] == 2
     summary = json.loads(paths.summary.read_text())
-    assert {"claims", "rates", "final", "wkq_star_norm_sq"} <= set(summary)
+    assert {"lab", "seeds", "claims", "final", "per_seed", "details"} == set(summary)
+    assert {"rates", "wkq_star_norm_sq"} <= set(summary["details"])
+    assert manifest["tables"]["generalization"]["path"] == "tables/generalization.parquet"
+    assert (paths.tables / "generalization.parquet").exists()
     assert (paths.figures / "figure2.png").exists() and (paths.figures / "figure2.pdf").exists()
     assert list(paths.checkpoints.glob("*.safetensors"))
     assert not list(paths.root.rglob("*.tmp"))
@@ -69,21 +74,21 @@ def test_resume_after_crash_equals_uninterrupted(tmp_path, monkeypatch, crash_at
     config = small_config()
     reference = pd.read_parquet(run_to_end(tmp_path, "ref", config).metrics)
 
-    original = RunContext.log
+    original = RunDirContext.log
 
-    def crashing_log(self, step, values):
-        original(self, step, values)
+    def crashing_log(self, step, values, **kw):
+        original(self, step, values, **kw)
         if step == crash_at:
             raise KeyboardInterrupt("simulated kill")
 
     paths = prepare(LAB, config, tmp_path / "crash")
-    monkeypatch.setattr(RunContext, "log", crashing_log)
+    monkeypatch.setattr(RunDirContext, "log", crashing_log)
     with pytest.raises(KeyboardInterrupt):
         execute(LAB, config, paths, progress=False)
-    assert json.loads(paths.manifest.read_text())["status"] == "failed"
+    assert json.loads(paths.manifest.read_text())["status"] == "interrupted"
     partial = pd.read_parquet(paths.metrics)  # what was logged so far is kept
     assert partial["step"].max() == crash_at
-    monkeypatch.setattr(RunContext, "log", original)
+    monkeypatch.setattr(RunDirContext, "log", original)
     execute(LAB, config, paths, resume=True, progress=False)
     assert json.loads(paths.manifest.read_text())["status"] == "done"
     resumed = pd.read_parquet(paths.metrics)
@@ -118,18 +123,16 @@ def test_resume_after_sigkill(tmp_path):
 
 
 def test_divergence_is_recorded(tmp_path, monkeypatch):
-    import importlib
+    from stagewise.labs.ntp import train as train_mod
 
-    train_mod = importlib.import_module("stagewise.labs.ntp.train")  # the package re-exports a function `train`
+    original = train_mod.check_finite
 
-    original = train_mod._check_finite
-
-    def fake_check(step, problem, values, params):
+    def fake_check(step, seeds, values=None, weights=None):
         if step == 4:
-            raise Diverged(step, problem.seeds[1], "loss is not finite")
-        original(step, problem, values, params)
+            raise Diverged(step, seeds[1], "loss is not finite")
+        original(step, seeds, values, weights)
 
-    monkeypatch.setattr(train_mod, "_check_finite", fake_check)
+    monkeypatch.setattr(train_mod, "check_finite", fake_check)
     config = small_config()
     paths = prepare(LAB, config, tmp_path / "div")
     with pytest.raises(Diverged):
@@ -154,8 +157,144 @@ def test_sink_skips_torn_line_and_truncates(tmp_path):
         sink.log(step, {"loss": [step, -step]})
     sink.close()
     with open(tmp_path / "m.jsonl", "a") as handle:
-        handle.write('{"step": 5, "values": {"lo')  # a kill mid-write
+        handle.write('{"step": 5, "names": ["lo')  # a kill mid-write
     assert [line["step"] for line in sink.read_lines()] == [0, 1, 2, 3, 4]
-    sink.truncate_after(2)
+    sink.truncate_lines(3)
     frame = sink.to_frame()
     assert sorted(frame["step"].unique()) == [0, 1, 2] and len(frame) == 6
+    assert frame[frame["step"] == 2]["value"].tolist() == [2.0, -2.0]  # exact float64 round trip
+
+
+# --------------------------------------------------------------------- reliability
+def _crash(monkeypatch, at):
+    original = RunDirContext.log
+
+    def crashing_log(self, step, values, **kw):
+        original(self, step, values, **kw)
+        if step == at:
+            raise KeyboardInterrupt("simulated kill")
+
+    monkeypatch.setattr(RunDirContext, "log", crashing_log)
+    return original
+
+
+def _crashed_run(tmp_path, monkeypatch, config, at=45):
+    paths = prepare(LAB, config, tmp_path / "crash")
+    original = _crash(monkeypatch, at)
+    with pytest.raises(KeyboardInterrupt):
+        execute(LAB, config, paths, progress=False)
+    monkeypatch.setattr(RunDirContext, "log", original)
+    return paths
+
+
+def test_metric_stream_cut_after_kill_falls_back_to_older_checkpoint(tmp_path, monkeypatch):
+    config = small_config()
+    reference = pd.read_parquet(run_to_end(tmp_path, "ref", config).metrics)
+    paths = _crashed_run(tmp_path, monkeypatch, config)
+    lines = paths.metrics_jsonl.read_text().splitlines(keepends=True)
+    paths.metrics_jsonl.write_text("".join(lines[:30]))  # shorter than the newest checkpoint (42 lines) says
+    execute(LAB, config, paths, resume=True, progress=False)
+    pd.testing.assert_frame_equal(pd.read_parquet(paths.metrics), reference, check_exact=True)
+
+
+def test_flipped_byte_in_checkpoint_falls_back(tmp_path, monkeypatch):
+    config = small_config()
+    reference = pd.read_parquet(run_to_end(tmp_path, "ref", config).metrics)
+    paths = _crashed_run(tmp_path, monkeypatch, config)
+    newest = sorted(paths.checkpoints.glob("*.safetensors"))[-1]
+    blob = bytearray(newest.read_bytes())
+    blob[-3] ^= 0x10  # inside the tensor data
+    newest.write_bytes(bytes(blob))
+    ctx = RunDirContext(paths, config.seed_list(), 7, False)
+    assert ctx.checkpoints.read(newest) is None  # the checksum catches it
+    execute(LAB, config, paths, resume=True, progress=False)
+    pd.testing.assert_frame_equal(pd.read_parquet(paths.metrics), reference, check_exact=True)
+
+
+def test_second_writer_is_refused(tmp_path):
+    from stagewise.errors import UserError
+    from stagewise.runs import RunLock
+
+    config = small_config()
+    paths = prepare(LAB, config, tmp_path / "locked")
+    with RunLock(paths.root):
+        with pytest.raises(UserError, match="another stagewise process"):
+            execute(LAB, config, paths, resume=True, progress=False)
+    execute(LAB, config, paths, resume=True, progress=False)  # free again
+    assert json.loads(paths.manifest.read_text())["status"] == "done"
+
+
+def test_concurrent_resume_in_two_processes_one_writer(tmp_path):
+    """Two `stagewise run --resume DIR` at once: one runs, the other exits 2 at once."""
+    out = tmp_path / "r"
+    args = [sys.executable, "-m", "stagewise.cli"]
+    first = subprocess.run([*args, "run", "ntp", "--preset", "example1", "--out", str(out), "-q",
+                            "--set", "train.steps_stage2=40"], capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    (out / "manifest.json").write_text(json.dumps({**json.loads((out / "manifest.json").read_text()), "status": "running"}))
+    procs = [subprocess.Popen([*args, "run", "--resume", str(out), "-q"], stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [(p.wait(), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes in ([0, 2], [0, 0]), results  # [0, 0]: the first had finished before the second started
+    if codes == [0, 2]:
+        err = next(e for c, e in results if c == 2)
+        assert "another stagewise process" in err and len(err.strip().splitlines()) == 1
+    frame = pd.read_parquet(out / "metrics.parquet")
+    assert not frame.duplicated(["step", "seed", "metric"]).any()
+
+
+def test_sigterm_checkpoints_and_records_interrupted(tmp_path):
+    out = tmp_path / "term"
+    args = [sys.executable, "-m", "stagewise.cli", "run", "ntp", "--preset", "paper", "--seeds", "2",
+            "--set", "train.steps_stage1=3000", "--set", "train.steps_stage2=3000", "--set", "train.checkpoint_every=100000",
+            "--out", str(out), "-q"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    jsonl = out / "metrics.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (jsonl.exists() and jsonl.stat().st_size > 20000):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=60)
+    assert code == 143, proc.stderr.read()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and "SIGTERM" in manifest["error"]
+    assert list((out / "checkpoints").glob("*.safetensors"))  # checkpointed at the stop, not at an interval
+    assert (out / "metrics.parquet").exists()
+
+
+def test_tables_replace_parts_and_resume_keeps_only_checkpointed_parts(tmp_path):
+    from stagewise.runs import RunPaths
+
+    paths = RunPaths(tmp_path)
+    ctx = RunDirContext(paths, [0, 1], 1, False)
+    ctx.log_table("preds", pd.DataFrame({"x": [1, 2]}), part=0)
+    ctx.log_table("preds", pd.DataFrame({"x": [3]}), part=1)
+    ctx.log_table("preds", pd.DataFrame({"x": [4, 5]}), part=1)  # replaces part 1
+    assert ctx.tables.get("preds")["x"].tolist() == [1, 2, 4, 5]
+    ctx.log(1, {"loss": pd.Series([0.5, 0.25]).pipe(lambda s: __import__("torch").tensor(s.values))})
+    ctx.save_checkpoint(1, {"w": __import__("torch").zeros(2)})
+    ctx.log_table("preds", pd.DataFrame({"x": [9]}), part=2)  # after the checkpoint
+    ctx.sink.close()
+    again = RunDirContext(paths, [0, 1], 1, False)
+    state = again.prepare_resume()
+    assert state.step == 1 and state.meta["_tables"] == {"preds": ["0", "1"]}
+    assert again.tables.get("preds")["x"].tolist() == [1, 2, 4, 5]
+
+
+def test_failure_on_unwritable_dir_is_recorded_as_far_as_possible(tmp_path, monkeypatch):
+    """A write error mid-run: the message does not point to an error.log that does not exist."""
+    config = small_config()
+    paths = prepare(LAB, config, tmp_path / "full")
+    import stagewise.orchestrate.runner as ex
+
+    def no_space(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ex, "write_parquet", no_space)
+    monkeypatch.setattr(ex, "atomic_write_text", no_space)
+    with pytest.raises(OSError) as err:
+        execute(LAB, config, paths, progress=False)
+    assert err.value.stagewise_error_log is None and "no error.log" in err.value.stagewise_note
+    assert not paths.error_log.exists()
+    assert json.loads(paths.manifest.read_text())["status"] == "failed"  # the manifest itself could still be written

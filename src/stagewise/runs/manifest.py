@@ -17,7 +17,7 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     """The manifest of ``run_dir``; UserError when it is missing, unreadable or not a manifest."""
     path = Path(run_dir) / "manifest.json"
     if not Path(run_dir).is_dir():
-        raise UserError(f"{run_dir}: not a directory")
+        raise UserError(f"{run_dir}: not a run directory (no such directory)")
     if not path.is_file():
         raise UserError(f"{run_dir}: not a run directory (no manifest.json)")
     try:

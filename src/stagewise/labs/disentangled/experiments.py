@@ -133,6 +133,9 @@ STAGE_COLUMNS = ("test.acc.p_only", "test.acc.q_only", "test.acc.both", "test.K1
                  "train.K2.q_queries")
 
 
+STAGE_KEYS = ("group", "variant", "seed", "stage", "step")
+
+
 def _stage_rows(group: Group, stage: str, step: int, values: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
     """Rows of the ``stages`` table at one stage end: one per member."""
     cols = {k: values[k].tolist() for k in STAGE_COLUMNS if k in values}
@@ -199,7 +202,8 @@ def run_group(index: int, group: Group, ctx: RunContext, resume: Checkpoint | No
                     stage_rows.extend(_stage_rows(group, name, t, values))
         if t > 0 and (ctx.should_checkpoint(t) or t == total):
             if t == total:  # the table part of this group is complete: log it before the final checkpoint
-                ctx.log_table("stages", pd.DataFrame(stage_rows), part=group.name)
+                frame = pd.DataFrame(stage_rows)
+                ctx.log_table("stages", frame[[c for c in STAGE_KEYS + STAGE_COLUMNS if c in frame]], part=group.name)
             ctx.save_checkpoint(t, st.tensors(ens, prefix), {"group": index, "step": t, "stage_rows": stage_rows},
                                 group=index)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ...measure import spectrum_metrics
-from .model import Batch, branch_outputs, forward, logistic
+from .model import Batch, all_scores, branch_outputs, forward, logistic
 
 KINDS = {"both": 0, "p_only": 1, "q_only": 2}
 
@@ -37,10 +37,11 @@ def block_matrices(weights: tuple[torch.Tensor, ...], d: int) -> tuple[torch.Ten
 def evaluate(weights: tuple[torch.Tensor, ...], batch: Batch, l2: torch.Tensor, output: str, normalizer: str,
              d: int, split: str) -> dict[str, torch.Tensor]:
     """Losses and accuracies of one split, overall, by query kind and by label."""
-    fwd = forward(weights, batch, output, normalizer)
+    scores = all_scores(weights, batch)  # (M, B, N, C): one contraction for the output and both parts
+    fwd = forward(weights, batch, output, normalizer, scores)
     loss = logistic(fwd.f, batch.target)  # (M, N)
     correct = (torch.sign(fwd.f) == batch.target).to(loss.dtype)  # f = 0 counts as wrong
-    f1, f2 = branch_outputs(weights, batch, normalizer, d)
+    f1, f2 = branch_outputs(weights, batch, normalizer, d, scores if len(weights) == 2 else None)
     w, v, _ = block_matrices(weights, d)
     half_l2 = 0.5 * l2
     sq = [m.pow(2).flatten(1).sum(-1) for m in weights]

@@ -113,9 +113,11 @@ def all_scores(matrices: tuple[torch.Tensor, ...], batch: Batch) -> torch.Tensor
     return out.reshape(-1, *out.shape[2:])
 
 
-def forward(matrices: tuple[torch.Tensor, ...], batch: Batch, output: str, normalizer: str) -> Forward:
-    """matrices: one (M, k, k) per branch (W, V) or (A_full,)."""
-    branch_scores = all_scores(matrices, batch).unbind(1)  # B x (M, N, C)
+def forward(matrices: tuple[torch.Tensor, ...], batch: Batch, output: str, normalizer: str,
+            scores: torch.Tensor | None = None) -> Forward:
+    """matrices: one (M, k, k) per branch (W, V) or (A_full,); ``scores`` (M, B, N, C) if
+    already computed by :func:`all_scores`."""
+    branch_scores = (all_scores(matrices, batch) if scores is None else scores).unbind(1)  # B x (M, N, C)
     units = branch_scores if output == "split" or len(branch_scores) == 1 else [sum(branch_scores)]
     outs = tuple(normalize(batch.labels, F.relu(s), normalizer) for s in units)
     return Forward(tuple(units), outs, sum(outs))
@@ -149,15 +151,21 @@ def gradients(fwd: Forward, batch: Batch, normalizer: str, weight: torch.Tensor 
     return grad.reshape(-1, *grad.shape[2:]).unbind(1)  # B x (M, k, k)
 
 
-def branch_outputs(matrices: tuple[torch.Tensor, ...], batch: Batch, normalizer: str, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+def branch_outputs(matrices: tuple[torch.Tensor, ...], batch: Batch, normalizer: str, d: int,
+                   block_scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(f^1, f^2): the output from the P part alone and from the Q part alone, (M, N) each.
+
+    ``block_scores`` (M, 2, N, C): the branch scores of block weights from :func:`all_scores`
+    (reused so an evaluation contracts the prompts once).
 
     Block weights: one branch's score through the ReLU (split and joint alike). Full
     weights: the P-P block (top-left d x d) on x1, the Q-Q block on x2.
     """
     k = batch.per_data
     if len(matrices) == 2:
-        return tuple(normalize(batch.labels, F.relu(scores(a, b, k)), normalizer) for a, b in zip(matrices, batch.branches))
+        if block_scores is None:
+            block_scores = all_scores(matrices, batch)  # (M, 2, N, C)
+        return tuple(normalize(batch.labels, F.relu(block_scores[:, b]), normalizer) for b in range(2))
     full, branch = matrices[0], batch.branches[0]
     parts = []
     for sl in (slice(0, d), slice(d, 2 * d)):

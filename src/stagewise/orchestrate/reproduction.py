@@ -27,7 +27,7 @@ from ..report.claims import read_summary
 from ..report.html import reproduce_html, reproduce_markdown
 from ..runs import read_manifest
 from ..runs.store import atomic_write_json, atomic_write_text
-from .execute import _writable_dir, check_size, execute_spec
+from .runner import _writable_dir, check_size, execute_spec
 
 PLAN = "reproduce.json"
 
