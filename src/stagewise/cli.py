@@ -177,25 +177,13 @@ def stages_cmd(
     sustain: int = typer.Option(1, "--sustain", help="the value must stay past the threshold for this many logged points"),
 ) -> None:
     """Detect when each metric crosses its threshold, per seed, with the spread over seeds."""
-    import pandas as pd
-
     from .measure import detect_stages
 
-    parsed = {}
-    for item in criteria:
-        name, sep, rule = item.partition("=")
-        op = ">=" if ">=" in rule else "<=" if "<=" in rule else None
-        if not sep or op is None:
-            raise UserError(f"criterion {item!r}: expected NAME=METRIC>=THRESHOLD or NAME=METRIC<=THRESHOLD")
-        metric, _, value = rule.partition(op)
-        try:
-            parsed[name] = (metric.strip(), float(value), "above" if op == ">=" else "below")
-        except ValueError:
-            raise UserError(f"criterion {item!r}: threshold {value!r} is not a number") from None
+    if sustain < 1:
+        raise UserError(f"--sustain {sustain}: must be >= 1 (the number of consecutive logged points)")
+    parsed = _parse_criteria(criteria)
     path = Path(run_dir) / "metrics.parquet"
-    if not path.is_file():
-        raise UserError(f"{run_dir}: no metrics.parquet (not a finished or failed run directory)")
-    frame = pd.read_parquet(path)
+    frame = _read_metrics(run_dir, path)
     missing = sorted({m for m, _, _ in parsed.values()} - set(frame["metric"].unique()))
     if missing:
         raise UserError(f"metric(s) {', '.join(missing)} not in {path}")
@@ -245,14 +233,140 @@ def reproduce_cmd(
         raise typer.Exit(3 if all(run["status"] == "diverged" for run in failed) else 1)
 
 
-def main() -> None:
-    """Console entry point: user errors become one line each and exit code 2."""
+METRIC_COLUMNS = ("step", "seed", "metric", "value")
+"""The columns `stages` reads from a run's metrics.parquet (others, e.g. a variant, are ignored)."""
+
+CRITERION_FORMAT = "NAME=METRIC>=THRESHOLD or NAME=METRIC<=THRESHOLD, e.g. 'Q=test.acc.q_only>=0.85'"
+
+SINGLE_VALUED = {"--preset": "--preset", "-p": "--preset", "--config": "--config", "-c": "--config",
+                 "--out": "--out", "-o": "--out", "--seeds": "--seeds", "--resume": "--resume",
+                 "--sustain": "--sustain"}
+"""Options that take one value and may be given once (alias -> name): a second one is an error,
+not a silent override."""
+
+REPEATABLE = ("--set", "-s")
+"""Options that take a value and may repeat (their values are skipped when scanning)."""
+
+
+def _parse_criteria(criteria: List[str]) -> dict[str, tuple[str, float, str]]:
+    """{name: (metric, threshold, "above" | "below")} of the `stages` criteria; one-line
+    UserError for a malformed item, an empty name or metric, a non-finite threshold or a
+    name used twice."""
+    import math
+
+    parsed: dict[str, tuple[str, float, str]] = {}
+    for item in criteria:
+        name, sep, rule = item.partition("=")
+        name = name.strip()
+        op = ">=" if ">=" in rule else "<=" if "<=" in rule else None
+        if not sep or op is None:
+            raise UserError(f"criterion {item!r}: expected {CRITERION_FORMAT}")
+        metric, _, value = rule.partition(op)
+        metric = metric.strip()
+        if not name or not metric:
+            raise UserError(f"criterion {item!r}: empty {'NAME' if not name else 'METRIC'}; expected {CRITERION_FORMAT}")
+        try:
+            threshold = float(value)
+        except ValueError:
+            raise UserError(f"criterion {item!r}: threshold {value!r} is not a number") from None
+        if not math.isfinite(threshold):
+            raise UserError(f"criterion {item!r}: threshold {value.strip()!r} is not finite; give a finite number")
+        if name in parsed:
+            raise UserError(f"criterion {item!r}: stage name {name!r} is given twice; give each criterion its own NAME")
+        parsed[name] = (metric, threshold, "above" if op == ">=" else "below")
+    return parsed
+
+
+def _read_metrics(run_dir: Path, path: Path):
+    """The step, seed, metric, value columns of a run's metrics.parquet; one-line UserError
+    when it is missing, not parquet, or lacks (or mistypes) one of them."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise UserError(f"{run_dir}: no metrics.parquet (not a finished or failed run directory)")
     try:
-        app()
+        columns = pq.read_schema(path).names
+        missing = [c for c in METRIC_COLUMNS if c not in columns]
+        if missing:
+            raise UserError(f"{path}: no column(s) {', '.join(missing)}; a metrics file has columns "
+                            f"{', '.join(METRIC_COLUMNS)}")
+        frame = pd.read_parquet(path, columns=list(METRIC_COLUMNS))
+    except (OSError, ValueError, pa.ArrowException) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"{path}: not a readable metrics file ({first})") from None
+    for column in ("step", "seed", "value"):
+        if not pd.api.types.is_numeric_dtype(frame[column]):
+            raise UserError(f"{path}: column {column} holds {frame[column].dtype} values; it must be numeric")
+    return frame
+
+
+def _repeated_option(args: List[str]) -> str | None:
+    """A one-line message when a single-valued option (``--preset``, ``-p``, ...) is given
+    more than once in ``args``, else None. Values of options are skipped, not scanned."""
+    seen: dict[str, list[str]] = {}
+    tokens = iter(args)
+    for token in tokens:
+        if token == "--":
+            break
+        found: list[tuple[str, str]] = []
+        if token.startswith("--"):
+            name, eq, attached = token.partition("=")
+            if name in SINGLE_VALUED or name in REPEATABLE:
+                found.append((name, attached if eq else next(tokens, "")))
+        elif token.startswith("-") and len(token) > 1:
+            for pos, char in enumerate(token[1:], start=1):  # -q, -qp VALUE, -pVALUE
+                name = f"-{char}"
+                if name in SINGLE_VALUED or name in REPEATABLE:
+                    found.append((name, token[pos + 1:] or next(tokens, "")))
+                    break
+        for name, value in found:
+            if name in SINGLE_VALUED:
+                values = seen.setdefault(SINGLE_VALUED[name], [])
+                values.append(value)
+                if len(values) == 2:
+                    return f"{SINGLE_VALUED[name]} given more than once ({values[0]!r}, {values[1]!r}); give it once"
+    return None
+
+
+def _usage_line(err) -> str:
+    """A click usage error (missing argument, unknown option, bad value) as one line."""
+    message = " ".join(err.format_message().split())
+    ctx = getattr(err, "ctx", None)
+    return f"{message} (see '{ctx.command_path} --help')" if ctx is not None else message
+
+
+def _print_errors(lines) -> None:
+    for line in lines:
+        err_console.print(f"error: {line}", highlight=False, markup=False, soft_wrap=True)
+
+
+def main() -> None:
+    """Console entry point: user errors and usage errors become one line each (``error:
+    ...``) and exit code 2; ``--help`` prints help and exits 0."""
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+
+    try:
+        repeated = _repeated_option(sys.argv[1:])
+        if repeated:
+            raise UserError(repeated)
+        code = app(standalone_mode=False)
     except UserError as err:
-        for message in err.messages:
-            err_console.print(f"error: {message}", highlight=False, markup=False, soft_wrap=True)
+        _print_errors(err.lines)
         sys.exit(2)
+    except NoArgsIsHelpError as err:  # rich help is already printed; plain help is the message
+        if err.format_message().strip():
+            err.show()
+        sys.exit(err.exit_code)
+    except ClickException as err:
+        _print_errors([_usage_line(err)])
+        sys.exit(err.exit_code)
+    except typer.Abort:
+        err_console.print("aborted", highlight=False)
+        sys.exit(1)
+    if isinstance(code, int) and not isinstance(code, bool) and code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,35 @@ import copy
 import difflib
 import hashlib
 import json
+import types
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
+from pydantic_core import PydanticCustomError
 
 from .errors import UserError
+
+MAX_STEPS = 10**9
+"""Upper bound of every step count of every lab (a larger one is a typo, not a plan)."""
+
+MAX_YAML_BYTES = 1 << 20
+"""Largest ``--config`` file read (1 MiB)."""
+
+MAX_YAML_NODES = 100_000
+"""Most values one YAML document may hold with its aliases expanded (a 'billion laughs'
+document is a few hundred bytes and expands to 10^9 values)."""
+
+MAX_YAML_DEPTH = 64
+"""Deepest nesting of lists and mappings in one YAML document."""
+
+MAX_SHOWN = 120
+"""Longest rendering of a bad value in an error line (longer ones end in '...')."""
+
+STRICT_BOOL = "strict_bool"
+"""Error type of a boolean given where a config field wants another type."""
 
 
 def _threads(value: int | str) -> int | str:
@@ -33,24 +55,186 @@ Threads = Annotated[int | Literal["auto"], AfterValidator(_threads)]
 
 class ConfigModel(BaseModel):
     """Base of every config section: unknown keys are errors, values are re-validated on
-    assignment."""
+    assignment, and a boolean is never taken for a number (YAML reads ``no``, ``off``,
+    ``true`` as booleans, which pydantic would otherwise turn into 0 or 1)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_non_bool(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name) if info.field_name else None
+        problem = _bool_problem(field.annotation, value) if field is not None else None
+        if problem is not None:
+            sub, shown, message = problem
+            raise PydanticCustomError(STRICT_BOOL, "{message}", {"message": message, "sub": sub, "value": shown})
+        return value
+
+
+# ------------------------------------------------------------------- strict booleans
+def _members(annotation: Any) -> tuple[Any, ...]:
+    """The alternatives of a union (``X | Y``, ``Optional[X]``), Annotated unwrapped."""
+    if get_origin(annotation) is Annotated:
+        return _members(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        return tuple(m for arg in get_args(annotation) for m in _members(arg))
+    return (annotation,)
+
+
+def _admits_bool(annotation: Any) -> bool:
+    for member in _members(annotation):
+        if member is bool or member is Any:
+            return True
+        if get_origin(member) is Literal and any(isinstance(a, bool) for a in get_args(member)):
+            return True
+    return False
+
+
+def _describe(annotation: Any) -> str:
+    """``an integer``, ``a number or null``, ``an integer or 'auto'`` ..."""
+    names = {int: "an integer", float: "a number", str: "a string", Path: "a path", type(None): "null"}
+    words = []
+    for member in _members(annotation):
+        if member in names:
+            words.append(names[member])
+        elif get_origin(member) is Literal:
+            words.append(" or ".join(repr(a) for a in get_args(member)))
+        elif get_origin(member) in (list, tuple, set, frozenset):
+            words.append("a list")
+        elif get_origin(member) is dict:
+            words.append("a mapping")
+        else:
+            words.append(getattr(member, "__name__", str(member)))
+    return " or ".join(sorted(set(words), key=words.index))
+
+
+def _items(annotation: Any, value: list | tuple) -> list[tuple[int, Any]]:
+    """(index, item annotation) of a list/tuple value under a list/tuple annotation."""
+    containers = [m for m in _members(annotation) if get_origin(m) in (list, tuple, set, frozenset)]
+    if len(containers) != 1 or not get_args(containers[0]):
+        return []
+    args = get_args(containers[0])
+    if get_origin(containers[0]) is not tuple or (len(args) == 2 and args[1] is Ellipsis):
+        return [(i, args[0]) for i in range(len(value))]
+    return list(zip(range(len(value)), args))
+
+
+def _bool_problem(annotation: Any, value: Any, sub: str = "") -> tuple[str, Any, str] | None:
+    """(sub-key, shown value, message) when ``value`` holds a boolean where ``annotation``
+    wants something else (also inside lists, tuples and mapping values), else None."""
+    if isinstance(value, bool):
+        return None if _admits_bool(annotation) else (sub, value, f"must be {_describe(annotation)}, not a boolean")
+    if isinstance(value, (list, tuple)):
+        for i, item_type in _items(annotation, value):
+            if isinstance(value[i], bool) and not _admits_bool(item_type):
+                return sub, value, f"item {i} must be {_describe(item_type)}, not a boolean"
+        return None
+    mappings = [m for m in _members(annotation) if get_origin(m) is dict and len(get_args(m)) == 2]
+    if isinstance(value, dict) and len(mappings) == 1:
+        for key, item in value.items():
+            found = _bool_problem(get_args(mappings[0])[1], item, f"{sub}.{key}")
+            if found is not None:
+                return found
+    return None
+
 
 # ---------------------------------------------------------------------------- loading
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping; one-line UserError on a missing file or bad YAML."""
-    path = Path(path)
+class _YamlLimit(Exception):
+    """A YAML document past one of the limits (size, nesting, recursive alias)."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that checks each composed document against :data:`MAX_YAML_NODES` and
+    :data:`MAX_YAML_DEPTH`, counting every alias as a copy of what it refers to."""
+
+    def compose_document(self):  # noqa: D102 (PyYAML hook)
+        node = super().compose_document()
+        if node is not None:
+            _expanded_size(node, 0, {}, set())
+        return node
+
+
+def _expanded_size(node: yaml.Node, depth: int, done: dict[int, tuple[int, int]], active: set[int]) -> tuple[int, int]:
+    """(values, height) of ``node`` with aliases expanded; each shared node is visited once."""
+    key = id(node)
+    if key in done:
+        size, height = done[key]
+    else:
+        if key in active:
+            raise _YamlLimit("an alias refers to a list or mapping that contains it (recursive alias)")
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        else:
+            children = []
+        active.add(key)
+        size, height = 1, 0
+        for child in children:
+            if depth + 1 > MAX_YAML_DEPTH:
+                raise _YamlLimit(f"nested deeper than {MAX_YAML_DEPTH} levels")
+            child_size, child_height = _expanded_size(child, depth + 1, done, active)
+            size, height = size + child_size, max(height, child_height + 1)
+            if size > MAX_YAML_NODES:
+                raise _YamlLimit(f"more than {MAX_YAML_NODES} values once aliases are expanded")
+        active.discard(key)
+        done[key] = size, height
+    if depth + height > MAX_YAML_DEPTH:
+        raise _YamlLimit(f"nested deeper than {MAX_YAML_DEPTH} levels")
+    return size, height
+
+
+def _safe_yaml(text: str) -> Any:
+    """``yaml.safe_load`` within the limits; raises yaml.YAMLError, _YamlLimit or ValueError
+    (e.g. an integer of more than 4300 digits)."""
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader subclass)
+    except RecursionError:
+        raise _YamlLimit(f"nested deeper than {MAX_YAML_DEPTH} levels") from None
+
+
+def _read_text(path: Path) -> str:
+    """The text of a --config file; one-line UserError when it is not a readable text file."""
+    if path.is_dir():
+        raise UserError(f"--config {path}: is a directory, not a YAML file")
     if not path.is_file():
         raise UserError(f"--config {path}: file not found")
     try:
-        data = yaml.safe_load(path.read_text())
+        size = path.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise UserError(f"--config {path}: file too large ({size} bytes; at most {MAX_YAML_BYTES} bytes)")
+        raw = path.read_bytes()
+    except OSError as err:
+        raise UserError(f"--config {path}: cannot be read ({err.strerror or err})") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise UserError(f"--config {path}: not a text YAML file (not UTF-8: byte 0x{raw[err.start]:02x} "
+                        f"at position {err.start})") from None
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """`` at line L, column C: problem`` of a YAML error."""
+    mark = getattr(err, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = getattr(err, "problem", None) or "invalid YAML"
+    return f"{where}: {problem}"
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping; one-line UserError on a missing, binary, oversized or bad file
+    (aliases are bounded: see :data:`MAX_YAML_NODES`)."""
+    path = Path(path)
+    text = _read_text(path)
+    try:
+        data = _safe_yaml(text)
+    except yaml.reader.ReaderError as err:
+        code = ord(err.character) if isinstance(err.character, str) else err.character
+        raise UserError(f"--config {path}: not a text YAML file (character #x{code:04x} at position {err.position})") from None
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or "invalid YAML"
-        raise UserError(f"--config {path} is not valid YAML{where}: {problem}") from None
+        raise UserError(f"--config {path} is not valid YAML{_yaml_problem(err)}") from None
+    except (_YamlLimit, ValueError) as err:
+        raise UserError(f"--config {path}: {str(err).split('; ')[0]}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -86,11 +270,22 @@ def _did_you_mean(name: str, options: list[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+def _dict_keys(annotation: Any) -> list[str] | None:
+    """The allowed keys of a mapping-valued field (``[]``: any), or None if not a mapping."""
+    mappings = [m for m in _members(annotation) if get_origin(m) is dict]
+    if len(mappings) != 1:
+        return None
+    key_type = (get_args(mappings[0]) or (str,))[0]
+    return [str(k) for k in get_args(key_type)] if get_origin(key_type) is Literal else []
+
+
 def parse_overrides(cls: type[BaseModel], sets: list[str]) -> dict[str, Any]:
     """Turn ``["train.eta=0.1", "data.file=x.json"]`` into a nested dict.
 
     Keys are checked against the config schema (unknown keys suggest the closest name);
-    values are parsed as YAML scalars/lists (``0.1``, ``true``, ``[1, 3]``, ``null``).
+    values are parsed as YAML scalars/lists (``0.1``, ``true``, ``[1, 3]``, ``null``); an
+    empty value is an error (write ``null``). A mapping-valued field takes one key at a time
+    (``experiment.grid.t1=[100, 300]``).
     """
     out, errors = _parse_overrides(cls, sets)
     if errors:
@@ -98,8 +293,53 @@ def parse_overrides(cls: type[BaseModel], sets: list[str]) -> dict[str, Any]:
     return out
 
 
-def _parse_overrides(cls: type[BaseModel], sets: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """(overrides of the well-formed items, one message per bad item)."""
+def _check_key(cls: type[BaseModel], key: str) -> tuple[str | None, Any]:
+    """(error message or None, the mapping field's default when the key names one entry of
+    a mapping-valued field, else None)."""
+    parts = key.split(".")
+    model: type[BaseModel] | None = cls
+    for depth, part in enumerate(parts):
+        fields = list(model.model_fields)
+        if part not in model.model_fields:
+            where = ".".join(parts[:depth]) or "top level"
+            hint = _did_you_mean(part, fields)
+            return f"--set {key}: unknown key '{part}' in {where}{hint}; allowed: {', '.join(fields)}", None
+        if depth == len(parts) - 1:
+            return None, None
+        field = model.model_fields[part]
+        model = _submodel(field.annotation)
+        if model is None:
+            keys = _dict_keys(field.annotation)
+            section = ".".join(parts[:depth + 1])
+            if keys is None or depth != len(parts) - 2:
+                return f"--set {key}: '{section}' is a value, not a section", None
+            if keys and parts[-1] not in keys:
+                hint = _did_you_mean(parts[-1], keys)
+                return f"--set {key}: unknown key '{parts[-1]}' in {section}{hint}; allowed: {', '.join(keys)}", None
+            return None, field.get_default(call_default_factory=True)
+    return None, None
+
+
+def _parse_value(key: str, raw: str) -> tuple[Any, str | None]:
+    """(value, error message or None) of the text after ``KEY=``: YAML, a plain string if it
+    is not valid YAML; empty is an error (``null`` is written out)."""
+    if not raw.strip():
+        return None, f"--set {key}=: empty value; give a value or null"
+    try:
+        return _safe_yaml(raw), None
+    except yaml.YAMLError:
+        return raw, None
+    except (_YamlLimit, ValueError) as err:
+        return None, f"--set {key}: {str(err).split('; ')[0]}"
+
+
+def _parse_overrides(cls: type[BaseModel], sets: list[str],
+                     base: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """(overrides of the well-formed items, one message per bad item).
+
+    One entry of a mapping-valued field is set on top of that field's value in ``base``
+    (the preset and file so far), or on its default when ``base`` lacks it.
+    """
     out: dict[str, Any] = {}
     errors: list[str] = []
     for item in sets:
@@ -108,29 +348,19 @@ def _parse_overrides(cls: type[BaseModel], sets: list[str]) -> tuple[dict[str, A
             continue
         key, raw = item.split("=", 1)
         key = key.strip()
+        problem, mapping_default = _check_key(cls, key)
+        value, bad_value = _parse_value(key, raw) if problem is None else (None, None)
+        if problem or bad_value:
+            errors.append(problem or bad_value)
+            continue
         parts = key.split(".")
-        model: type[BaseModel] | None = cls
-        for depth, part in enumerate(parts):
-            fields = list(model.model_fields) if model is not None else []
-            if model is None or part not in model.model_fields:
-                where = ".".join(parts[:depth]) or "top level"
-                hint = _did_you_mean(part, fields)
-                errors.append(f"--set {key}: unknown key '{part}' in {where}{hint}; allowed: {', '.join(fields)}")
-                break
-            annotation = model.model_fields[part].annotation
-            model = _submodel(annotation) if depth < len(parts) - 1 else None
-            if depth < len(parts) - 1 and model is None:
-                errors.append(f"--set {key}: '{'.'.join(parts[:depth + 1])}' is a value, not a section")
-                break
-        else:
-            try:
-                value = yaml.safe_load(raw) if raw.strip() else None
-            except yaml.YAMLError:
-                value = raw
-            node = out
-            for part in parts[:-1]:
-                node = node.setdefault(part, {})
-            node[parts[-1]] = value
+        node, known = out, base or {}
+        for depth, part in enumerate(parts[:-1]):
+            known = known.get(part) if isinstance(known, dict) else None
+            if part not in node and depth == len(parts) - 2 and mapping_default is not None and known is None:
+                node[part] = copy.deepcopy(mapping_default)
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
     return out, errors
 
 
@@ -140,18 +370,29 @@ def _format_error(err: dict[str, Any]) -> str:
     if kind == "extra_forbidden":
         return f"unknown key '{loc}'"
     value = err.get("input")
-    shown = json.dumps(value, default=str) if not isinstance(value, dict) else "{...}"
     msg = err["msg"]
     ctx = err.get("ctx") or {}
+    if kind == STRICT_BOOL:  # names the entry of a mapping field, even for a mapping input
+        return f"{loc}{ctx['sub']}={_shown(ctx['value'])}: {msg}"
+    shown = _shown(value) if not isinstance(value, dict) else "{...}"
     if kind == "literal_error" and "expected" in ctx:
         msg = f"must be one of {ctx['expected']}"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     elif msg.startswith("Input should be "):
         msg = "must be " + msg[len("Input should be "):]
-    if not loc or isinstance(value, dict):  # a section-level check names its own keys
+    if not loc or isinstance(value, dict) or msg.startswith(f"{loc}="):  # the check names its own key
         return msg
     return f"{loc}={shown}: {msg}"
+
+
+def _shown(value: Any) -> str:
+    """A value as JSON (characters as they are, not escaped), at most MAX_SHOWN long."""
+    try:
+        text = json.dumps(value, default=str, ensure_ascii=False)
+    except (ValueError, RecursionError):  # a circular value
+        text = repr(value)
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
 
 
 def _field_loc(cls: type[BaseModel], loc: tuple) -> tuple:
@@ -210,7 +451,7 @@ def resolve(
         data = deep_merge(data, file_data)
     errors: list[str] = []
     if sets:
-        overrides, errors = _parse_overrides(cls, sets)
+        overrides, errors = _parse_overrides(cls, sets, data)
         data = deep_merge(data, overrides)
     if extra:
         data = deep_merge(data, extra)
@@ -282,8 +523,8 @@ class RunBase(ConfigModel):
 class TrainBase(ConfigModel):
     """Training fields every lab shares: logging, checkpoints, threads, optimizer constants."""
 
-    log_every: int = Field(1, ge=1, description="log metrics every k steps (stage ends and the last step are always logged)")
-    checkpoint_every: int = Field(100, ge=1, description="safetensors checkpoint every k steps (for --resume)")
+    log_every: int = Field(1, ge=1, le=MAX_STEPS, description="log metrics every k steps (stage ends and the last step are always logged)")
+    checkpoint_every: int = Field(100, ge=1, le=MAX_STEPS, description="safetensors checkpoint every k steps (for --resume)")
     threads: Threads = Field("auto", description="CPU threads for torch while training; auto: the lab decides")
     betas: tuple[float, float] = Field((0.9, 0.999), description="adam/adamw betas")
     adam_eps: float = Field(1e-8, gt=0, allow_inf_nan=False, description="adam/adamw epsilon")

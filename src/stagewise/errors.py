@@ -2,15 +2,83 @@
 
 from __future__ import annotations
 
+import os
+import re
+from collections import Counter
+from functools import cached_property
+
+MAX_LINES = 20
+"""At most this many problems of one UserError are shown one per line; the rest become one
+summary line (a data file with 200,000 bad samples must not print 200,000 lines)."""
+
+MAX_KINDS_SHOWN = 5
+"""Kinds of problem named in the summary line (the most frequent first)."""
+
+KIND_WORDS = 4
+"""A problem's kind is at most this many leading words of its message."""
+
+_STOP_WORDS = frozenset({"in", "of", "at", "for", "from", "with", "is", "are", "has", "the", "a", "an"})
+_WORD = re.compile(r"[A-Za-z][A-Za-z-]*")
+
 
 class UserError(Exception):
     """Bad input from a user. Carries one or more one-line messages.
 
-    The CLI prints each message on its own line (no traceback) and exits with code 2.
+    ``messages`` holds every problem (callers may re-wrap them); ``lines`` is what the CLI
+    prints, one per line (no traceback), before exiting with code 2: at most
+    :data:`MAX_LINES` messages and one line summarizing the rest.
     """
 
     def __init__(self, *messages: str):
         if not messages:
             raise ValueError("UserError needs at least one message")
         self.messages = tuple(m.replace("\n", " ") for m in messages)
-        super().__init__("; ".join(self.messages))
+        super().__init__(*self.messages)
+
+    @cached_property
+    def lines(self) -> tuple[str, ...]:
+        """The lines to print (computed when first asked: a re-wrapped error never is)."""
+        return cap_lines(self.messages)
+
+    def __str__(self) -> str:
+        return "; ".join(self.lines)
+
+
+def cap_lines(messages: tuple[str, ...], limit: int = MAX_LINES) -> tuple[str, ...]:
+    """The first ``limit`` messages, then ``... and N more problems (K kinds: ...)``."""
+    if len(messages) <= limit:
+        return messages
+    shown, hidden = messages[:limit], messages[limit:]
+    prefix = _common_label(messages)
+    kinds = Counter(problem_kind(m, prefix) for m in hidden)
+    same = set(kinds) <= {problem_kind(m, prefix) for m in shown}
+    named = ", ".join(f"{kind} x{count}" for kind, count in kinds.most_common(MAX_KINDS_SHOWN))
+    more = ", ..." if len(kinds) > MAX_KINDS_SHOWN else ""
+    what = "of the same kinds " if same else ""
+    plural = "s" if len(kinds) > 1 else ""
+    return (*shown, f"... and {len(hidden)} more problems {what}({len(kinds)} kind{plural}: {named}{more})")
+
+
+def _common_label(messages: tuple[str, ...]) -> str:
+    """The ``label: `` all messages start with (e.g. ``data.file=x.json: ``), or ""."""
+    common = os.path.commonprefix(list(messages))
+    cut = common.rfind(": ")
+    return common[:cut + 2] if cut >= 0 else ""
+
+
+def problem_kind(message: str, prefix: str = "") -> str:
+    """A short name of what kind of problem a message reports: its leading plain words
+    (``unknown token 'z' in sample ...`` -> ``unknown token``), without the shared prefix."""
+    words = []
+    for word in message[len(prefix):].split():
+        plain = word.rstrip(":;,.")
+        numbered = plain.isdigit() and words and words[-1][0].isupper()  # "Assumption 3"
+        if not (numbered or _WORD.fullmatch(plain)) or (words and word.lower() in _STOP_WORDS):
+            break
+        words.append(plain)
+        if word[-1] in ":;,." or len(words) == KIND_WORDS:
+            break
+    if words:
+        return " ".join(words)
+    first = message[len(prefix):].split("=", 1)[0].split(" ", 1)[0]
+    return re.sub(r"\d+", "N", first) or "other"

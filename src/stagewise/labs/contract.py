@@ -123,6 +123,8 @@ class Lab:
     summarize: Callable[[Any, pd.DataFrame, Tables, RunResult], Summary]
     make_figures: Callable[[Any, pd.DataFrame, Tables, Summary, Path], list[Path]]
     estimate: Callable[[Any], Resources] = _no_estimate
+    smoke: Mapping[str, Any] = field(default_factory=dict)
+    """Overrides for a seconds-long run with several checkpoints (the conformance test's run)."""
 
     def preset_overrides(self, preset: str | None) -> dict[str, Any]:
         """The overrides of a named preset (None: the lab's defaults); one-line error otherwise."""

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config import ConfigModel, RunBase, Threads, TrainBase
+from ...config import MAX_STEPS, ConfigModel, RunBase, Threads, TrainBase
 
 Finite = dict(allow_inf_nan=False)
 
@@ -65,15 +65,15 @@ class TrainConfig(TrainBase):
         "cosine: eta1 -> eta2 over all steps; warmup: linear 0 -> eta1 over warmup_steps, then the step schedule")
     eta1: float = Field(1.0, gt=0, **Finite, description="[known] large learning rate of the elementary stage; value 1.0 [reconstructed] (our probes)")
     eta2: float = Field(0.1, gt=0, **Finite, description="[known] annealed learning rate of the specialized stage; value 0.1 [reconstructed] (our probes)")
-    t1: int = Field(300, ge=0, description="[known] steps of the elementary stage; 300 [reconstructed]: P is learned by then\n"
+    t1: int = Field(300, ge=0, le=MAX_STEPS, description="[known] steps of the elementary stage; 300 [reconstructed]: P is learned by then\n"
                     "in every seed we ran, and Q has had little time (longer t1 lets noisy seeds pick Q up early)")
-    steps: int = Field(6000, ge=1, description="[reconstructed] total steps (Q settles within ~3000 annealed steps)")
-    warmup_steps: int = Field(100, ge=0, description="[run] warmup schedule: steps of linear warmup")
+    steps: int = Field(6000, ge=1, le=MAX_STEPS, description="[reconstructed] total steps (Q settles within ~3000 annealed steps)")
+    warmup_steps: int = Field(100, ge=0, le=MAX_STEPS, description="[run] warmup schedule: steps of linear warmup")
     noise: float = Field(0.05, ge=0, **Finite, description="[reconstructed] Li-Wei-Ma update noise: N(0, (noise * lr)^2) added to every entry per step")
     l2: float = Field(0.01, ge=0, **Finite, description="[known] lambda of the L2 term (lambda/2)(||W||^2 + ||V||^2); value 0.01 [reconstructed] (our probes)")
-    log_every: int = Field(20, ge=1, description="[run] log train and test metrics every k steps (and at t1 and the end)")
-    spectrum_every: int = Field(200, ge=1, description="[run] log eigenvalues / singular values every k steps (and at t1 and the end)")
-    checkpoint_every: int = Field(1000, ge=1, description="[run] safetensors checkpoint every k steps (for --resume)")
+    log_every: int = Field(20, ge=1, le=MAX_STEPS, description="[run] log train and test metrics every k steps (and at t1 and the end)")
+    spectrum_every: int = Field(200, ge=1, le=MAX_STEPS, description="[run] log eigenvalues / singular values every k steps (and at t1 and the end)")
+    checkpoint_every: int = Field(1000, ge=1, le=MAX_STEPS, description="[run] safetensors checkpoint every k steps (for --resume)")
     threads: Threads = Field("auto", description="[run] CPU threads; auto = all cores when a step streams at least 2e5\n"
                                            "context features (members x N x (L-1) x d), else 1")
 
@@ -117,13 +117,15 @@ class ExperimentConfig(ConfigModel):
                 raise ValueError(f"experiment.grid.{key}={values}: need a non-empty list of finite values >= 0")
             if key in ("eta1", "eta2") and any(v <= 0 for v in values):
                 raise ValueError(f"experiment.grid.{key}={values}: step sizes must be > 0")
+            if key == "t1" and any(v != int(v) or v > MAX_STEPS for v in values):
+                raise ValueError(f"experiment.grid.t1={values}: step counts must be integers (0..{MAX_STEPS})")
         return value
 
     @field_validator("dims")
     @classmethod
     def _dims(cls, value):
         if not value or any(d < 2 for d in value):
-            raise ValueError(f"experiment.dims={value}: need a non-empty list of d >= 2")
+            raise ValueError("need a non-empty list of d >= 2")  # printed after experiment.dims=[...]
         return sorted(set(value))
 
 
@@ -135,6 +137,18 @@ class Config(RunBase):
     train: TrainConfig = Field(default_factory=TrainConfig)
     thresholds: ThresholdConfig = Field(default_factory=ThresholdConfig)
     experiment: ExperimentConfig = Field(default_factory=ExperimentConfig)
+
+    @model_validator(mode="after")
+    def _cross_checks(self):
+        """Checks across sections: truncation ks against 2d, grid t1 values against train.steps."""
+        width = 2 * self.data.d
+        ks = self.experiment.truncation_ks
+        if ks is not None and any(not 0 <= k <= width for k in ks):
+            raise ValueError(f"experiment.truncation_ks={ks}: each k must be in 0..2d = 0..{width} (data.d={self.data.d})")
+        t1s = self.experiment.grid.get("t1", [])
+        if any(t > self.train.steps for t in t1s):
+            raise ValueError(f"experiment.grid.t1={[int(t) for t in t1s]}: each must be <= train.steps ({self.train.steps})")
+        return self
 
     def thread_count(self, members: int) -> int:
         """Resolved ``train.threads`` for an ensemble of ``members``: small steps are

@@ -21,7 +21,7 @@ import torch
 
 from ...config import deep_merge, validate
 from ...measure import truncate
-from ...engine import Diverged
+from ...engine import Diverged, resolve_device
 from ...runs import Checkpoint
 from ..contract import RunContext
 from .config import Config
@@ -163,13 +163,16 @@ def truncation_metrics(config: Config, ens, weights: tuple[torch.Tensor, ...]) -
 def run_group(index: int, group: Group, ctx: RunContext, resume: Checkpoint | None) -> None:
     """Train one group with logging and checkpoints (resuming when ``resume`` is given)."""
     cfg, tc = group.config, group.config.train
-    ens = build_ensemble(cfg, group.members)
+    device = resolve_device(cfg.device)
+    ens = build_ensemble(cfg, group.members).to(device)  # prompts drawn on the CPU streams, then moved
     dtype = ens.hyper["l2"].dtype
     prefix = f"g{index}."
     if resume is not None:
         state = State.restore(resume.tensors, ens, prefix, resume.step)
+        state.weights = [w.to(device) for w in state.weights]
+        state.moments = {k: v.to(device) for k, v in state.moments.items()}
     else:
-        state = State(list(init_weights(cfg, group.members, dtype)))
+        state = State([w.to(device) for w in init_weights(cfg, group.members, dtype)])
     total, marks = tc.steps, {0, tc.t1, tc.steps}
     seeds = [m.seed for m in group.members]
 
@@ -183,7 +186,7 @@ def run_group(index: int, group: Group, ctx: RunContext, resume: Checkpoint | No
 
     def on_step(t: int, st: State) -> None:
         weights = tuple(st.weights)
-        stage = {"stage": torch.full((ens.size,), 1.0 if t <= tc.t1 else 2.0, dtype=dtype)}
+        stage = {"stage": torch.full((ens.size,), 1.0 if t <= tc.t1 else 2.0, dtype=dtype, device=device)}
         bad = ~torch.stack([torch.isfinite(w).flatten(1).all(-1) for w in weights]).all(0)  # (M,)
         if bad.any():  # keep what can be computed, then stop with the step and seed named
             _log_rows(ctx, group, t, {**stage, **evaluate_splits(weights)})

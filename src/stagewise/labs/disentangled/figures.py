@@ -105,7 +105,7 @@ def ablations(config: Config, frame: pd.DataFrame, summary: dict[str, Any], fold
     for i, variant in enumerate(variants):
         ax = axes.flat[i]
         accuracy_panels(ax, None, config, frame, f"{variant}/", legend=i == 0)
-        ax.set_title(variant)
+        ax.set_title(variant, parse_math=False)  # names built from config values: a '$' is not mathtext
     for ax in axes.flat[len(variants):]:
         ax.axis("off")
     table_ax = axes[rows, 0]
@@ -117,6 +117,8 @@ def ablations(config: Config, frame: pd.DataFrame, summary: dict[str, Any], fold
                            loc="center", bbox=[0, 0, 4.2, 1])
     table.auto_set_font_size(False)
     table.set_fontsize(8)
+    for cell in table.get_celld().values():
+        cell.get_text().set_parse_math(False)
     fig.suptitle(f"{key} on the same data and seeds (mean over seeds)")
     fig.subplots_adjust(hspace=0.45, wspace=0.3)
     return save(fig, folder, key)

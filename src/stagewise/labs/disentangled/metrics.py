@@ -29,7 +29,7 @@ def block_matrices(weights: tuple[torch.Tensor, ...], d: int) -> tuple[torch.Ten
         full = weights[0]
         return full[:, :d, :d], full[:, d:, d:], full
     w, v = weights
-    whole = torch.zeros(w.shape[0], 2 * d, 2 * d, dtype=w.dtype)
+    whole = torch.zeros(w.shape[0], 2 * d, 2 * d, dtype=w.dtype, device=w.device)
     whole[:, :d, :d], whole[:, d:, d:] = w, v
     return w, v, whole
 

@@ -70,6 +70,15 @@ class Ensemble:
     def size(self) -> int:
         return len(self.members)
 
+    @property
+    def device(self) -> torch.device:
+        return self.hyper["l2"].device
+
+    def to(self, device: torch.device) -> "Ensemble":
+        """The same ensemble with its tensors on ``device`` (random streams stay on the CPU)."""
+        move = lambda b: replace(b, **{k: getattr(b, k).to(device) for k in ("ctx", "query", "labels", "target", "kind")})  # noqa: E731
+        return replace(self, train=move(self.train), test=move(self.test), hyper={k: v.to(device) for k, v in self.hyper.items()})
+
 
 def data_layout(members: list[Member]) -> tuple[list[Member], int]:
     """(one member per dataset, K) when members come in data-major blocks of K that share a
@@ -143,9 +152,10 @@ def init_weights(config: Config, members: list[Member], dtype: torch.dtype) -> t
     return tuple(out)
 
 
-def _gaussian(rngs: list[torch.Generator], shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+def _gaussian(rngs: list[torch.Generator], shape: tuple[int, ...], dtype: torch.dtype,
+              device: torch.device | None = None) -> torch.Tensor:
     """One standard-normal draw per member from its own stream: (M, *shape)."""
-    return torch.stack([torch.randn(shape, generator=g, dtype=torch.float64) for g in rngs]).to(dtype)
+    return torch.stack([torch.randn(shape, generator=g, dtype=torch.float64) for g in rngs]).to(device=device, dtype=dtype)
 
 
 def _minibatch(ens: Ensemble) -> torch.Tensor:
@@ -153,7 +163,7 @@ def _minibatch(ens: Ensemble) -> torch.Tensor:
     n, b = ens.config.data.n_train, min(ens.config.train.batch_size, ens.config.data.n_train)
     picks = torch.stack([torch.randperm(n, generator=g)[:b] for g in ens.rngs["batch"]])  # (M, B)
     weight = torch.zeros(ens.size, n, dtype=ens.hyper["l2"].dtype)
-    return weight.scatter_(1, picks, 1.0 / b)
+    return weight.scatter_(1, picks, 1.0 / b).to(ens.device)
 
 
 @dataclass
@@ -205,7 +215,7 @@ def update(ens: Ensemble, state: State, step: int) -> None:
         # blocks of 16, so one joint draw would not equal separate draws)
         scale = (ens.hyper["noise"] * lr).view(-1, 1, 1)
         for i, w in enumerate(state.weights):
-            state.weights[i] = w + scale * _gaussian(ens.rngs["noise"], tuple(w.shape[1:]), w.dtype)
+            state.weights[i] = w + scale * _gaussian(ens.rngs["noise"], tuple(w.shape[1:]), w.dtype, w.device)
     # a fixed layout: resumed runs (contiguous loads) must take the same kernels
     state.weights = [w.contiguous() for w in state.weights]
 

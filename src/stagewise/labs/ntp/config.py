@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config import ConfigModel, RunBase, Threads, TrainBase
+from ...config import MAX_STEPS, ConfigModel, RunBase, Threads, TrainBase
 
 
 class DataConfig(ConfigModel):
@@ -73,8 +73,8 @@ class TrainConfig(TrainBase):
         "normalized_gd", description="normalized_gd [paper]: W <- W - eta g/||g||_F; gd, adam, adamw are ablations")
     eta0: float | None = Field(None, gt=0, allow_inf_nan=False, description="stage-1 step size; null = 0.2/sqrt(d) [paper experiment]")
     eta: float | None = Field(None, gt=0, allow_inf_nan=False, description="stage-2 step size; null = 0.05/sqrt(d) [paper experiment]")
-    steps_stage1: int = Field(900, ge=0, description="T [paper experiment: 900]")
-    steps_stage2: int = Field(900, ge=0, description="T1 [paper experiment: 900]")
+    steps_stage1: int = Field(900, ge=0, le=MAX_STEPS, description="T [paper experiment: 900]")
+    steps_stage2: int = Field(900, ge=0, le=MAX_STEPS, description="T1 [paper experiment: 900]")
     loss_reduction: Literal["mean", "sum"] = Field("mean", description="mean (pi-weighted) or sum; normalized GD iterates are identical")
     grad_tol: float = Field(1e-14, ge=0, description="tiny-gradient guard: below this ||g||_F round-off steers normalized GD")
     on_tiny_grad: Literal["stop", "flag"] = Field("stop", description="stop: that seed stops updating (flagged); flag: keep going, flagged")
@@ -91,7 +91,7 @@ class TrainConfig(TrainBase):
 
 class GeneralizeConfig(ConfigModel):
     max_cases: int = Field(200, ge=1, description="at most this many unseen sentences per category and seed")
-    every: int = Field(10, ge=1, description="log the suite's accuracy (gen_acc) every k steps (and at stage ends)")
+    every: int = Field(10, ge=1, le=MAX_STEPS, description="log the suite's accuracy (gen_acc) every k steps (and at stage ends)")
 
 
 class Config(RunBase):

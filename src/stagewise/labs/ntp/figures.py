@@ -112,6 +112,8 @@ def generalization(summary: Summary, rows: pd.DataFrame, folder: Path, max_rows:
         table.auto_set_font_size(False)
         table.set_fontsize(7.5)
         table.scale(1, 1.15)
+        for cell in table.get_celld().values():  # token names are user text: a '$' is not mathtext
+            cell.get_text().set_parse_math(False)
         for i, row in enumerate(cells, start=1):
             if row[3] != "not covered":
                 table[i, 2].set_facecolor("#d9f2d9" if row[2] == row[3] else "#f8d0d0")

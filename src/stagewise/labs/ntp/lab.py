@@ -107,8 +107,9 @@ def run(config: Config, ctx: RunContext) -> RunResult:
     """Build the batched problem, train (resuming if ``ctx`` holds a checkpoint), log the
     table ``generalization`` (one row per seed and unseen sentence) and return the extras
     the summary needs."""
-    problem = build_problem(config)
-    params = train_two_stage(config, problem, ctx)
+    with torch.device(resolve_device(config.device)):  # factory functions allocate on the run's device
+        problem = build_problem(config)
+        params = train_two_stage(config, problem, ctx)
     wkq, wov = params.merged()
     rows = _final_predictions(problem, wkq, wov)
     ctx.log_table("generalization", pd.DataFrame(rows, columns=GEN_COLUMNS), csv=True)
@@ -127,6 +128,7 @@ def run(config: Config, ctx: RunContext) -> RunResult:
 
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
-          summarize=summarize, make_figures=make_figures, estimate=estimate)
+          summarize=summarize, make_figures=make_figures, estimate=estimate,
+          smoke={"n_seeds": 2, "data": {"vocab_size": 6}, "train": {"steps_stage1": 12, "steps_stage2": 24, "checkpoint_every": 7}})
 
 __all__ = ["LAB"]

@@ -185,9 +185,10 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
     resumed = ctx.resume_state() if ctx is not None else None
     if resumed is not None:
         start, tensors = resumed.step, resumed.tensors
-        params.tensors = unpack(tensors, "p")
-        opt.state = unpack(tensors, "opt")
-        active = tensors["active"].bool()
+        device = problem.emb.device
+        params.tensors = unpack(tensors, "p", device)
+        opt.state = unpack(tensors, "opt", device)
+        active = tensors["active"].bool().to(device)
     # sum reduction: L0 sums over the |V| collocation samples, L over each member's samples
     summed = tc.loss_reduction == "sum"
     scale_ov = float(problem.emb.shape[-1]) if summed else 1.0

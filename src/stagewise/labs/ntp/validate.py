@@ -239,6 +239,20 @@ def _shortest_cycle(start: int, members: set[int], succ: Mapping[int, set[int]])
     return [start, start]  # unreachable for a strongly connected component
 
 
+def _first_edges(edges: Mapping[tuple[int, int], object]) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]]:
+    """Per token x, the smallest edge (x, b) and the smallest edge (a, x), in one pass (the
+    confused-token messages name them; a scan per token was quadratic in the edges)."""
+    over: dict[int, tuple[int, int]] = {}
+    under: dict[int, tuple[int, int]] = {}
+    for edge in edges:
+        a, b = edge
+        if a not in over or edge < over[a]:
+            over[a] = edge
+        if b not in under or edge < under[b]:
+            under[b] = edge
+    return over, under
+
+
 def order_checks(
     tokens: Sequence[str], relations: Relations
 ) -> tuple[dict[int, QueryStructure], list[str]]:
@@ -267,9 +281,9 @@ def order_checks(
                     f"cycle under query '{tokens[q]}': {path} "
                     f"(samples {render_samples(tokens, used, limit=4)})"
                 )
+        first_over, first_under = _first_edges(edges)
         for x in sorted((greater & lesser) - in_cycle):
-            over = min((a, b) for a, b in edges if a == x)  # x > b
-            under = min((a, b) for a, b in edges if b == x)  # a > x
+            over, under = first_over[x], first_under[x]  # x > b, a > x
             confused.append(
                 f"token '{tokens[x]}' is confused under query '{tokens[q]}' "
                 f"(above '{tokens[over[1]]}' in {render_samples(tokens, edges[over], 1)}, "
