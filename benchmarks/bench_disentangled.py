@@ -25,8 +25,9 @@ import torch.nn.functional as F
 from stagewise.config import deep_merge, resolve
 from stagewise.labs.disentangled.config import Config
 from stagewise.labs.disentangled.model import forward, logistic
+from stagewise.labs.disentangled.data import STREAMS
 from stagewise.labs.disentangled.train import (
-    NOISE, State, _stream, build_ensemble, init_weights, learning_rate, members_from_config, run_training,
+    State, build_ensemble, init_weights, learning_rate, members_from_config, run_training,
 )
 
 
@@ -58,7 +59,7 @@ def loop(config: Config) -> tuple[float, torch.Tensor]:
         q1, q2 = b.branches[0].query[0], b.branches[1].query[0]  # (N, d)
         labels, target = b.labels[0], b.target[0]  # (N, C), (N,)
         w, v = (t[0].clone().requires_grad_(True) for t in init_weights(config, [member], torch.float64))
-        noise_gen = _stream(member.seed, NOISE)
+        noise_gen = STREAMS.torch(member.seed, "noise")
         L = config.data.prompt_len
         start = time.perf_counter()
         for step in range(1, config.train.steps + 1):

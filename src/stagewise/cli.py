@@ -338,14 +338,29 @@ def _usage_line(err) -> str:
 
 
 def _print_errors(lines) -> None:
+    """Each line as ``error: LINE`` on stderr (no markup, no wrapping)."""
     for line in lines:
         err_console.print(f"error: {line}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _click_errors() -> tuple[type[Exception], type[Exception]]:
+    """(ClickException, NoArgsIsHelpError) of the click typer runs on: recent typer vendors
+    it as ``typer._click``, older typer uses ``click`` (whose 8.1 has no NoArgsIsHelpError)."""
+    try:
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+
+    class _Never(Exception):
+        """Never raised: stands in for a missing exception class."""
+
+    return exceptions.ClickException, getattr(exceptions, "NoArgsIsHelpError", _Never)
 
 
 def main() -> None:
     """Console entry point: user errors and usage errors become one line each (``error:
     ...``) and exit code 2; ``--help`` prints help and exits 0."""
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    ClickException, NoArgsIsHelpError = _click_errors()  # noqa: N806 (exception classes)
 
     try:
         repeated = _repeated_option(sys.argv[1:])

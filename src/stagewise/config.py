@@ -50,6 +50,9 @@ def _threads(value: int | str) -> int | str:
 
 
 Threads = Annotated[int | Literal["auto"], AfterValidator(_threads)]
+
+IntervalOrAuto = Annotated[int | Literal["auto"], AfterValidator(_threads)]
+"""A step interval: a positive int or "auto" (the lab picks one from the run's length)."""
 """A CPU thread count for a lab's trainer: a positive int or "auto" (the lab decides)."""
 
 

@@ -18,17 +18,24 @@ STYLE = {"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.t
          "axes.spines.right": False, "font.size": 9}
 
 
+MAX_SEED_LINES = 16  # beyond this many seeds, the rest are shown by the min-max band only
+
+
 def seed_lines(ax, frame: pd.DataFrame, metric: str, *, label: str | None = None, color: str = "C0",
                transform=None, mean: bool = True) -> None:
-    """One thin line per seed and the mean across seeds, against the step."""
+    """One thin line per seed (the first MAX_SEED_LINES; a min-max band covers all of them
+    when there are more) and the mean across seeds, against the step."""
     steps, values = series(frame, metric)  # (T,), (T, S)
     if transform is not None:
         values = transform(steps, values)
     if values.size == 0:
         return
-    for col in range(values.shape[1]):
-        ax.plot(steps, values[:, col], color=color, alpha=0.35 if values.shape[1] > 1 else 1.0, lw=0.8)
-    if mean and values.shape[1] > 1:
+    n_seeds = values.shape[1]
+    for col in range(min(n_seeds, MAX_SEED_LINES)):
+        ax.plot(steps, values[:, col], color=color, alpha=0.35 if n_seeds > 1 else 1.0, lw=0.8)
+    if n_seeds > MAX_SEED_LINES:
+        ax.fill_between(steps, np.nanmin(values, axis=1), np.nanmax(values, axis=1), color=color, alpha=0.15, lw=0)
+    if mean and n_seeds > 1:
         ax.plot(steps, np.nanmean(values, axis=1), color=color, lw=1.8, label=label)
     elif label:
         ax.lines[-1].set_label(label)

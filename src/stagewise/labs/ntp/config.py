@@ -10,7 +10,11 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config import MAX_STEPS, ConfigModel, RunBase, Threads, TrainBase
+from ...config import MAX_STEPS, ConfigModel, IntervalOrAuto, RunBase, Threads, TrainBase
+
+
+LOG_POINTS = 200  # train.log_every=auto: about this many logged steps per run (the figures' curves)
+SUITE_POINTS = 30  # generalize.every=auto: about this many evaluations of the generalization suite
 
 
 class DataConfig(ConfigModel):
@@ -78,6 +82,9 @@ class TrainConfig(TrainBase):
     loss_reduction: Literal["mean", "sum"] = Field("mean", description="mean (pi-weighted) or sum; normalized GD iterates are identical")
     grad_tol: float = Field(1e-14, ge=0, description="tiny-gradient guard: below this ||g||_F round-off steers normalized GD")
     on_tiny_grad: Literal["stop", "flag"] = Field("stop", description="stop: that seed stops updating (flagged); flag: keep going, flagged")
+    log_every: IntervalOrAuto = Field(
+        "auto", description="log metrics every k steps; auto: about 200 points over the run (1800 steps: every 9).\n"
+        "Stage ends and the last step are always logged; with auto also the first 10 steps of each stage")
     threads: Threads = Field(
         "auto", description="CPU threads for torch while training; auto = min(cores, n_seeds // 16), at least 1.\n"
         "Small ensembles run fastest on one thread; large ones gain from more (64 seeds: 1.8x on 2 cores)")
@@ -91,7 +98,8 @@ class TrainConfig(TrainBase):
 
 class GeneralizeConfig(ConfigModel):
     max_cases: int = Field(200, ge=1, description="at most this many unseen sentences per category and seed")
-    every: int = Field(10, ge=1, le=MAX_STEPS, description="log the suite's accuracy (gen_acc) every k steps (and at stage ends)")
+    every: IntervalOrAuto = Field("auto", description="evaluate the suite's accuracy (gen_acc) every k steps (and at stage ends);\n"
+                                  "auto: about 30 times over the run. Logged at the logged steps that fall on it")
 
 
 class Config(RunBase):
@@ -113,6 +121,18 @@ class Config(RunBase):
         if self.train.threads != "auto":
             return int(self.train.threads)
         return max(1, min(os.cpu_count() or 1, self.n_seeds // 16))
+
+    def log_interval(self) -> int:
+        """Resolved ``train.log_every``: ``auto`` logs about LOG_POINTS points over the run."""
+        if self.train.log_every != "auto":
+            return int(self.train.log_every)
+        return max(1, (self.train.steps_stage1 + self.train.steps_stage2) // LOG_POINTS)
+
+    def suite_interval(self) -> int:
+        """Resolved ``generalize.every``: ``auto`` evaluates the suite about SUITE_POINTS times."""
+        if self.generalize.every != "auto":
+            return int(self.generalize.every)
+        return max(1, (self.train.steps_stage1 + self.train.steps_stage2) // SUITE_POINTS)
 
     def step_sizes(self, dim: int) -> tuple[float, float]:
         """(eta0, eta) with the paper's defaults 0.2/sqrt(d), 0.05/sqrt(d) filled in."""

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ...measure import series
-from ...report.plots import figure, save, seed_lines
+from ...report.plots import MAX_SEED_LINES, figure, save, seed_lines
 from ...report.claims import Summary
 from ..contract import Tables
 from .config import Config
@@ -60,7 +60,7 @@ def rate_fits(config: Config, frame: pd.DataFrame, summary: Summary, folder: Pat
             ax.text(0.5, 0.5, f"|1 - cos| <= {np.nanmax(np.abs(gap)):.1e} at every step:\nexact up to round-off",
                     ha="center", va="center", transform=ax.transAxes)
             continue
-        for col in range(gap.shape[1]):
+        for col in range(min(gap.shape[1], MAX_SEED_LINES)):
             ax.loglog(tau, np.clip(gap[:, col], 1e-17, None), color="C0", alpha=0.5, lw=0.8)
         ref_t = tau[tau >= 3].astype(float)
         if len(ref_t):
@@ -71,7 +71,7 @@ def rate_fits(config: Config, frame: pd.DataFrame, summary: Summary, folder: Pat
     ax = axes[0, 2]
     steps, gap = series(frame, "loss_gap")
     sel = steps > T
-    ax.semilogy(steps[sel], np.clip(gap[sel], 1e-17, None), color="C1", lw=0.8, alpha=0.6)
+    ax.semilogy(steps[sel], np.clip(gap[sel][:, :MAX_SEED_LINES], 1e-17, None), color="C1", lw=0.8, alpha=0.6)
     rates = summary.details.get("rates", {}).get("loss_gap_rate", [])
     ax.set_title(f"$L$ - floor (fitted rate {np.nanmean(rates):.3g}/step)" if len(rates) else "$L$ - floor")
     ax.set_xlabel("t")

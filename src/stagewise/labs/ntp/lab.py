@@ -107,9 +107,8 @@ def run(config: Config, ctx: RunContext) -> RunResult:
     """Build the batched problem, train (resuming if ``ctx`` holds a checkpoint), log the
     table ``generalization`` (one row per seed and unseen sentence) and return the extras
     the summary needs."""
-    with torch.device(resolve_device(config.device)):  # factory functions allocate on the run's device
-        problem = build_problem(config)
-        params = train_two_stage(config, problem, ctx)
+    problem = build_problem(config).to(resolve_device(config.device))
+    params = train_two_stage(config, problem, ctx)
     wkq, wov = params.merged()
     rows = _final_predictions(problem, wkq, wov)
     ctx.log_table("generalization", pd.DataFrame(rows, columns=GEN_COLUMNS), csv=True)

@@ -7,7 +7,7 @@ an ensemble equals a single run with seed ``seed + i``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
 import numpy as np
@@ -96,9 +96,18 @@ class Problem:
         """The embedding for the token-space model, or None when it is the identity
         (one-hot with d = |V|), which lets the model skip multiplications by I."""
         d, V = self.emb.shape[1:]
-        if d == V and torch.equal(self.emb, torch.eye(V, dtype=self.emb.dtype).expand_as(self.emb)):
+        if d == V and torch.equal(self.emb, torch.eye(V, dtype=self.emb.dtype, device=self.emb.device).expand_as(self.emb)):
             return None
         return self.emb
+
+    def to(self, device: torch.device) -> "Problem":
+        """The same problem with every tensor on ``device`` (a no-op on the CPU)."""
+        if self.emb.device == torch.device(device):
+            return self
+        moved = {f.name: getattr(self, f.name).to(device) for f in fields(self)
+                 if isinstance(getattr(self, f.name), torch.Tensor)}
+        batch = replace(self.batch, **{f.name: getattr(self.batch, f.name).to(device) for f in fields(self.batch)})
+        return replace(self, batch=batch, **moved)
 
     def embedded(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Sentences in embedding space: x (S, N, L, d) (0 on padding) and queries (S, N, d).

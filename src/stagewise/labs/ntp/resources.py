@@ -52,6 +52,6 @@ def estimate(config: Config) -> Resources:
     qp = (V * V + N * V) * 8 * 16
     memory = PROCESS_BASE + floats * width + ints + qp
     steps = config.train.steps_stage1 + config.train.steps_stage2
-    logged = steps // config.train.log_every + 3
+    logged = steps // config.log_interval() + 25
     disk = logged * S * METRICS_PER_STEP * BYTES_PER_METRIC_VALUE
     return Resources(int(memory), int(disk), f"S={S} members, |V|={V}, d={d}, N<={N} samples, L={L}, {logged} logged steps")

@@ -38,25 +38,34 @@ def rate_fits(config: Config, frame: pd.DataFrame, seeds: list[int], eta0: float
                                             "one_minus_cos_wov_exponent", "one_minus_cos_wkq_exponent",
                                             "one_minus_cos_wkq_r2", "loss_gap_rate", "loss_gap_r2",
                                             "attn_gap_rate", "attn_gap_r2")}
+    wide = {m: series(frame, m) for m in ("norm_wov", "norm_wkq", "cos_wov", "cos_wkq", "loss_gap", "opt_attn_min")}
+    columns = {m: {s: i for i, s in enumerate(sorted(frame.loc[frame["metric"] == m, "seed"].unique()))} for m in wide}
+
+    def seed_series(metric: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        steps, values = wide[metric]  # (T,), (T, S): one pivot per metric, not per seed
+        col = values[:, columns[metric][seed]]
+        keep = ~np.isnan(col)
+        return steps[keep], col[keep]
+
     for seed in seeds:
-        t, nw = series(frame, "norm_wov", seed)
+        t, nw = seed_series("norm_wov", seed)
         fit = linear_fit(t[_window(t, *s1)], nw[_window(t, *s1)])
         out["norm_wov_slope"].append(fit.slope)
         out["norm_wov_r2"].append(fit.r2)
-        t, nk = series(frame, "norm_wkq", seed)
+        t, nk = seed_series("norm_wkq", seed)
         fit = linear_fit(t[_window(t, *s2)], nk[_window(t, *s2)])
         out["norm_wkq_slope"].append(fit.slope)
         out["norm_wkq_r2"].append(fit.r2)
-        t, cw = series(frame, "cos_wov", seed)
+        t, cw = seed_series("cos_wov", seed)
         half = _window(t, (s1[0] + s1[1]) // 2, s1[1])
         out["one_minus_cos_wov_exponent"].append(-power_exponent(t[half], 1 - cw[half]).slope)
-        t, ck = series(frame, "cos_wkq", seed)
+        t, ck = seed_series("cos_wkq", seed)
         half = _window(t, (s2[0] + s2[1]) // 2, s2[1])
         fit = power_exponent(t[half] - origin2, 1 - ck[half])
         out["one_minus_cos_wkq_exponent"].append(-fit.slope)
         out["one_minus_cos_wkq_r2"].append(fit.r2)
         for metric, key in (("loss_gap", "loss_gap"), ("opt_attn_min", "attn_gap")):
-            t, values = series(frame, metric, seed)
+            t, values = seed_series(metric, seed)
             gap = values if metric == "loss_gap" else 1 - values
             sel = _window(t, (s2[0] + s2[1]) // 2, s2[1])
             fit = log_linear_rate(t[sel], gap[sel], floor=1e-12)

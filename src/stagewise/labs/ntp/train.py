@@ -24,6 +24,7 @@ from .model import Forward, collocation_loss, cross_entropy, forward, gradients,
 from .problem import STREAMS, Problem
 
 OV, KQ = "ov", "kq"
+EARLY_STEPS = 10  # every step is logged for the first steps of each stage (the log-log figures start there)
 
 
 _flat_norm = group_norm
@@ -79,10 +80,10 @@ def init_params(config: Config, problem: Problem, dtype: torch.dtype) -> Params:
     tensors = {}
     for k, (name, shape) in enumerate(shapes.items()):
         if config.model.init == "zero":
-            tensors[name] = torch.zeros(S, *shape, dtype=dtype)
+            tensors[name] = torch.zeros(S, *shape, dtype=dtype, device=problem.emb.device)
         else:
             draws = [STREAMS.numpy(s, "init", k).standard_normal(shape) for s in problem.seeds]
-            tensors[name] = config.model.init_scale * torch.tensor(np.stack(draws), dtype=dtype)
+            tensors[name] = config.model.init_scale * torch.tensor(np.stack(draws), dtype=dtype, device=problem.emb.device)
     return Params(tensors, config.model.factored)
 
 
@@ -117,41 +118,62 @@ def evaluate(params: Params, problem: Problem, need_main: bool, need_stage1: boo
     return Evaluation(key, tok, loss0, grad0, fwd, g_wov, g_wkq)
 
 
+# metrics that depend on one weight group only: while that group is frozen (W_kq during
+# stage 1, W_ov from the end of stage 1 on) they are computed once and reused, bit for bit
+OV_METRICS = ("loss_stage1", "loss_floor", "cos_wov", "dist_wov", "norm_wov")
+KQ_METRICS = ("cos_wkq", "dist_wkq", "norm_wkq", "opt_attn_min", "opt_attn_mean",
+              "score_optimal", "score_non_optimal", "score_non_comparable")
+
+
+def _ov_metrics(wov: torch.Tensor, problem: Problem, ev: Evaluation) -> dict[str, torch.Tensor]:
+    batch = problem.batch
+    floor_logits = ev.tok.gather(2, problem.opt_tok.unsqueeze(1).expand(-1, ev.tok.shape[1], -1)).transpose(1, 2)  # (S, N, V)
+    cos_ov, dist_ov = cosine(wov, problem.wov_star)
+    return {"loss_stage1": ev.loss0, "loss_floor": (batch.weight * cross_entropy(floor_logits, batch.target)).sum(-1),
+            "cos_wov": cos_ov, "dist_wov": dist_ov, "norm_wov": _flat_norm([wov])}
+
+
+def _kq_metrics(wkq: torch.Tensor, problem: Problem, ev: Evaluation) -> dict[str, torch.Tensor]:
+    cos_kq, dist_kq = cosine(wkq, problem.wkq_star)
+    opt_mass = (ev.fwd.attn * problem.opt_mask).sum(-1)  # (S, N)
+    multi = problem.multi
+    masks = problem.type_masks  # (S, 3, V, V)
+    type_score = (ev.key.unsqueeze(1) * masks).flatten(2).sum(-1) / masks.flatten(2).sum(-1).clamp_min(1)  # (S, 3)
+    return {"cos_wkq": cos_kq, "dist_wkq": dist_kq, "norm_wkq": _flat_norm([wkq]),
+            "opt_attn_min": opt_mass.masked_fill(~multi, 1.0).min(-1).values,
+            "opt_attn_mean": (opt_mass * multi).sum(-1) / multi.sum(-1).clamp_min(1),
+            "score_optimal": type_score[:, 0], "score_non_optimal": type_score[:, 1], "score_non_comparable": type_score[:, 2]}
+
+
 def metrics(params: Params, problem: Problem, ev: Evaluation, stage: int, two_stage: bool,
-            with_suite: bool = True) -> dict[str, torch.Tensor]:
+            with_suite: bool = True, cached: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """All per-member metrics at the current weights; each value has shape (S,).
 
     ``with_suite`` adds ``gen_acc``, the accuracy on the covered generalization cases.
+    ``cached`` holds the OV_METRICS or KQ_METRICS of a group that has not moved since they
+    were computed (they are reused instead of recomputed; ``ev.loss0`` may then be None).
     """
+    cached = cached or {}
     wkq, wov = params.merged()
     fwd, batch = ev.fwd, problem.batch
-    floor_logits = ev.tok.gather(2, problem.opt_tok.unsqueeze(1).expand(-1, ev.tok.shape[1], -1)).transpose(1, 2)  # (S, N, V)
-    floor = (batch.weight * cross_entropy(floor_logits, batch.target)).sum(-1)  # perfect attention on x*
-    cos_ov, dist_ov = cosine(wov, problem.wov_star)
-    cos_kq, dist_kq = cosine(wkq, problem.wkq_star)
-    opt_mass = (fwd.attn * problem.opt_mask).sum(-1)  # (S, N)
-    multi = problem.multi
-    n_multi = multi.sum(-1).clamp_min(1)
+    group_ov = {k: cached[k] for k in OV_METRICS} if all(k in cached for k in OV_METRICS) else _ov_metrics(wov, problem, ev)
+    group_kq = {k: cached[k] for k in KQ_METRICS} if all(k in cached for k in KQ_METRICS) else _kq_metrics(wkq, problem, ev)
     real = batch.weight > 0
     correct = (fwd.logits.argmax(-1) == batch.target) & real
-    masks = problem.type_masks  # (S, 3, V, V)
-    type_score = (ev.key.unsqueeze(1) * masks).flatten(2).sum(-1) / masks.flatten(2).sum(-1).clamp_min(1)  # (S, 3)
     grad_ov = ev.grad0_wov if (two_stage and stage == 1) else ev.grad_wov
     S = wkq.shape[0]
     values = {
-        "stage": torch.full((S,), float(stage)),
-        "loss_stage1": ev.loss0,
+        "stage": torch.full((S,), float(stage), device=wkq.device),
+        "loss_stage1": group_ov["loss_stage1"],
         "loss": fwd.loss,
-        "loss_floor": floor,
-        "loss_gap": fwd.loss - floor,
-        "cos_wov": cos_ov, "dist_wov": dist_ov, "norm_wov": _flat_norm([wov]),
-        "cos_wkq": cos_kq, "dist_wkq": dist_kq, "norm_wkq": _flat_norm([wkq]),
-        "opt_attn_min": opt_mass.masked_fill(~multi, 1.0).min(-1).values,
-        "opt_attn_mean": (opt_mass * multi).sum(-1) / n_multi,
+        "loss_floor": group_ov["loss_floor"],
+        "loss_gap": fwd.loss - group_ov["loss_floor"],
+        **{k: group_ov[k] for k in ("cos_wov", "dist_wov", "norm_wov")},
+        **{k: group_kq[k] for k in ("cos_wkq", "dist_wkq", "norm_wkq", "opt_attn_min", "opt_attn_mean")},
         "train_acc": correct.sum(-1).to(wkq.dtype) / real.sum(-1).to(wkq.dtype),
         "grad_norm_wov": _flat_norm([grad_ov]),
         "grad_norm_wkq": _flat_norm([ev.grad_wkq]),
-        "score_optimal": type_score[:, 0], "score_non_optimal": type_score[:, 1], "score_non_comparable": type_score[:, 2],
+        **{k: group_kq[k] for k in ("score_optimal", "score_non_optimal", "score_non_comparable")},
     }
     if with_suite:
         key, tok = with_unknown(ev.key, ev.tok)
@@ -180,7 +202,7 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
     params = init_params(config, problem, dtype)
     opt = BatchedOptimizer(tc.optimizer, tuple(tc.betas), tc.adam_eps, tc.weight_decay)
     S = problem.n_members
-    active = torch.ones(S, dtype=torch.bool)
+    active = torch.ones(S, dtype=torch.bool, device=problem.emb.device)
     start = 0
     resumed = ctx.resume_state() if ctx is not None else None
     if resumed is not None:
@@ -197,8 +219,20 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
     def stage_of(t: int) -> int:
         return 1 if t <= T else 2  # step 0 (the init) counts as stage 1
 
+    log_every, suite_every = config.log_interval(), config.suite_interval()
+    early = (set(range(0, EARLY_STEPS + 1)) | set(range(T, T + EARLY_STEPS + 1))  # dense starts for log-log figures
+             if tc.log_every == "auto" else set())
+
     def should_log(t: int) -> bool:
-        return ctx is not None and (t % tc.log_every == 0 or t in (0, T, total))
+        return ctx is not None and (t % log_every == 0 or t in (0, T, total) or t in early)
+
+    def frozen_groups(t: int) -> tuple[str, ...]:
+        """Weight groups that have not moved since the start of their frozen span."""
+        if not two_stage:
+            return ()
+        return (("kq",) if t <= T else ()) + (("ov",) if t >= T else ())
+
+    frozen_values: dict[str, dict[str, torch.Tensor]] = {}
 
     bar = ctx.progress(total, "ntp") if ctx is not None else nullcontext(lambda n=1: None)
     with bar as advance:
@@ -207,7 +241,9 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
             log_now = should_log(t) and not (resumed is not None and t == start)
             need_main = log_now or not (two_stage and stage_next == 1)
             stage1_update = two_stage and stage_next == 1
-            ev = evaluate(params, problem, need_main, need_stage1=log_now or stage1_update,
+            frozen = frozen_groups(t)
+            frozen_values = {g: v for g, v in frozen_values.items() if g in frozen}
+            ev = evaluate(params, problem, need_main, need_stage1=(log_now and "ov" not in frozen_values) or stage1_update,
                           need_wov_grad=log_now or not two_stage, need_losses=log_now)
             # gradient of the objective of the next update (step t+1)
             if stage1_update:
@@ -220,13 +256,16 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
             gnorm = _flat_norm([grads[n] for n in names])  # (S,)
             tiny = (gnorm <= tc.grad_tol) | (gnorm == 0)
             if two_stage and t == T and T > 0:
-                active = torch.ones(S, dtype=torch.bool)  # the guard acts per stage
+                active = torch.ones(S, dtype=torch.bool, device=problem.emb.device)  # the guard acts per stage
                 opt.reset()
             if tc.on_tiny_grad == "stop":
                 active = active & ~tiny
             if log_now:
-                suite = t % config.generalize.every == 0 or t in (0, T, total)
-                values = metrics(params, problem, ev, stage_of(t), two_stage, suite)
+                suite = t % suite_every == 0 or t in (0, T, total)
+                cached = {k: v for g in frozen for k, v in frozen_values.get(g, {}).items()}
+                values = metrics(params, problem, ev, stage_of(t), two_stage, suite, cached)
+                for g in frozen:
+                    frozen_values.setdefault(g, {k: values[k] for k in (OV_METRICS if g == "ov" else KQ_METRICS)})
                 values["tiny_grad"] = tiny.to(dtype)
                 values["frozen"] = (~active).to(dtype)
                 ctx.log(t, values)
