@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from stagewise.labs.ntp.config import Config
 from stagewise.labs.ntp.problem import Problem, build_problem
-from stagewise.labs.ntp.train import train
+from stagewise.labs.ntp.train import train_two_stage as train
 from stagewise.runs import MemoryContext
 
 TARGET_SPEEDUP = 10.0
@@ -46,7 +46,8 @@ def preset(n_seeds: int, steps1: int, steps2: int, seed: int = 0, threads: int |
     """The paper preset (Config defaults) with an ensemble of ``n_seeds``, the given steps and
     ``train.threads`` (``train`` sets torch's thread count from it while it runs)."""
     return Config.model_validate({"seed": seed, "n_seeds": n_seeds,
-                                  "train": {"steps_stage1": steps1, "steps_stage2": steps2, "threads": threads}})
+                                  "train": {"steps_stage1": steps1, "steps_stage2": steps2, "threads": threads,
+                                            "log_every": 1}})  # the metrics timing logs every step
 
 
 # --------------------------------------------------------------------------- reference loop
@@ -195,7 +196,7 @@ def main() -> None:
         metrics_s = None
         if not args.no_metrics:
             def with_metrics():
-                logger = MemoryContext()
+                logger = MemoryContext(problem.seeds)
                 train(config, problem, logger)
                 return logger
             metrics_s, logger = timed(with_metrics, args.repeats)

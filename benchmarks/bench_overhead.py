@@ -60,8 +60,11 @@ def _memory_ctx(seeds):
 
 
 def _time_ntp(config, logged: bool) -> float:
-    from stagewise.labs.ntp import train as train_module
+    import importlib
+
     from stagewise.labs.ntp.problem import build_problem
+
+    train_module = importlib.import_module("stagewise.labs.ntp.train")  # (earlier versions re-export a function `train`)
 
     fn = getattr(train_module, "train_two_stage", None) or getattr(train_module, "train")
     problem = build_problem(config)

@@ -70,7 +70,11 @@ def test_labs_and_config(cli):
     code, out, _ = cli("labs")
     assert code == 0 and "ntp" in out and "example1" in out and "paper" in out
     code, out, _ = cli("config", "ntp", "--preset", "example1")
-    assert code == 0 and "source: example1" in out and "# " in out
+    lines = out.splitlines()
+    assert code == 0 and "  source: example1" in lines
+    # each field's description is the comment line right above it
+    at = lines.index("n_seeds: 1")
+    assert lines[at - 1] == "# ensemble size, computed in one batched pass (--seeds K)"
 
 
 def test_run_show_and_resume_guard(cli, tmp_path):

@@ -86,7 +86,11 @@ def test_hash_stable_and_sensitive():
 def test_commented_yaml_round_trips():
     cfg = resolve(Config, {"data": {"source": "example1"}})
     text = to_commented_yaml(cfg)
-    assert "# " in text
+    lines = text.splitlines()
+    for name, field in Config.model_fields["train"].annotation.model_fields.items():
+        if field.description:
+            at = next(i for i, line in enumerate(lines) if line.startswith(f"  {name}:"))
+            assert lines[at - 1] == f"  # {field.description.splitlines()[-1]}", name
     assert Config.model_validate(yaml.safe_load(text)) == cfg
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from stagewise.config import MAX_STEPS, MAX_YAML_BYTES, load_yaml, resolve
+from stagewise.config import MAX_STEPS, load_yaml, resolve
+from stagewise.yamlio import MAX_YAML_BYTES
 from stagewise.errors import MAX_LINES, UserError, cap_lines, problem_kind
 from stagewise.labs.disentangled.config import Config as DisConfig
 from stagewise.labs.ntp.config import Config as NTPConfig
@@ -43,7 +44,7 @@ def _one_error(cli, *args: str) -> str:
 @pytest.mark.parametrize("item,line", [
     ("train.steps_stage2=no", "error: train.steps_stage2=false: must be an integer, not a boolean"),
     ("train.steps_stage2=false", "error: train.steps_stage2=false: must be an integer, not a boolean"),
-    ("train.log_every=true", "error: train.log_every=true: must be an integer, not a boolean"),
+    ("train.log_every=true", "error: train.log_every=true: must be an integer or 'auto', not a boolean"),
     ("seed=on", "error: seed=true: must be an integer, not a boolean"),
     ("train.eta=yes", "error: train.eta=true: must be a number or null, not a boolean"),
     ("model.init_scale=off", "error: model.init_scale=false: must be a number, not a boolean"),
@@ -62,7 +63,7 @@ def test_bool_for_a_number_in_config_file_and_preset(cli, tmp_path):
     assert line == "error: train.steps_stage2=false: must be an integer, not a boolean"
     with pytest.raises(UserError) as err:
         resolve(NTPConfig, {"train": {"log_every": True}})
-    assert err.value.messages == ("train.log_every=true: must be an integer, not a boolean",)
+    assert err.value.messages == ("train.log_every=true: must be an integer or 'auto', not a boolean",)
     with pytest.raises(UserError) as err:
         resolve(DisConfig, sets=["experiment.grid.t1=[true]"])
     assert err.value.messages == ("experiment.grid.t1=[true]: item 0 must be a number, not a boolean",)

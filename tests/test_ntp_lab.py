@@ -155,6 +155,7 @@ def test_every_option_runs_end_to_end(tmp_path, monkeypatch, name):
     manifest = execute(lab, config, paths, progress=False)
     assert manifest["status"] == "done"
     summary = json.loads(paths.summary.read_text())
-    assert summary["claims"] and all(isinstance(c["holds"], bool) for c in summary["claims"])
+    # every claim is testable under these options (none comes back null = "not testable here")
+    assert summary["claims"] and all(c["holds"] is not None for c in summary["claims"])
     frame = pd.read_parquet(paths.metrics)
     assert frame["step"].max() == 50 and np.isfinite(frame[frame["metric"] == "loss"]["value"]).all()

@@ -7,7 +7,6 @@ its manifest; nothing logged so far is lost.
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import datetime
 from pathlib import Path

@@ -22,19 +22,10 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 from pydantic_core import PydanticCustomError
 
 from .errors import UserError
+from .yamlio import YamlLimit, load_yaml, safe_yaml
 
 MAX_STEPS = 10**9
 """Upper bound of every step count of every lab (a larger one is a typo, not a plan)."""
-
-MAX_YAML_BYTES = 1 << 20
-"""Largest ``--config`` file read (1 MiB)."""
-
-MAX_YAML_NODES = 100_000
-"""Most values one YAML document may hold with its aliases expanded (a 'billion laughs'
-document is a few hundred bytes and expands to 10^9 values)."""
-
-MAX_YAML_DEPTH = 64
-"""Deepest nesting of lists and mappings in one YAML document."""
 
 MAX_SHOWN = 120
 """Longest rendering of a bad value in an error line (longer ones end in '...')."""
@@ -50,10 +41,16 @@ def _threads(value: int | str) -> int | str:
 
 
 Threads = Annotated[int | Literal["auto"], AfterValidator(_threads)]
-
-IntervalOrAuto = Annotated[int | Literal["auto"], AfterValidator(_threads)]
-"""A step interval: a positive int or "auto" (the lab picks one from the run's length)."""
 """A CPU thread count for a lab's trainer: a positive int or "auto" (the lab decides)."""
+
+def _interval(value: int | str) -> int | str:
+    if value != "auto" and value > MAX_STEPS:
+        raise ValueError(f"must be less than or equal to {MAX_STEPS} (or auto)")
+    return _threads(value)
+
+
+IntervalOrAuto = Annotated[int | Literal["auto"], AfterValidator(_interval)]
+"""A step interval: a positive int or "auto" (the lab picks one from the run's length)."""
 
 
 class ConfigModel(BaseModel):
@@ -141,110 +138,6 @@ def _bool_problem(annotation: Any, value: Any, sub: str = "") -> tuple[str, Any,
     return None
 
 
-# ---------------------------------------------------------------------------- loading
-class _YamlLimit(Exception):
-    """A YAML document past one of the limits (size, nesting, recursive alias)."""
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that checks each composed document against :data:`MAX_YAML_NODES` and
-    :data:`MAX_YAML_DEPTH`, counting every alias as a copy of what it refers to."""
-
-    def compose_document(self):  # noqa: D102 (PyYAML hook)
-        node = super().compose_document()
-        if node is not None:
-            _expanded_size(node, 0, {}, set())
-        return node
-
-
-def _expanded_size(node: yaml.Node, depth: int, done: dict[int, tuple[int, int]], active: set[int]) -> tuple[int, int]:
-    """(values, height) of ``node`` with aliases expanded; each shared node is visited once."""
-    key = id(node)
-    if key in done:
-        size, height = done[key]
-    else:
-        if key in active:
-            raise _YamlLimit("an alias refers to a list or mapping that contains it (recursive alias)")
-        if isinstance(node, yaml.SequenceNode):
-            children = node.value
-        elif isinstance(node, yaml.MappingNode):
-            children = [part for pair in node.value for part in pair]
-        else:
-            children = []
-        active.add(key)
-        size, height = 1, 0
-        for child in children:
-            if depth + 1 > MAX_YAML_DEPTH:
-                raise _YamlLimit(f"nested deeper than {MAX_YAML_DEPTH} levels")
-            child_size, child_height = _expanded_size(child, depth + 1, done, active)
-            size, height = size + child_size, max(height, child_height + 1)
-            if size > MAX_YAML_NODES:
-                raise _YamlLimit(f"more than {MAX_YAML_NODES} values once aliases are expanded")
-        active.discard(key)
-        done[key] = size, height
-    if depth + height > MAX_YAML_DEPTH:
-        raise _YamlLimit(f"nested deeper than {MAX_YAML_DEPTH} levels")
-    return size, height
-
-
-def _safe_yaml(text: str) -> Any:
-    """``yaml.safe_load`` within the limits; raises yaml.YAMLError, _YamlLimit or ValueError
-    (e.g. an integer of more than 4300 digits)."""
-    try:
-        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader subclass)
-    except RecursionError:
-        raise _YamlLimit(f"nested deeper than {MAX_YAML_DEPTH} levels") from None
-
-
-def _read_text(path: Path) -> str:
-    """The text of a --config file; one-line UserError when it is not a readable text file."""
-    if path.is_dir():
-        raise UserError(f"--config {path}: is a directory, not a YAML file")
-    if not path.is_file():
-        raise UserError(f"--config {path}: file not found")
-    try:
-        size = path.stat().st_size
-        if size > MAX_YAML_BYTES:
-            raise UserError(f"--config {path}: file too large ({size} bytes; at most {MAX_YAML_BYTES} bytes)")
-        raw = path.read_bytes()
-    except OSError as err:
-        raise UserError(f"--config {path}: cannot be read ({err.strerror or err})") from None
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise UserError(f"--config {path}: not a text YAML file (not UTF-8: byte 0x{raw[err.start]:02x} "
-                        f"at position {err.start})") from None
-
-
-def _yaml_problem(err: yaml.YAMLError) -> str:
-    """`` at line L, column C: problem`` of a YAML error."""
-    mark = getattr(err, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-    problem = getattr(err, "problem", None) or "invalid YAML"
-    return f"{where}: {problem}"
-
-
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping; one-line UserError on a missing, binary, oversized or bad file
-    (aliases are bounded: see :data:`MAX_YAML_NODES`)."""
-    path = Path(path)
-    text = _read_text(path)
-    try:
-        data = _safe_yaml(text)
-    except yaml.reader.ReaderError as err:
-        code = ord(err.character) if isinstance(err.character, str) else err.character
-        raise UserError(f"--config {path}: not a text YAML file (character #x{code:04x} at position {err.position})") from None
-    except yaml.YAMLError as err:
-        raise UserError(f"--config {path} is not valid YAML{_yaml_problem(err)}") from None
-    except (_YamlLimit, ValueError) as err:
-        raise UserError(f"--config {path}: {str(err).split('; ')[0]}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(f"--config {path}: expected a mapping of keys to values, got {type(data).__name__}")
-    return data
-
-
 def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     """Recursive dict merge; returns a new dict, inputs untouched."""
     out = copy.deepcopy(base)
@@ -329,10 +222,10 @@ def _parse_value(key: str, raw: str) -> tuple[Any, str | None]:
     if not raw.strip():
         return None, f"--set {key}=: empty value; give a value or null"
     try:
-        return _safe_yaml(raw), None
+        return safe_yaml(raw), None
     except yaml.YAMLError:
         return raw, None
-    except (_YamlLimit, ValueError) as err:
+    except (YamlLimit, ValueError) as err:
         return None, f"--set {key}: {str(err).split('; ')[0]}"
 
 

@@ -5,7 +5,7 @@ number of points it used, so a claim can say how good the fit is.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -19,9 +19,6 @@ class Fit:
     intercept: float
     r2: float
     n_points: int
-
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 def _least_squares(x: np.ndarray, y: np.ndarray) -> Fit:

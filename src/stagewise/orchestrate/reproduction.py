@@ -7,7 +7,7 @@ Folder layout::
     figures/<name>-<fig>.png|pdf
     claims.json  claims.md  report.html (self-contained: figures embedded)
 
-Every run goes through :func:`~stagewise.orchestrate.execute.execute_spec`, so a killed
+Every run goes through :func:`~stagewise.orchestrate.runner.execute_spec`, so a killed
 reproduce rerun with the same ``--out`` continues where it stopped: finished runs are
 kept, unfinished ones resumed from their checkpoints, and the report is written at the end.
 """
@@ -74,7 +74,7 @@ def reproduce(lab: Lab, folder: str | Path, *, quick: bool = False, progress: bo
 def _run_one(lab: Lab, spec: RunSpec, config: Any, folder: Path, progress: bool, allow_large: bool) -> dict[str, Any]:
     start = time.perf_counter()
     run_dir = folder / "runs" / spec.name
-    manifest = execute_spec(spec, run_dir, progress=progress, allow_large=allow_large)
+    manifest = execute_spec(spec, run_dir, progress=progress, allow_large=allow_large, lab=lab)
     summary = read_summary(run_dir / "summary.json") if (run_dir / "summary.json").exists() else None
     figures = []
     for png in sorted((run_dir / "figures").glob("*.png")):

@@ -1,7 +1,8 @@
 """Run one lab config in a run directory: create or resume, lock, stream, finish, record.
 
 :func:`execute_spec` is the one code path "run this spec into this directory" used by
-``stagewise run``, ``reproduce`` and sweeps; another process can import and call it::
+``reproduce`` and sweeps (``stagewise run`` takes the same steps: check_size, check,
+prepare, execute); another process can import and call it::
 
     from stagewise import RunSpec, execute_spec
     manifest = execute_spec(RunSpec(lab="ntp", preset="example1", name="x"), "runs/x")
@@ -63,8 +64,9 @@ def check_size(lab: Lab, config: Any, out: Path | None, allow_large: bool = Fals
                         f"memory {_gib(avail)}; make the run smaller or pass --allow-large to try anyway")
     if out is not None and est.disk_bytes:
         probe = next((p for p in [out, *out.parents] if p.exists()), Path("."))
-        free = shutil.disk_usage(probe).free
-        if est.disk_bytes > SIZE_MARGIN * free:
+        usage = shutil.disk_usage(probe)
+        free = usage.free
+        if usage.total > 0 and est.disk_bytes > SIZE_MARGIN * free:  # total 0: a pseudo file system such as /proc
             raise UserError(f"estimated metric stream {_gib(est.disk_bytes)} ({est.detail}) exceeds the free disk "
                             f"{_gib(free)} at {probe}; log less often (train.log_every) or pass --allow-large")
 
@@ -220,12 +222,18 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
 
 
 def execute_spec(spec: RunSpec, run_dir: str | Path, *, progress: bool = False, allow_large: bool = False,
-                 raise_on_failure: bool = False) -> dict[str, Any]:
+                 raise_on_failure: bool = False, lab: Lab | None = None) -> dict[str, Any]:
     """Run ``spec`` into ``run_dir`` and return its manifest: a fresh directory is created,
     a finished run with the same config hash is returned as it is, an unfinished one is
     resumed. A failed, diverged or interrupted run returns its manifest (or raises with
-    ``raise_on_failure``); a stop request (KeyboardInterrupt) always propagates."""
-    lab = spec.lab_value()
+    ``raise_on_failure``); a stop request (KeyboardInterrupt) always propagates.
+
+    ``lab`` replaces the registry's lab of ``spec.lab`` (same name and Config; e.g. a lab
+    value with a different reproduction set)."""
+    registered = spec.lab_value()
+    if lab is not None and (lab.name != registered.name or lab.Config is not registered.Config):
+        raise ValueError(f"lab {lab.name!r} does not match the spec's lab {spec.lab!r}")
+    lab = lab or registered
     config = spec.config()
     paths = RunPaths(Path(run_dir))
     resume = (paths.manifest).is_file()
@@ -236,14 +244,14 @@ def execute_spec(spec: RunSpec, run_dir: str | Path, *, progress: bool = False, 
                             f"spec {spec.name or spec.lab} is {config_hash(config)})")
         if manifest["status"] == "done":
             return manifest
-        lab, config = load_for_resume(paths.root)
+        _, config = load_for_resume(paths.root)
     else:
         check_size(lab, config, paths.root, allow_large)
         lab.check(config)
         paths = prepare(lab, config, paths.root)
     try:
         return execute(lab, config, paths, resume=resume, progress=progress)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, UserError):  # a stop request; bad input or a held lock: nothing was run
         raise
     except Exception:
         if raise_on_failure:

@@ -21,7 +21,7 @@ import torch
 
 from ...config import deep_merge, validate
 from ...measure import truncate
-from ...engine import Diverged, resolve_device
+from ...engine import Diverged, nonfinite_members, resolve_device
 from ...runs import Checkpoint
 from ..contract import RunContext
 from .config import Config
@@ -169,8 +169,6 @@ def run_group(index: int, group: Group, ctx: RunContext, resume: Checkpoint | No
     prefix = f"g{index}."
     if resume is not None:
         state = State.restore(resume.tensors, ens, prefix, resume.step)
-        state.weights = [w.to(device) for w in state.weights]
-        state.moments = {k: v.to(device) for k, v in state.moments.items()}
     else:
         state = State([w.to(device) for w in init_weights(cfg, group.members, dtype)])
     total, marks = tc.steps, {0, tc.t1, tc.steps}
@@ -187,8 +185,8 @@ def run_group(index: int, group: Group, ctx: RunContext, resume: Checkpoint | No
     def on_step(t: int, st: State) -> None:
         weights = tuple(st.weights)
         stage = {"stage": torch.full((ens.size,), 1.0 if t <= tc.t1 else 2.0, dtype=dtype, device=device)}
-        bad = ~torch.stack([torch.isfinite(w).flatten(1).all(-1) for w in weights]).all(0)  # (M,)
-        if bad.any():  # keep what can be computed, then stop with the step and seed named
+        if not all(bool(torch.isfinite(w).all()) for w in weights):  # one reduction per matrix; members only on failure
+            bad = torch.stack([nonfinite_members(w) for w in weights]).any(0)  # (M,)
             _log_rows(ctx, group, t, {**stage, **evaluate_splits(weights)})
             raise Diverged(t, seeds[int(bad.nonzero()[0])], "weights are not finite")
         log = t % tc.log_every == 0 or t in marks

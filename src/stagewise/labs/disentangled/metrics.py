@@ -78,6 +78,9 @@ def weight_metrics(weights: tuple[torch.Tensor, ...], d: int, spectra: bool) -> 
     for name, m in (("W", w), ("V", v), ("WV", whole)):
         if spectra:
             out.update(spectrum_metrics(name, m, k=max(1, m.shape[-1] // 4)))
+        elif name == "WV" and len(weights) == 2:  # blockdiag(W, V): its norms follow from the blocks'
+            out["WV.fro"] = (out["W.fro"].pow(2) + out["V.fro"].pow(2)).sqrt()
+            out["WV.spectral"] = torch.maximum(out["W.spectral"], out["V.spectral"])
         else:
             out[f"{name}.fro"] = m.pow(2).flatten(1).sum(-1).sqrt()
             out[f"{name}.spectral"] = torch.linalg.matrix_norm(m, ord=2)

@@ -146,18 +146,20 @@ FINAL_METRICS = ("test.acc", "test.acc.p_only", "test.acc.q_only", "test.acc.bot
 
 
 def _finals(config: Config, frame: pd.DataFrame, seeds: list[int]) -> tuple[dict[str, Stats], dict[str, dict[str, Any]]]:
-    """Stats over seeds and per-seed values of the main metrics at the last step; for
-    experiments with variants, those of the baseline (``baseline/...``) when present."""
+    """Stats over seeds and per-seed values of the main metrics at the last step, for every
+    variant of the run (names ``{variant}/{metric}``; plain names for a single-variant run)."""
     end = config.train.steps
-    prefix = "baseline/" if config.experiment.kind == "ablations" else ""
+    variants = sorted(frame["variant"].dropna().unique()) if "variant" in frame else [""]
     final, per_seed = {}, {str(s): {} for s in seeds}
-    for metric in FINAL_METRICS:
-        vals = values_at(frame, prefix + metric, end)
-        if len(vals) != len(seeds):
-            continue
-        final[metric] = Stats.of(vals)
-        for s, v in zip(seeds, vals):
-            per_seed[str(s)][metric] = float(v)
+    for variant in variants:
+        for metric in FINAL_METRICS:
+            name = f"{variant}/{metric}" if variant else metric
+            vals = values_at(frame, name, end)
+            if len(vals) != len(seeds):
+                continue
+            final[name] = Stats.of(vals)
+            for s, v in zip(seeds, vals):
+                per_seed[str(s)][name] = float(v)
     return final, per_seed
 
 

@@ -16,10 +16,9 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
-from ...engine import BatchedOptimizer
+from ...engine import BatchedOptimizer, pack, unpack
 from ...engine.perf import training_threads
 from .config import Config
 from .data import STREAMS, DataSpec, sample_prompts
@@ -181,20 +180,20 @@ class State:
         return opt
 
     def tensors(self, ens: Ensemble, prefix: str) -> dict[str, torch.Tensor]:
-        out = {f"{prefix}w{i}": w for i, w in enumerate(self.weights)}
-        out.update({f"{prefix}opt.{k}": v for k, v in self.moments.items()})
-        for name, gens in ens.rngs.items():
-            out[f"{prefix}rng.{name}"] = torch.stack([g.get_state() for g in gens])
-        return out
+        """Checkpoint tensors (the engine's packing): ``{prefix}w.{i}``, ``{prefix}opt.{moment}``,
+        ``{prefix}rng.{stream}`` (the members' generator states, stacked)."""
+        rngs = {name: torch.stack([g.get_state() for g in gens]) for name, gens in ens.rngs.items()}
+        return pack(**{f"{prefix}w": {str(i): w for i, w in enumerate(self.weights)}, f"{prefix}opt": self.moments,
+                       f"{prefix}rng": rngs})
 
     @classmethod
     def restore(cls, tensors: dict[str, torch.Tensor], ens: Ensemble, prefix: str, step: int) -> "State":
-        weights = [tensors[f"{prefix}w{i}"] for i in range(sum(1 for k in tensors if k.startswith(f"{prefix}w")))]
-        moments = {k[len(prefix) + 4:]: v for k, v in tensors.items() if k.startswith(f"{prefix}opt.")}
-        for name, gens in ens.rngs.items():
-            for g, st in zip(gens, tensors[f"{prefix}rng.{name}"]):
+        """The state saved by :meth:`tensors`, generators set back in place; on ``ens``'s device."""
+        weights = unpack(tensors, f"{prefix}w", ens.device)
+        for name, states in unpack(tensors, f"{prefix}rng").items():
+            for g, st in zip(ens.rngs[name], states):
                 g.set_state(st.clone())
-        return cls(weights, moments, step)
+        return cls([weights[str(i)] for i in range(len(weights))], unpack(tensors, f"{prefix}opt", ens.device), step)
 
 
 def update(ens: Ensemble, state: State, step: int) -> None:

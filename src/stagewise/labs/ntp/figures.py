@@ -4,7 +4,6 @@ the generalization table. Every figure is drawn from the logged metrics."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -11,7 +11,7 @@ those of the objective at those weights.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -223,8 +223,17 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
     early = (set(range(0, EARLY_STEPS + 1)) | set(range(T, T + EARLY_STEPS + 1))  # dense starts for log-log figures
              if tc.log_every == "auto" else set())
 
+    def on_schedule(t: int) -> bool:
+        return t % log_every == 0 or t in (0, T, total) or t in early
+
     def should_log(t: int) -> bool:
-        return ctx is not None and (t % log_every == 0 or t in (0, T, total) or t in early)
+        return ctx is not None and on_schedule(t)
+
+    def previous_logged(t: int) -> int:
+        s = t - 1
+        while s > 0 and not on_schedule(s):
+            s -= 1
+        return s
 
     def frozen_groups(t: int) -> tuple[str, ...]:
         """Weight groups that have not moved since the start of their frozen span."""
@@ -261,7 +270,9 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
             if tc.on_tiny_grad == "stop":
                 active = active & ~tiny
             if log_now:
-                suite = t % suite_every == 0 or t in (0, T, total)
+                # the suite runs at the first logged step at or after each multiple of its interval
+                # (a pure function of t, so a resumed run evaluates it where the uninterrupted one did)
+                suite = t in (0, T, total) or t // suite_every != previous_logged(t) // suite_every
                 cached = {k: v for g in frozen for k, v in frozen_values.get(g, {}).items()}
                 values = metrics(params, problem, ev, stage_of(t), two_stage, suite, cached)
                 for g in frozen:
