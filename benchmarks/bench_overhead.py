@@ -12,7 +12,7 @@ Ratios logged/bare (the logging overhead) and run/bare are printed. With ``--bef
 PATH`` (a checkout of an earlier version, e.g. ``git worktree add /tmp/before HEAD~5``) the
 same cases are measured with that checkout's sources too, side by side in one table.
 
-Usage: python benchmarks/bench_overhead.py [--before /tmp/before] [--repeats 3] [--quick]
+Usage: python benchmarks/bench_overhead.py [--before /tmp/before] [--repeats 2] [--quick] [--only TEXT]
 """
 
 from __future__ import annotations
@@ -138,6 +138,7 @@ def main() -> None:
     parser.add_argument("--before", type=Path, default=None, help="root of an earlier checkout (its src/ is used)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="leave out the 8-seed disentangled default preset")
+    parser.add_argument("--only", default=None, help="run only the cases whose name contains this text")
     parser.add_argument("--worker", nargs=2, metavar=("CASE", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -146,7 +147,7 @@ def main() -> None:
     versions = [("before", args.before / "src")] if args.before else []
     versions.append(("after", None))
     rows = []
-    for case in (QUICK if args.quick else CASES):
+    for case in [c for c in (QUICK if args.quick else CASES) if args.only is None or args.only in c]:
         for version, src in versions:
             m = measure(case, src, args.repeats)
             rows.append((case, version, m))

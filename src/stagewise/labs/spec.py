@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import config_hash, deep_merge, resolve
-from .contract import Lab
+from .contract import Lab, Reproduction
 from .registry import get_lab
 
 
@@ -48,3 +48,12 @@ class RunSpec(BaseModel):
     @classmethod
     def from_json(cls, text: str) -> "RunSpec":
         return cls.model_validate(json.loads(text))
+
+
+def reproduction(lab: str, rows: list[tuple[str, str | None, dict[str, Any], dict[str, Any] | None]]) -> Reproduction:
+    """A Reproduction from rows (name, preset, extra overrides, quick overrides or None to
+    leave the run out of ``--quick``); quick overrides are merged over the extra ones."""
+    full = tuple(RunSpec(lab=lab, preset=preset, overrides=extra, name=name) for name, preset, extra, _ in rows)
+    quick = tuple(RunSpec(lab=lab, preset=preset, overrides=deep_merge(extra, quick), name=name)
+                  for name, preset, extra, quick in rows if quick is not None)
+    return Reproduction(full=full, quick=quick)

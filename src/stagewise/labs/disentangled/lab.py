@@ -6,8 +6,8 @@ from typing import Any
 
 from ...engine import resolve_device
 from ...errors import UserError
-from ..contract import Lab, Reproduction, RunContext, RunResult
-from ..spec import RunSpec
+from ..contract import Lab, RunContext, RunResult
+from ..spec import reproduction
 from .config import Config
 from .data import validate_spec
 from .experiments import groups, run_group
@@ -44,11 +44,7 @@ _REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
                                     "experiment": {"dims": [8, 16, 32]},
                                     "train": {"steps": 800, "log_every": 100, "spectrum_every": 800}}),
 ]
-REPRODUCE = Reproduction(
-    full=tuple(RunSpec(lab=NAME, preset=p, overrides=extra, name=n) for n, p, extra, _ in _REPRODUCE),
-    quick=tuple(RunSpec(lab=NAME, preset=p, overrides={**extra, **quick}, name=n)
-                for n, p, extra, quick in _REPRODUCE if quick is not None),
-)
+REPRODUCE = reproduction(NAME, _REPRODUCE)
 
 
 def check(config: Config) -> None:

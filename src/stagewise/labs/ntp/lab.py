@@ -8,8 +8,8 @@ import pandas as pd
 import torch
 
 from ...engine import resolve_device
-from ..contract import Lab, Reproduction, RunContext, RunResult
-from ..spec import RunSpec
+from ..contract import Lab, RunContext, RunResult
+from ..spec import reproduction
 from .config import Config
 from .figures import make_figures
 from .resources import estimate
@@ -51,11 +51,7 @@ _REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("adamw", "adamw", {"n_seeds": 8}, None),
     ("rotated", "rotated", {"n_seeds": 8}, None),
 ]
-REPRODUCE = Reproduction(
-    full=tuple(RunSpec(lab=NAME, preset=p, overrides=extra, name=n) for n, p, extra, _ in _REPRODUCE),
-    quick=tuple(RunSpec(lab=NAME, preset=p, overrides={**extra, **quick}, name=n)
-                for n, p, extra, quick in _REPRODUCE if quick is not None),
-)
+REPRODUCE = reproduction(NAME, _REPRODUCE)
 
 EXAMPLE1_CASES = [["S", "P"], ["O", "S", "P"]]
 GEN_COLUMNS = ["seed", "input", "category", "predicted", "expected", "covered", "correct", "reason", "max_attention"]
