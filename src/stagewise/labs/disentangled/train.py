@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from ...engine import BatchedOptimizer, pack, unpack
+from ...engine import BatchedOptimizer, pack, resolve_dtype, unpack
 from ...engine.perf import training_threads
 from .config import Config
 from .data import STREAMS, DataSpec, sample_prompts
@@ -118,7 +118,7 @@ def _prompts(config: Config, members: list[Member], n: int, split: str, dtype: t
 
 
 def build_ensemble(config: Config, members: list[Member]) -> Ensemble:
-    dtype = torch.float64 if config.model.dtype == "float64" else torch.float32
+    dtype = resolve_dtype(config.model.dtype)
     hyper = {k: torch.tensor([float(getattr(m, k)) for m in members], dtype=dtype) for k in ("eta1", "eta2", "t1", "noise", "l2")}
     ens = Ensemble(config, members, _prompts(config, members, config.data.n_train, "train", dtype),
                    _prompts(config, members, config.data.n_test, "test", dtype), hyper)

@@ -13,7 +13,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from ...engine import SeedStreams
+from ...engine import SeedStreams, resolve_dtype
 from ...errors import UserError
 from .config import Config
 from .data import example1, load_json_dataset, random_dataset, to_tensors
@@ -126,7 +126,7 @@ def build_problem(config: Config, dtype: torch.dtype | None = None) -> Problem:
     ``dtype`` defaults to ``config.model.dtype``.
     """
     if dtype is None:
-        dtype = torch.float64 if config.model.dtype == "float64" else torch.float32
+        dtype = resolve_dtype(config.model.dtype)
     seeds = [config.seed + i for i in range(config.n_seeds)]
     datasets = [member_dataset(config, s) for s in seeds]
     vocab = {ds.vocab_size for ds in datasets}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ...engine import BatchedOptimizer, check_finite, group_norm, pack, unpack
+from ...engine import BatchedOptimizer, check_finite, group_norm, pack, resolve_dtype, unpack
 from ...engine.perf import training_threads
 from ..contract import RunContext
 from .config import Config
@@ -194,7 +194,7 @@ def train_two_stage(config: Config, problem: Problem, ctx: RunContext | None = N
 
 
 def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
-    dtype = torch.float64 if config.model.dtype == "float64" else torch.float32
+    dtype = resolve_dtype(config.model.dtype)
     tc = config.train
     T, total = tc.steps_stage1, tc.steps_stage1 + tc.steps_stage2
     two_stage = tc.algorithm == "two_stage"
