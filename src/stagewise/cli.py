@@ -74,7 +74,7 @@ def run_cmd(
     """Run a lab: validate the config, train, write metrics, tables, summary and figures."""
     from .config import resolve
     from .labs import get_lab
-    from .orchestrate import check_size, load_for_resume, prepare
+    from .orchestrate import load_for_resume, start_run
     from .runs import RunPaths
 
     if resume is not None:
@@ -90,10 +90,7 @@ def run_cmd(
             raise UserError(f"--seeds {seeds}: must be >= 1")
         config = resolve(value.Config, value.preset_overrides(preset), config_file, sets or [],
                          {"n_seeds": seeds} if seeds is not None else None)
-        target = out or _default_out(lab, preset)
-        check_size(value, config, target, allow_large)
-        value.check(config)
-        paths = prepare(value, config, target)
+        paths = start_run(value, config, out or _default_out(lab, preset), allow_large)
     _execute(value, config, paths, resume is not None, not quiet)
 
 

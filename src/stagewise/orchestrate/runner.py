@@ -1,8 +1,8 @@
 """Run one lab config in a run directory: create or resume, lock, stream, finish, record.
 
 :func:`execute_spec` is the one code path "run this spec into this directory" used by
-``reproduce`` and sweeps (``stagewise run`` takes the same steps: check_size, check,
-prepare, execute); another process can import and call it::
+``reproduce`` and sweeps (``stagewise run`` takes the same steps: :func:`start_run`, then
+:func:`execute`); another process can import and call it::
 
     from stagewise import RunSpec, execute_spec
     manifest = execute_spec(RunSpec(lab="ntp", preset="example1", name="x"), "runs/x")
@@ -102,6 +102,14 @@ def prepare(lab: Lab, config: Any, out: str | Path) -> RunPaths:
     except OSError as err:
         raise UserError(f"--out {out}: cannot write the run directory ({err.strerror})") from None
     return paths
+
+
+def start_run(lab: Lab, config: Any, out: str | Path, allow_large: bool = False) -> RunPaths:
+    """Every check before any work (size estimate, then the lab's input checks), then a
+    fresh run directory: what `stagewise run` and :func:`execute_spec` do for a new run."""
+    check_size(lab, config, Path(out), allow_large)
+    lab.check(config)
+    return prepare(lab, config, out)
 
 
 def load_for_resume(run_dir: str | Path) -> tuple[Lab, Any]:
@@ -246,9 +254,7 @@ def execute_spec(spec: RunSpec, run_dir: str | Path, *, progress: bool = False, 
             return manifest
         _, config = load_for_resume(paths.root)
     else:
-        check_size(lab, config, paths.root, allow_large)
-        lab.check(config)
-        paths = prepare(lab, config, paths.root)
+        paths = start_run(lab, config, paths.root, allow_large)
     try:
         return execute(lab, config, paths, resume=resume, progress=progress)
     except (KeyboardInterrupt, UserError):  # a stop request; bad input or a held lock: nothing was run

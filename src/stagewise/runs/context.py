@@ -117,9 +117,10 @@ class RunDirContext:
         that part); ``csv`` also exports ``tables/NAME.csv`` (quoted, formula-safe)."""
         if not name.replace("_", "").replace("-", "").isalnum():
             raise ValueError(f"table name {name!r}: use letters, digits, '_' and '-'")
-        entry = self.tables.write(name, frame, str(part))
+        table = self.tables.write(name, frame, str(part))
+        entry = self.tables.entry(name, table)
         if csv:
-            atomic_write_text(self.paths.tables / f"{name}.csv", safe_csv(self.tables.get(name)))
+            atomic_write_text(self.paths.tables / f"{name}.csv", safe_csv(table.drop(columns="_part")))
         if self._on_table is not None:
             self._on_table(name, entry)
 

@@ -347,6 +347,7 @@ class TableStore:
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
+        self._index: dict[str, list[str]] | None = None  # name -> parts, read from disk once
 
     def path(self, name: str) -> Path:
         return self.folder / f"{name}.parquet"
@@ -365,14 +366,17 @@ class TableStore:
         path = self.path(name)
         return pd.read_parquet(path) if path.exists() else None
 
-    def write(self, name: str, frame: pd.DataFrame, part: str) -> dict[str, Any]:
-        """Replace ``part`` of table ``name`` with ``frame``; returns the table's manifest entry."""
+    def write(self, name: str, frame: pd.DataFrame, part: str) -> pd.DataFrame:
+        """Replace ``part`` of table ``name`` with ``frame``; returns the whole table as written
+        (with its ``_part`` column)."""
         frame = frame.reset_index(drop=True).assign(_part=str(part))
         old = self._raw(name)
         if old is not None and len(old):
             frame = pd.concat([old[old["_part"] != str(part)], frame], ignore_index=True)
         write_parquet(frame, self.path(name))
-        return self.entry(name, frame)
+        self.parts()  # build the index before changing it
+        self._index[name] = list(dict.fromkeys(frame["_part"].tolist()))
+        return frame
 
     def entry(self, name: str, frame: pd.DataFrame) -> dict[str, Any]:
         parts = list(dict.fromkeys(frame["_part"].tolist()))
@@ -390,13 +394,17 @@ class TableStore:
                 continue
             if frame is not None and not set(frame["_part"]) <= allowed:
                 write_parquet(frame[frame["_part"].isin(allowed)].reset_index(drop=True), self.path(name))
+        self._index = None  # read again from disk
 
     def parts(self) -> dict[str, list[str]]:
-        out = {}
-        for name in self.names():
-            frame = self._raw(name)
-            out[name] = list(dict.fromkeys(frame["_part"].tolist())) if frame is not None else []
-        return out
+        """Table name -> its parts in write order (read from disk on first use, then kept up
+        to date by :meth:`write`, so a checkpoint does not re-read every table)."""
+        if self._index is None:
+            self._index = {}
+            for name in self.names():
+                frame = self._raw(name)
+                self._index[name] = list(dict.fromkeys(frame["_part"].tolist())) if frame is not None else []
+        return {name: list(parts) for name, parts in self._index.items()}
 
 
 def safe_csv(frame: pd.DataFrame) -> str:
