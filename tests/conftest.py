@@ -23,3 +23,21 @@ def cli(capsys, monkeypatch):
         return code, captured.out, captured.err
 
     return run
+
+
+@pytest.fixture(scope="session", autouse=True)
+def lm_data_root(tmp_path_factory):
+    """STAGEWISE_DATA -> tiny fixtures in the shared-data layout (the LM lab's default data
+    root), so every preset and the conformance run work without ../shared/data."""
+    import os
+
+    from lm_fixtures import write_layout
+
+    root = write_layout(tmp_path_factory.mktemp("lm_data"))
+    old = os.environ.get("STAGEWISE_DATA")
+    os.environ["STAGEWISE_DATA"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("STAGEWISE_DATA", None)
+    else:
+        os.environ["STAGEWISE_DATA"] = old

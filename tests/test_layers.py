@@ -16,7 +16,7 @@ LAYERS = [
     ("measure/report", ("stagewise.measure", "stagewise.report")),
     ("labs", ("stagewise.labs",)),
     ("orchestrate", ("stagewise.orchestrate",)),
-    ("cli", ("stagewise.cli",)),
+    ("cli", ("stagewise.cli", "stagewise.cli_lm")),
 ]
 
 

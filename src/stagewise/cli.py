@@ -17,10 +17,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .cli_lm import eval_app, lm_app
 from .errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate, measure and reproduce staged training dynamics in transformers.")
+app.add_typer(eval_app, name="eval")
+app.add_typer(lm_app, name="lm")
 out_console = Console()
 err_console = Console(stderr=True)
 

@@ -57,6 +57,16 @@ class RunContext(Protocol):
     def should_checkpoint(self, step: int) -> bool:
         """True when the lab should save a checkpoint now (interval reached or stop requested)."""
 
+    def stop_requested(self) -> bool:
+        """True once a SIGINT/SIGTERM asked the loop to stop: save a checkpoint at once
+        (labs whose checkpoint interval is not in steps poll this every step)."""
+
+    def note(self, key: str, value: Any) -> None:
+        """Record a JSON-able fact of the run in the manifest's ``notes`` (e.g. dropped examples)."""
+
+    def save_snapshot(self, name: str, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None) -> Any:
+        """Keep weights under ``snapshots/NAME.safetensors`` (not pruned like checkpoints)."""
+
     def save_checkpoint(self, step: int, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None,
                         *, group: int = 0) -> None:
         """Save a resumable state; may raise ``Interrupted`` right after saving if a stop was requested."""

@@ -17,6 +17,7 @@ from .contract import Lab
 _MODULES: dict[str, str] = {
     "ntp": "stagewise.labs.ntp.lab",
     "disentangled": "stagewise.labs.disentangled.lab",
+    "lm": "stagewise.labs.lm.lab",
 }
 
 

@@ -160,3 +160,43 @@ def truncate_eig(m: torch.Tensor, k: int, keep: str = "top") -> torch.Tensor:
     part = slice(n - k, n) if keep == "top" else slice(0, k)
     q, lam = evecs[:, :, part], evals[:, part]  # (S, n, k), (S, k)
     return (q * lam.unsqueeze(-2)) @ q.transpose(-1, -2)  # (S, n, n)
+
+
+SV_STATS = ("sv_max", "sv_top_share", "stable_rank", "effective_rank")
+"""Names of the statistics :func:`sv_stats` returns."""
+
+
+def sv_stats(sv: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
+    """Summary statistics of B lists of singular values sv (B, r) (nonnegative, any order).
+
+    With s sorted descending, per row (each (B,), in sv's dtype):
+
+    * ``sv_max`` = s_0 (the spectral norm).
+    * ``sv_top_share`` = sum_{i<k} s_i^2 / sum_i s_i^2 (k > r counts as r).
+    * ``stable_rank`` = ||W||_F^2 / ||W||_2^2 = sum_i s_i^2 / s_0^2.
+    * ``effective_rank`` (Roy & Vetterli 2007) = exp(-sum_i p_i log p_i), p_i = s_i / sum_j s_j,
+      with 0 log 0 = 0: 1 for rank one, r for r equal singular values.
+
+    Every statistic is 0 for an all-zero row.
+    """
+    if not isinstance(sv, torch.Tensor) or sv.ndim != 2:
+        raise ValueError(f"expected singular values of shape (B, r), got {getattr(sv, 'shape', type(sv).__name__)}")
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    s = torch.sort(sv, dim=-1, descending=True).values  # (B, r)
+    power = s**2  # (B, r)
+    total = power.sum(dim=-1)  # (B,)
+    top = s[:, 0] if s.shape[-1] else torch.zeros_like(total)  # (B,)
+    nonzero = total > 0  # (B,)
+    safe_total = torch.where(nonzero, total, 1.0)  # (B,)
+    safe_top = torch.where(nonzero, top, 1.0)  # (B,)
+    l1 = s.sum(dim=-1, keepdim=True)  # (B, 1)
+    p = s / torch.where(l1 > 0, l1, 1.0)  # (B, r)
+    entropy = -torch.special.xlogy(p, p).sum(dim=-1)  # (B,)
+    zero = torch.zeros_like(total)  # (B,)
+    return {
+        "sv_max": top,
+        "sv_top_share": torch.where(nonzero, power[:, :k].sum(dim=-1) / safe_total, zero),
+        "stable_rank": torch.where(nonzero, total / safe_top**2, zero),
+        "effective_rank": torch.where(nonzero, torch.exp(entropy), zero),
+    }

@@ -184,8 +184,14 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
             manifest_tables[name] = entry
             update_manifest(paths.root, tables=manifest_tables)
 
+        notes = dict(read_manifest(paths.root).get("notes") or {}) if resume else {}
+
+        def on_note(key: str, value: Any) -> None:
+            notes[key] = value
+            update_manifest(paths.root, notes=notes)
+
         checkpoint_every = int(getattr(getattr(config, "train", None), "checkpoint_every", 0) or 0)
-        ctx = RunDirContext(paths, config.seed_list(), checkpoint_every, progress, on_table)
+        ctx = RunDirContext(paths, config.seed_list(), checkpoint_every, progress, on_table, on_note)
         if resume:
             ctx.prepare_resume()
             manifest_tables = {k: v for k, v in manifest_tables.items() if k in ctx.tables.names()}

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Mapping
 import pandas as pd
 import torch
 
-from .store import Checkpoints, MetricSink, TableStore, atomic_write_text, safe_csv
+from .store import Checkpoints, MetricSink, TableStore, atomic_write_text, safe_csv, save_snapshot
 
 
 class Interrupted(KeyboardInterrupt):
@@ -70,6 +70,10 @@ class RunPaths:
     def error_log(self) -> Path:
         return self.root / "error.log"
 
+    @property
+    def snapshots(self) -> Path:
+        return self.root / "snapshots"
+
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -91,7 +95,8 @@ class RunDirContext:
     """
 
     def __init__(self, paths: RunPaths, seeds: list[int], checkpoint_every: int, progress: bool,
-                 on_table: Callable[[str, dict[str, Any]], None] | None = None):
+                 on_table: Callable[[str, dict[str, Any]], None] | None = None,
+                 on_note: Callable[[str, Any], None] | None = None):
         self.paths = paths
         self.seeds = list(seeds)
         self.checkpoint_every = checkpoint_every
@@ -103,6 +108,8 @@ class RunDirContext:
         self._graceful = False
         self._resume: Checkpoint | None = None
         self._on_table = on_table
+        self._on_note = on_note
+        self.notes: dict[str, Any] = {}
 
     # metrics ----------------------------------------------------------------------
     def log(self, step: int, values: Mapping[str, torch.Tensor], *, variant: str = "") -> None:
@@ -124,7 +131,24 @@ class RunDirContext:
         if self._on_table is not None:
             self._on_table(name, entry)
 
+    # notes and snapshots -------------------------------------------------------------
+    def note(self, key: str, value: Any) -> None:
+        """Record a JSON-able fact of the run in the manifest's ``notes`` (e.g. dropped examples)."""
+        self.notes[key] = value
+        if self._on_note is not None:
+            self._on_note(key, value)
+
+    def save_snapshot(self, name: str, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None) -> Path:
+        """Keep ``snapshots/NAME.safetensors`` (weights to load later, with a sha256); replaced if written again."""
+        if not name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"snapshot name {name!r}: use letters, digits, '_' and '-'")
+        return save_snapshot(self.paths.snapshots / f"{name}.safetensors", tensors, meta)
+
     # checkpoints -------------------------------------------------------------------
+    def stop_requested(self) -> bool:
+        """True once SIGINT/SIGTERM asked a training loop to stop (save a checkpoint now)."""
+        return self.stop_signal is not None
+
     def should_checkpoint(self, step: int) -> bool:
         if self.stop_signal is not None:
             return True

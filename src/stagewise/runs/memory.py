@@ -27,6 +27,8 @@ class MemoryContext:
         self.seeds = list(seeds or [])
         self.records: dict[int, dict[str, torch.Tensor]] = {}
         self._tables: dict[str, dict[str, pd.DataFrame]] = {}
+        self.notes: dict[str, Any] = {}
+        self.snapshots: dict[str, tuple[dict[str, torch.Tensor], dict[str, Any]]] = {}
 
     def log(self, step: int, values: Mapping[str, torch.Tensor], *, variant: str = "") -> None:
         prefix = f"{variant}/" if variant else ""
@@ -42,6 +44,15 @@ class MemoryContext:
     def get(self, name: str) -> pd.DataFrame | None:
         parts = self._tables.get(name)
         return pd.concat(list(parts.values()), ignore_index=True) if parts else None
+
+    def note(self, key: str, value: Any) -> None:
+        self.notes[key] = value
+
+    def save_snapshot(self, name: str, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None) -> None:
+        self.snapshots[name] = ({k: v.detach().cpu().clone() for k, v in tensors.items()}, dict(meta or {}))
+
+    def stop_requested(self) -> bool:
+        return False
 
     def should_checkpoint(self, step: int) -> bool:
         return False

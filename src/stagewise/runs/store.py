@@ -276,7 +276,7 @@ def _digest(tensors: Mapping[str, torch.Tensor], meta_json: str) -> str:
     for name in sorted(tensors):
         t = tensors[name].contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # 0-d tensors too
     return h.hexdigest()
 
 
@@ -337,6 +337,32 @@ class Checkpoints:
             if found is not None and (accept is None or accept(found[3])):
                 return found
         return None
+
+
+def save_snapshot(path: str | Path, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None) -> Path:
+    """Write weights to ``path`` (safetensors, atomically) with JSON ``meta`` and a sha256."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    meta_json = json.dumps(dict(meta or {}), sort_keys=True)
+    atomic_write_bytes(path, save(payload, metadata={"meta": meta_json, "sha256": _digest(payload, meta_json)}))
+    return path
+
+
+def load_snapshot(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(tensors, meta) of a snapshot; ValueError when it is unreadable or its checksum fails."""
+    path = Path(path)
+    try:
+        blob = path.read_bytes()
+        n = int.from_bytes(blob[:8], "little")
+        header = json.loads(blob[8:8 + n]).get("__metadata__") or {}
+        tensors = {k: v.clone() for k, v in load(blob).items()}
+    except (OSError, ValueError, SafetensorError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a readable snapshot ({err})") from None
+    meta_json = header.get("meta", "{}")
+    if header.get("sha256") != _digest(tensors, meta_json):
+        raise ValueError(f"{path}: checksum mismatch (the file is corrupt)")
+    return tensors, json.loads(meta_json)
 
 
 # ----------------------------------------------------------------------------- tables

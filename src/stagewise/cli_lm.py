@@ -1,0 +1,148 @@
+"""The LM lab's commands: ``stagewise eval blimp``, ``stagewise lm reduce``,
+``stagewise lm rank-curve`` (MODEL references: see :mod:`stagewise.labs.lm.refs`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import UserError
+
+eval_app = typer.Typer(no_args_is_help=True, help="Evaluate a model on a benchmark (blimp).")
+lm_app = typer.Typer(no_args_is_help=True, help="LM-lab tools: attention surgery and rank curves.")
+out_console = Console()
+err_console = Console(stderr=True)
+
+
+def _torch_threads(threads: int | None) -> None:
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def _blimp_folder(data: Path | None) -> Path:
+    if data is not None:
+        return data
+    root = os.environ.get("STAGEWISE_DATA")
+    if root:
+        return Path(root) / "blimp"
+    raise UserError("--data: give the folder of BLiMP's <paradigm>.jsonl files (or set STAGEWISE_DATA to a data root)")
+
+
+def _out_dir(out: Path) -> Path:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--out {out}: cannot be created ({err.strerror})") from None
+    return out
+
+
+@eval_app.command("blimp")
+def eval_blimp_cmd(
+    model: str = typer.Argument(..., help="hub id, local HF folder, .gguf file, tiny-gpt2, or a run directory (RUN@EPOCH)"),
+    paradigms: Optional[str] = typer.Option(None, "--paradigms", help="comma-separated paradigms (default: all)"),
+    data: Optional[Path] = typer.Option(None, "--data", help="folder of BLiMP <paradigm>.jsonl files (default $STAGEWISE_DATA/blimp)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write blimp.parquet and summary tables here"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="first N pairs per paradigm"),
+    batch_tokens: int = typer.Option(4096, "--batch-tokens", min=16, help="padded tokens per forward pass"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads"),
+) -> None:
+    """BLiMP minimal-pair accuracy per paradigm and field (log P(good) > log P(bad), after BOS/EOS)."""
+    from .labs.lm.blimp import blimp_accuracy, read_blimp_pairs, score_blimp, write_blimp
+    from .labs.lm.refs import load_ref
+
+    names = [p.strip() for p in paradigms.split(",") if p.strip()] if paradigms else None
+    pairs = read_blimp_pairs(_blimp_folder(data), names, limit)
+    if out is not None:
+        _out_dir(out)
+    ref = load_ref(model)
+    if ref.loaded.vocab_ids is not None:
+        raise UserError(f"{model}: a compact-vocabulary model cannot score arbitrary sentences (its rows are only the run's token ids)")
+    _torch_threads(threads)
+    scored = score_blimp(ref.loaded.model, ref.loaded.tokenizer, pairs, batch_tokens=batch_tokens)
+    result = blimp_accuracy(scored)
+    table = Table(title=f"BLiMP: {ref.label} ({result.n_pairs} pairs, {result.n_paradigms} paradigms)")
+    for col in ("field", "paradigms", "pairs", "accuracy"):
+        table.add_column(col)
+    for row in result.fields.itertuples():
+        table.add_row(row.field, str(row.n_paradigms), str(row.n_pairs), f"{row.accuracy:.4f}")
+    table.add_row("all", str(result.n_paradigms), str(result.n_pairs), f"{result.accuracy:.4f}")
+    out_console.print(table)
+    if out is not None:
+        paths = write_blimp(scored, result, out)
+        out_console.print(f"wrote {paths['pairs']}")
+
+
+@lm_app.command("reduce")
+def reduce_cmd(
+    model: str = typer.Argument(..., help="hub id, local HF folder, .gguf file, or a run directory (RUN@EPOCH)"),
+    select: str = typer.Option(..., "--select", help="selector, e.g. 'blocks.1-6.attn.{qkv,o}' or 'blocks.0.attn.q.head.1'"),
+    keep: str = typer.Option("largest", "--keep", help="largest | smallest singular directions"),
+    p: float = typer.Option(..., "--p", help="rank preservation in (0, 1]: keep floor(p r) directions"),
+    out: Path = typer.Option(..., "--out", help="write the edited model here as a Hugging Face folder"),
+    method: str = typer.Option("exact", "--method", help="exact | randomized (seeded; largest only)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the randomized SVD"),
+) -> None:
+    """Rank-reduce selected attention matrices and save the edited model (safetensors + tokenizer)."""
+    from .labs.lm.refs import export_hf, load_ref
+    from .labs.lm.surgery import reduce_rank
+
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"--out {out}: exists and is not an empty directory")
+    ref = load_ref(model)
+    if ref.loaded.vocab_ids is not None:
+        export_hf(ref.loaded, out)  # raises the compact-vocabulary error before any work
+    reduction = reduce_rank(ref.loaded.model, select, keep=keep, p=p, method=method, seed=seed)
+    _out_dir(out)
+    export_hf(ref.loaded, out)
+    table = reduction.table()
+    from .runs import atomic_write_text, safe_csv
+
+    atomic_write_text(out / "reduction.csv", safe_csv(table))
+    out_console.print(f"reduced {len(table)} matrices of {ref.label} (keep {keep}, p = {p:g}); wrote {out}")
+
+
+@lm_app.command("rank-curve")
+def rank_curve_cmd(
+    models: List[str] = typer.Argument(..., help="run directories (RUN@EPOCH), or models with --task/--data"),
+    p: str = typer.Option("0.1:1.0:0.1", "--p", help="START:STOP:STEP or a comma list"),
+    select: Optional[str] = typer.Option(None, "--select", help="default: the authors' blocks.1-6.attn.{qkv,o} (GPT-2 >= 7 blocks)"),
+    keep: str = typer.Option("largest", "--keep", help="largest | smallest"),
+    task: Optional[str] = typer.Option(None, "--task", help="data for models that are not runs: counterfact, hotpotqa, ..."),
+    data: Optional[Path] = typer.Option(None, "--data", help="the task's file or folder"),
+    out: Path = typer.Option(Path("rank-curve"), "--out", help="output folder (table, CSV, figure)"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads"),
+) -> None:
+    """Category counts under rank reduction, per checkpoint and p (the paper's rank-preservation plot)."""
+    from .config import resolve
+    from .labs.lm.config import Config
+    from .labs.lm.rankcurve import parse_p_range, rank_curve, write_rank_curve
+    from .labs.lm.refs import load_ref
+
+    ps = parse_p_range(p)
+    config = None
+    if task is not None or data is not None:
+        overrides = {"task": {"name": task or "counterfact"}}
+        if data is not None:
+            overrides["data"] = {"path": str(data)}
+        config = resolve(Config, overrides)
+    _out_dir(out)
+    _torch_threads(threads)
+    refs = [load_ref(m) for m in models]
+    curve = rank_curve(refs, ps, config=config, selector=select, keep=keep)
+    paths = write_rank_curve(curve, out)
+    table = Table(title=f"rank curve (keep {keep})")
+    for col in ("model", "p", "semantic-correct", "type-correct", "type-wrong"):
+        table.add_column(col)
+    for _, row in curve.table.iterrows():
+        table.add_row(str(row["model"]), f"{row['p']:.2f}", *(str(row[c]) for c in ("semantic-correct", "type-correct", "type-wrong")))
+    out_console.print(table)
+    out_console.print(f"wrote {paths[0]}")

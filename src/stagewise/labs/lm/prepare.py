@@ -1,0 +1,148 @@
+"""From a config to what training needs: examples (or sentences), the model and tokenizer,
+the encoded dataset and the answer space. Dropped examples are counted, printed and noted
+in the manifest (``notes.dropped_multi_token``), never silent."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...engine import resolve_device, resolve_dtype
+from ...errors import UserError
+from .batching import Encoded, to_rows, tokenize
+from .categories import AnswerSpace, answer_space, row_strings, shuffled_groups
+from .config import Config
+from .models import LoadedModel, build, load_tokenizer
+from .tasks import (
+    SICK_ANSWERS, SICK_ANSWERS_YES_MAYBE_NO, Example, Sentence, default_path, load_examples, load_sentences, mixture,
+    single_token_answers,
+)
+
+
+def task_path(cfg: Config, task: str) -> Path | None:
+    """Where ``task``'s data is read from: data.paths.TASK > data.path > data.root's layout > None (hub)."""
+    d = cfg.data
+    if task in d.paths:
+        return d.paths[task]
+    if d.path is not None:
+        return d.path
+    root = d.resolved_root()
+    return default_path(task, root) if root is not None else None
+
+
+def read_data(cfg: Config) -> list[Example] | list[Sentence]:
+    """Every task's examples (answer framing) or sentences (lm framing), mixed round-robin."""
+    t = cfg.task
+    parts: dict[str, list[Any]] = {}
+    for task in t.tasks():
+        kwargs: dict[str, Any] = {"limit": t.limit_of(task), "split": t.sick_split}
+        if task == "blimp":
+            kwargs["paradigms"] = t.paradigms
+        if task == "sick" and t.framing == "answer":
+            kwargs["answers"] = SICK_ANSWERS if t.sick_answers == "labels" else SICK_ANSWERS_YES_MAYBE_NO
+        loader = load_sentences if t.framing == "lm" else load_examples
+        parts[task] = loader(task, task_path(cfg, task), **kwargs)
+    return mixture(parts) if len(parts) > 1 else next(iter(parts.values()))
+
+
+@dataclass(frozen=True, eq=False)
+class Prepared:
+    loaded: LoadedModel
+    encoded: Encoded
+    space: AnswerSpace | None
+    device: torch.device
+    dropped: dict[str, int]
+
+
+@dataclass(frozen=True, eq=False)
+class Tokenized:
+    """The data in *original* token ids (before any compact-vocabulary mapping)."""
+
+    items: list[Any]
+    ids: torch.Tensor  # (N, L_max) right-padded with 0
+    lengths: torch.Tensor  # (N,)
+    targets: torch.Tensor  # (N,) the answer's id, -1 in the lm framing
+    dropped: dict[str, int]
+
+    def used_ids(self) -> torch.Tensor:
+        real = torch.arange(self.ids.shape[1])[None, :] < self.lengths[:, None]  # (N, L_max)
+        return torch.cat([self.ids[real], self.targets[self.targets >= 0]])
+
+
+def tokenize_data(cfg: Config, tok: Any, *, quiet: bool = False) -> Tokenized:
+    """Read the data, drop multi-token answers (counted and printed), tokenize in one call."""
+    data = read_data(cfg)
+    lm = cfg.task.framing == "lm"
+    dropped: dict[str, int] = {}
+    if not lm:
+        data, dropped = single_token_answers(data, tok)
+        if not quiet:
+            shown = ", ".join(f"{task} {n}" for task, n in dropped.items())
+            print(f"lm: dropped examples whose answer is not one token: {shown}", file=sys.stderr)
+        if not data:
+            raise UserError("no example has a one-token answer for this tokenizer; nothing to train on")
+    prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+    texts = [s.text for s in data] if lm else [e.prompt for e in data]
+    ids, lengths = tokenize(tok, texts, prefix=prefix if lm else None)
+    if (lengths < (2 if lm else 1)).any():
+        bad = data[int(torch.nonzero(lengths < (2 if lm else 1))[0, 0])]
+        raise UserError(f"example {bad.id}: empty after tokenization")
+    if lm:
+        targets = torch.full((len(data),), -1, dtype=torch.long)
+    else:  # one tokenizer call; every answer is one token here
+        targets = torch.tensor([r[0] for r in tok([e.answer for e in data], add_special_tokens=False)["input_ids"]])
+    return Tokenized(data, ids, lengths, targets, dropped)
+
+
+def encode(cfg: Config, data: Tokenized, loaded: LoadedModel) -> tuple[Encoded, AnswerSpace | None]:
+    """The dataset in the model's rows and the answer space (groups shuffled for the control)."""
+    tok = loaded.tokenizer
+    limit = _context_length(loaded.model)
+    if limit is not None and int(data.lengths.max()) > limit:
+        raise UserError(f"the longest prompt has {int(data.lengths.max())} tokens; the model's context is {limit} "
+                        f"(raise model.tiny.n_positions or use task.limit)")
+    table = loaded.to_compact()
+    if table is not None and bool((table[data.used_ids()] < 0).any()):
+        raise UserError("the data uses token ids outside the model's compact vocabulary (another dataset than the run's?)")
+    lm = cfg.task.framing == "lm"
+    pad = int(to_rows(torch.tensor([tok.pad_token_id]), table)[0])
+    tasks = tuple(cfg.task.tasks())
+    task_index = {name: i for i, name in enumerate(tasks)}
+    items = data.items
+    encoded = Encoded(ids=to_rows(data.ids, table), lengths=data.lengths,
+                      targets=to_rows(data.targets, table) if not lm else data.targets,
+                      task=torch.tensor([task_index[e.task] for e in items], dtype=torch.long), tasks=tasks,
+                      example_ids=tuple(e.id for e in items), pad=pad)
+    space = None
+    if not lm:
+        groups = [e.group for e in items]
+        if cfg.task.shuffle_groups:
+            groups = shuffled_groups(groups, cfg.seed)
+        space = answer_space([e.answer for e in items], groups, row_strings(tok, loaded.vocab_ids, loaded.vocab_size))
+    return encoded, space
+
+
+def prepare(cfg: Config, *, quiet: bool = False) -> Prepared:
+    """Tokenizer, data (multi-token answers dropped and counted), the (compact) model, the
+    encoded dataset and the answer space, on the run's device."""
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, ("float32", "bfloat16"), device)
+    tok = load_tokenizer(cfg.model)
+    data = tokenize_data(cfg, tok, quiet=quiet)
+    loaded = build(cfg.model, seed=cfg.seed, dtype=dtype, used_ids=data.used_ids() if cfg.model.compact_vocab else None)
+    encoded, space = encode(cfg, data, loaded)
+    loaded.model.to(device)
+    return Prepared(loaded, encoded, space, device, data.dropped)
+
+
+def _context_length(model: Any) -> int | None:
+    config = model.config
+    for name in ("n_positions", "max_position_embeddings"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None

