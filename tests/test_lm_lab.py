@@ -14,7 +14,7 @@ import torch
 
 from stagewise import RunSpec, execute_spec
 from stagewise.labs.lm.batching import Encoded, last_logits, layout
-from stagewise.labs.lm.categories import SEMANTIC, TYPE_CORRECT, TYPE_WRONG, answer_space, categorize, shuffled_groups
+from stagewise.labs.lm.categories import SEMANTIC, TYPE_CORRECT, TYPE_WRONG, answer_space, categorize
 from stagewise.labs.lm.models import compact_model, gpt2_bpe
 from stagewise.labs.lm.summary import half_drop_epoch, type_before_fact
 from stagewise.runs import RunDirContext
@@ -47,11 +47,16 @@ def test_answer_outside_the_group_sets_is_type_wrong_even_if_a_token():
     assert categorize(space, torch.tensor([1])).tolist() == [TYPE_WRONG]
 
 
-def test_shuffled_groups_keep_sizes_and_differ():
-    groups = ["P1"] * 30 + ["P2"] * 30 + ["P3"] * 30
-    shuffled = shuffled_groups(groups, seed=0)
-    assert sorted(shuffled) == sorted(groups) and shuffled != groups
-    assert shuffled == shuffled_groups(groups, seed=0) and shuffled != shuffled_groups(groups, seed=1)
+def test_shuffled_control_permutes_the_answers_group_labels():
+    answers = [f" a{i}" for i in range(40)]
+    groups = [f"P{i % 4}" for i in range(40)]
+    rows = list(answers)
+    true = answer_space(answers, groups, rows)
+    control = answer_space(answers, groups, rows, shuffle_seed=0)
+    assert torch.equal(true.member.sum(1), control.member.sum(1))  # group sizes kept
+    assert torch.equal(control.member.sum(0), torch.ones(40, dtype=torch.long))  # each answer in one group
+    assert not torch.equal(true.member, control.member)
+    assert torch.equal(control.member, answer_space(answers, groups, rows, shuffle_seed=0).member)
 
 
 # ------------------------------------------------------------------ padding
@@ -115,6 +120,10 @@ def _counts(sem, tc, tw):
 def test_type_before_fact_holds_fails_and_is_null():
     holds, _, facts = type_before_fact(_counts([0, 2, 10, 50, 90], [0, 40, 60, 30, 5], [100, 58, 30, 20, 5]), 0.5)
     assert holds is True and facts["type_wrong_half_epoch"] == 2 and facts["semantic_half_epoch"] == 3
+    assert facts["type_correct_majority_epoch"] == 2
+    # the shuffled control's shape: (a) and (b) hold, but type-correct never dominates the errors
+    holds, _, facts = type_before_fact(_counts([0, 10, 30, 60, 95], [0, 20, 8, 6, 1], [100, 45, 62, 34, 4]), 0.5)
+    assert facts["literal_holds"] and not facts["part_c"] and holds is False
     # semantics first: type-wrong only falls when the facts come
     holds, _, facts = type_before_fact(_counts([0, 60, 80, 90], [0, 1, 2, 5], [100, 35, 15, 5]), 0.5)
     assert holds is False and not facts["part_a"] and not facts["part_b"]
@@ -302,3 +311,36 @@ def test_shared_counterfact_loads_with_gpt2_tokenizer():
     data = tokenize_data(cfg, gpt2_bpe(), quiet=True)
     assert len(data.items) == 1500 and data.dropped == {"counterfact": 0}
     assert len({e.group for e in data.items}) == 34
+
+
+def test_spectra_logged_during_training(tmp_path):
+    overrides = {**SMALL, "train": {**SMALL["train"], "epochs": 2, "snapshot_epochs": [], "spectra_every": 3}}
+    execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / "r", raise_on_failure=True)
+    metrics = pd.read_parquet(tmp_path / "r" / "metrics.parquet")
+    name = "blocks.0.attn.head.1.qk.sv_top_share"
+    steps = sorted(metrics.loc[metrics["metric"] == name, "step"])
+    n_steps = int(metrics.loc[metrics["metric"] == "train.batch_loss", "step"].max())
+    assert steps == [0, *range(3, n_steps + 1, 3)]
+    assert {f"blocks.0.attn.head.0.{p}.stable_rank" for p in ("q", "k", "v", "o", "qk")} <= set(metrics["metric"])
+    table = pd.read_parquet(tmp_path / "r" / "tables" / "spectra.parquet")
+    assert sorted(table["epoch"].unique()) == [0, 1, 2] and (table["value"] >= 0).all()
+    assert (tmp_path / "r" / "figures" / "spectra.png").exists()
+
+
+# ------------------------------------------------------------------ the claim and its control, on the shared data
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data is not present")
+@pytest.mark.parametrize("preset", ["counterfact-tiny", "counterfact-tiny-shuffled-groups"])
+def test_type_before_fact_holds_and_fails_in_the_control(preset, tmp_path):
+    """The quick reproduction's runs (20 epochs): the claim holds on CounterFact and fails
+    (or is null) when the answers' group labels are shuffled across relations."""
+    spec = RunSpec(lab="lm", preset=preset, overrides={"data": {"root": str(SHARED)}, "train": {"epochs": 20, "threads": 1}})
+    execute_spec(spec, tmp_path / "r", raise_on_failure=True)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    found = {c["id"]: c for c in summary["claims"]}["type_before_fact"]
+    counts = summary["details"]["category_counts"]
+    assert counts["20"]["semantic-correct"] > 0.5 * 1500  # the facts are learned in both runs
+    if preset == "counterfact-tiny":
+        assert found["holds"] is True, found["evidence"]
+    else:
+        assert found["holds"] in (False, None), found["evidence"]

@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 from stagewise.errors import UserError  # noqa: E402
 from stagewise.labs.lm.adapters import GPT2Adapter, LlamaAdapter, adapter_for  # noqa: E402
-from stagewise.labs.lm.surgery import Target, kept_rank, parse_selector, reduce_rank  # noqa: E402
+from stagewise.labs.lm.surgery import RankReducer, Target, kept_rank, parse_selector, reduce_rank  # noqa: E402
 
 VOCAB, D_MODEL, N_HEADS, N_KV, N_LAYERS = 64, 32, 4, 2, 2
 FWD_TOL = 1e-6  # float32 forward pass vs our per-head recomputation
@@ -386,6 +386,31 @@ def test_one_batched_svd_per_projection(monkeypatch):
     monkeypatch.setattr(torch.linalg, "svd", lambda a, **kw: calls.append(tuple(a.shape)) or real(a, **kw))
     reduce_rank(model, "blocks.*.attn.q.head.*, blocks.*.attn.o", "largest", 0.5)
     assert sorted(calls) == sorted([(N_LAYERS * N_HEADS, D_MODEL, D_MODEL // N_HEADS), (N_LAYERS, D_MODEL, D_MODEL)])
+
+
+def test_rank_reducer_reuses_one_svd_for_several_p(monkeypatch):
+    model = llama()
+    selector = "blocks.*.attn.{q,o}, blocks.1.attn.k.head.0"  # 3 groups: q whole, o whole, k heads
+    settings = [(keep, p) for p in (0.2, 0.5, 1.0) for keep in ("largest", "smallest")]
+    direct = {}
+    for keep, p in settings:
+        copy_ = copy.deepcopy(model)
+        direct[(keep, p)] = (reduce_rank(copy_, selector, keep, p), list(copy_.parameters()))
+    calls = []
+    real = torch.linalg.svd
+    monkeypatch.setattr(torch.linalg, "svd", lambda a, **kw: calls.append(tuple(a.shape)) or real(a, **kw))
+    reducer = RankReducer(model, selector)
+    for keep, p in settings:
+        target = copy.deepcopy(model)
+        red = reducer.apply(target, keep, p)
+        assert red == direct[(keep, p)][0]
+        assert all(torch.equal(x, y) for x, y in zip(target.parameters(), direct[(keep, p)][1]))
+    assert len(calls) == 3  # one SVD per group, cached across p and keep
+    target = copy.deepcopy(model)
+    reducer.apply(target, "largest", 0.5)
+    once = params(target)
+    reducer.apply(target, "largest", 0.5)  # starts from the snapshot: no compounding
+    assert all(torch.equal(once[n], p) for n, p in target.named_parameters())
 
 
 def test_randomized_is_seeded_and_close_to_exact_on_a_decaying_spectrum():

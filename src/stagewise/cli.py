@@ -142,6 +142,8 @@ def _print_summary(run_dir: Path) -> None:
                       f"seeds={manifest['seeds']}  config={manifest['config_hash']}", highlight=False)
     if manifest.get("error"):
         out_console.print(f"error: {manifest['error']}", highlight=False, markup=False)
+    for key, value in (manifest.get("notes") or {}).items():  # facts a lab recorded (e.g. dropped examples)
+        out_console.print(f"{key}: {value}", highlight=False, markup=False)
     if not summary_path.exists():
         return
     summary = read_summary(summary_path)

@@ -1,6 +1,7 @@
 """Spectra of square matrices batched over a leading ensemble axis.
 
-Every function takes ``m`` of shape (S, n, n): one n x n matrix per ensemble member (seed).
+Every function takes ``m`` of shape (S, n, n): one n x n matrix per ensemble member (seed),
+except :func:`sv_stats`, which summarizes given singular values (B, r) of any matrices.
 Work is done in float64 (float32 input is promoted), so results are float64 on ``m``'s
 device. Metric names follow TransformerLens's self-describing style, e.g. ``W.sv.0``,
 ``W.eig_abs.1``, ``W.top2_share``.

@@ -52,9 +52,15 @@ class AnswerSpace:
     groups: tuple[str, ...]
 
 
-def answer_space(answers: Sequence[str], groups: Sequence[str], row_strings: Sequence[str]) -> AnswerSpace:
+def answer_space(answers: Sequence[str], groups: Sequence[str], row_strings: Sequence[str],
+                 shuffle_seed: int | None = None) -> AnswerSpace:
     """Build the space from the examples' answers and groups and the decoded string of
-    every model row (``row_strings[v]`` = the text of row v's token)."""
+    every model row (``row_strings[v]`` = the text of row v's token).
+
+    ``shuffle_seed`` builds the control: every distinct answer gets the group label of a
+    seeded random other answer (a permutation of the answers' group labels), so a group's
+    answer set is a random set of answers of the same size distribution, unrelated to the
+    relation of the prompts in the group."""
     names = tuple(dict.fromkeys(normalize(a) for a in answers))
     index = {a: i for i, a in enumerate(names)}
     group_names = tuple(dict.fromkeys(groups))
@@ -62,7 +68,12 @@ def answer_space(answers: Sequence[str], groups: Sequence[str], row_strings: Seq
     example_answer = torch.tensor([index[normalize(a)] for a in answers], dtype=torch.long)  # (N,)
     example_group = torch.tensor([group_index[g] for g in groups], dtype=torch.long)  # (N,)
     member = torch.zeros(len(group_names), len(names), dtype=torch.bool)  # (G, A)
-    member[example_group, example_answer] = True
+    if shuffle_seed is None:
+        member[example_group, example_answer] = True
+    else:
+        pairs = torch.unique(torch.stack([example_group, example_answer]), dim=1)  # (2, P) distinct (group, answer)
+        gen = torch.Generator().manual_seed(shuffle_seed)
+        member[pairs[0][torch.randperm(pairs.shape[1], generator=gen)], pairs[1]] = True
     row_answer = torch.tensor([index.get(normalize(s), -1) for s in row_strings], dtype=torch.long)  # (V',)
     return AnswerSpace(row_answer, example_answer, example_group, member, names, group_names)
 
@@ -92,11 +103,3 @@ def categorize(space: AnswerSpace, top1_rows: torch.Tensor, examples: torch.Tens
 def category_names(codes: torch.Tensor) -> np.ndarray:
     """Codes -> the category strings (an object array of the same length)."""
     return np.asarray(CATEGORIES, dtype=object)[codes.cpu().numpy()]
-
-
-def shuffled_groups(groups: Sequence[str], seed: int) -> list[str]:
-    """The control: the same group labels, permuted across examples by a seeded permutation
-    (group sizes kept; the link between a prompt's relation and its group is cut)."""
-    gen = torch.Generator().manual_seed(seed)
-    order = torch.randperm(len(groups), generator=gen).tolist()
-    return [groups[i] for i in order]

@@ -62,8 +62,8 @@ class TaskConfig(ConfigModel):
     sick_answers: Literal["labels", "yes-maybe-no"] = Field(
         "labels", description="SICK's answer words: labels (' entailment' / ' neutral' / ' contradiction' [spec]; ' entailment'\n"
         "is two GPT-2 tokens, so those examples are dropped and counted) or yes-maybe-no (one GPT-2 token each)")
-    shuffle_groups: bool = Field(False, description="control: permute the examples' group labels (seeded by seed), so that\n"
-                                 "'type-correct' no longer means 'an answer of the same relation'")
+    shuffle_groups: bool = Field(False, description="control: permute the answers' group labels across relations (seeded by\n"
+                                 "seed), so that 'type-correct' no longer means 'an answer of the same relation'")
 
     def tasks(self) -> list[str]:
         return list(dict.fromkeys(self.mixture)) if self.name == "mixture" else [self.name]

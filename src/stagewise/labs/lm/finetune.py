@@ -269,10 +269,9 @@ def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.
 
 
 def log_spectra(ctx: RunContext, step: int, model: Any, spectra: SpectraHook) -> None:
-    metrics, table = spectra(model)
+    """Spectra statistics as metrics at ``step`` (the singular values go to the table at epoch ends)."""
+    metrics, _ = spectra(model)
     ctx.log(step, {k: v.reshape(1) for k, v in metrics.items()})
-    if table is not None:
-        ctx.log_table("spectra", table.assign(step=step), part=step)
 
 
 def record_epoch(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.device, epoch: int, step: int,
@@ -289,5 +288,9 @@ def record_epoch(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device:
         ctx.log_table("predictions", prediction_records(enc, ev, epoch, vocab_ids), part=epoch)
     values["epoch"] = torch.tensor(float(epoch))
     ctx.log(step, {k: v.reshape(1).double() for k, v in values.items()})
-    if spectra is not None and epoch == 0 and cfg.train.spectra_every:
-        log_spectra(ctx, 0, model, spectra)
+    if spectra is not None and cfg.train.spectra_every:
+        metrics, table = spectra(model)
+        if epoch == 0:
+            ctx.log(0, {k: v.reshape(1) for k, v in metrics.items()})
+        if table is not None:  # every singular value, once per epoch (a table part per epoch)
+            ctx.log_table("spectra", table.assign(epoch=epoch, step=step), part=epoch)

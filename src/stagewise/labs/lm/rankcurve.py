@@ -25,7 +25,7 @@ from .config import Config
 from .finetune import evaluate_answers
 from .prepare import encode, tokenize_data
 from .refs import ModelRef
-from .surgery import reduce_rank
+from .surgery import RankReducer
 
 AUTHORS_SELECTOR = "blocks.1-6.attn.{qkv,o}"  # the paper's code: GPT-2 blocks 1-6, c_attn and c_proj
 _P_TOL = 1e-9
@@ -86,9 +86,10 @@ def rank_curve(refs: Sequence[ModelRef], ps: Sequence[float], *, config: Config 
         pristine = {k: v.detach().clone() for k, v in model.state_dict().items()}
         chosen = selector or default_selector(model)
         used[ref.label] = chosen
+        reducer = RankReducer(model, chosen)  # one SVD per matrix group, reused for every p
         for p in ps:
             model.load_state_dict(pristine)
-            reduction = reduce_rank(model, chosen, keep=keep, p=p, method=method, seed=seed)
+            reduction = reducer.apply(model, keep, p, method=method, seed=seed)
             ev = evaluate_answers(model, encoded, space, cfg, torch.device("cpu"))
             counts = {c: int((ev.codes == code).sum()) for c, code in zip(CATEGORIES, (SEMANTIC, TYPE_CORRECT, TYPE_WRONG))}
             kept = reduction.table()

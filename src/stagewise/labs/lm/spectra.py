@@ -13,7 +13,9 @@ bilinear form of the attention scores: no 1/sqrt(d_head), no biases, no layer-no
 on rotary (Llama-style) models no position-dependent rotation between the two factors.
 
 Everything is batched: all layers and heads of one projection are stacked to
-(L * H, rows, cols) and go through one float64 ``svdvals`` call (one QR each for qk).
+(L * H, rows, cols) and go through one float64 QR call; the singular values of each head are
+those of its d_head x d_head R factor (one small ``svdvals`` call per projection), and the R
+factors of q and k give qk.
 Metric names: ``blocks.{l}.attn.head.{h}.{proj}.{stat}`` with proj in q, k, v, o, qk and stat
 one of :data:`stagewise.measure.spectra.SV_STATS` (sv_max, sv_top_share with k = top_k,
 stable_rank, effective_rank; defined in :func:`stagewise.measure.spectra.sv_stats`). For k
@@ -41,12 +43,15 @@ SPECTRA_PROJECTIONS = ("q", "k", "v", "o", "qk")
 TABLE_COLUMNS = ("layer", "head", "proj", "index", "value")
 
 
+def _r_factor(w: torch.Tensor) -> torch.Tensor:
+    """R (B, r, c) of the reduced QR of w (B, rows, c), r = min(rows, c): same singular values as w."""
+    return torch.linalg.qr(w.to(torch.float64), mode="r").R  # (B, r, c)
+
+
 def qk_singular_values(w_q: torch.Tensor, w_k: torch.Tensor) -> torch.Tensor:
     """Singular values (B, min(d_model, d_head)) of W_Q W_K^T from w_q, w_k (B, d_model, d_head),
     descending, without forming the (B, d_model, d_model) product (float64)."""
-    r_q = torch.linalg.qr(w_q.to(torch.float64), mode="r").R  # (B, r, d_head), r = min(d_model, d_head)
-    r_k = torch.linalg.qr(w_k.to(torch.float64), mode="r").R  # (B, r, d_head)
-    return torch.linalg.svdvals(r_q @ r_k.transpose(-1, -2))  # (B, r)
+    return torch.linalg.svdvals(_r_factor(w_q) @ _r_factor(w_k).transpose(-1, -2))  # (B, r)
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,15 +73,21 @@ class AttentionSpectra:
 
 
 def head_singular_values(adapter: AttentionAdapter, model) -> dict[str, torch.Tensor]:
-    """proj -> (L, H_proj, r) float64 singular values of every head (see :class:`AttentionSpectra`)."""
-    out: dict[str, torch.Tensor] = {}
+    """proj -> (L, H_proj, r) float64 singular values of every head (see :class:`AttentionSpectra`).
+
+    Each head goes through one QR (W_O transposed to (d_model, d_head)); the singular values of
+    W are those of its small R factor, and R_q, R_k are reused for qk.
+    """
+    n_layers = adapter.n_layers
     with torch.no_grad():
-        stacked = {p: adapter.stacked_heads(model, p).to(torch.float64) for p in ("q", "k", "v", "o")}  # (L, H, ., .)
-        n_layers = adapter.n_layers
-        for proj, w in stacked.items():
-            out[proj] = torch.linalg.svdvals(w.flatten(0, 1)).reshape(n_layers, w.shape[1], -1)  # (L, H, r)
-        w_k = stacked["k"][:, adapter.kv_head_of.to(stacked["k"].device)]  # (L, H, d_model, d_head)
-        qk = qk_singular_values(stacked["q"].flatten(0, 1), w_k.flatten(0, 1))  # (L * H, r)
+        r = {}
+        for proj in ("q", "k", "v", "o"):
+            w = adapter.stacked_heads(model, proj).flatten(0, 1)  # (L * H_p, ., .)
+            r[proj] = _r_factor(w.transpose(-1, -2) if proj == "o" else w)  # (L * H_p, r, d_head)
+        out = {p: torch.linalg.svdvals(rp).reshape(n_layers, -1, rp.shape[-2]) for p, rp in r.items()}  # (L, H_p, r)
+        kv = adapter.kv_head_of.to(r["k"].device)  # (H,)
+        r_k = r["k"].unflatten(0, (n_layers, adapter.n_kv_heads))[:, kv].flatten(0, 1)  # (L * H, r, d_head)
+        qk = torch.linalg.svdvals(r["q"] @ r_k.transpose(-1, -2))  # (L * H, r)
         out["qk"] = qk.reshape(n_layers, adapter.n_heads, -1)  # (L, H, r)
     return {p: out[p] for p in SPECTRA_PROJECTIONS}
 

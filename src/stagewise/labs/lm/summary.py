@@ -4,10 +4,13 @@
 Claims (thresholds fixed before any run: ``thresholds.half`` = 0.5):
 
 * ``type_before_fact`` (answer framing): (a) the type-wrong count falls to half its epoch-0
-  value at an epoch before the semantic-correct count reaches half its final value, and
-  (b) the type-correct count peaks (first maximum) at an epoch before the semantic-correct
-  count does. Null when it cannot be tested: fewer than 2 epochs, no type-wrong example at
-  epoch 0, or no semantic-correct example at the end.
+  value at an epoch before the semantic-correct count reaches half its final value, (b) the
+  type-correct count peaks (first maximum) at an epoch before the semantic-correct count
+  does, and (c) before that half-way epoch there is an epoch where type-correct makes up at
+  least half of the wrong predictions. (a) and (b) are the issue's wording; they also hold
+  in the shuffled-groups control, so (c) is what makes the claim falsifiable. Null when it
+  cannot be tested: fewer than 2 epochs, no type-wrong example at epoch 0, or no
+  semantic-correct example at the end.
 * ``syntax_before_semantics`` (runs with both blimp and sick): the epoch where the BLiMP
   task's loss has fallen by half of its total drop (epoch-0 loss minus the lowest loss)
   precedes SICK's. Null when a task's loss never falls.
@@ -39,7 +42,15 @@ def first_epoch(epochs: np.ndarray, condition: np.ndarray) -> int | None:
 
 
 def type_before_fact(counts: pd.DataFrame, half: float) -> tuple[bool | None, str, dict[str, Any]]:
-    """(holds, evidence, numbers) of the claim on one epoch x category count table."""
+    """(holds, evidence, numbers) of the claim on one epoch x category count table.
+
+    Parts: (a) type-wrong falls to ``half`` of its epoch-0 count at an epoch before
+    semantic-correct reaches ``half`` of its final count; (b) type-correct's first maximum
+    comes before semantic-correct's; (c) at some epoch before that semantic half-way epoch,
+    type-correct makes up at least ``half`` of the wrong predictions (the "syntactically
+    right, factually wrong" phase). (a) and (b) alone also hold when the group labels are
+    shuffled (measured: docs/lm.md), so the claim is their conjunction with (c);
+    ``literal_holds`` records (a) and (b) alone."""
     epochs = counts.index.to_numpy()
     sem, tc, tw = (counts[c].to_numpy(float) for c in CATEGORIES)
     facts: dict[str, Any] = {"epochs": int(len(epochs)), "type_wrong_0": float(tw[0]) if len(tw) else None,
@@ -51,14 +62,23 @@ def type_before_fact(counts: pd.DataFrame, half: float) -> tuple[bool | None, st
     e_tw = first_epoch(epochs, tw <= half * tw[0])
     e_sem = first_epoch(epochs, sem >= half * sem[-1])
     peak_tc, peak_sem = int(epochs[int(np.argmax(tc))]), int(epochs[int(np.argmax(sem))])
+    wrong = tc + tw
+    share = np.divide(tc, wrong, out=np.zeros_like(tc), where=wrong > 0)  # type-correct share of the wrong predictions
+    e_share = first_epoch(epochs, (share >= half) & (wrong > 0))
     a = e_tw is not None and e_sem is not None and e_tw < e_sem
     b = peak_tc < peak_sem
+    c = e_share is not None and e_sem is not None and e_share < e_sem
+    before = share[epochs < e_sem] if e_sem is not None else share
     facts.update(type_wrong_half_epoch=e_tw, semantic_half_epoch=e_sem, type_correct_peak_epoch=peak_tc,
-                 semantic_peak_epoch=peak_sem, part_a=bool(a), part_b=bool(b))
-    evidence = (f"type-wrong {tw[0]:.0f} -> half at epoch {e_tw}; semantic-correct reaches half of {sem[-1]:.0f} at epoch "
-                f"{e_sem}; type-correct peaks at epoch {peak_tc} ({tc.max():.0f}), semantic-correct at {peak_sem} "
-                f"({sem.max():.0f}); (a) {'holds' if a else 'fails'}, (b) {'holds' if b else 'fails'}")
-    return bool(a and b), evidence, facts
+                 semantic_peak_epoch=peak_sem, type_correct_majority_epoch=e_share,
+                 max_type_correct_share_before=float(before.max()) if len(before) else None,
+                 part_a=bool(a), part_b=bool(b), part_c=bool(c), literal_holds=bool(a and b))
+    mark = lambda ok: "holds" if ok else "fails"  # noqa: E731
+    evidence = (f"(a) type-wrong {tw[0]:.0f} -> half at epoch {e_tw}, semantic-correct reaches half of {sem[-1]:.0f} at "
+                f"epoch {e_sem}: {mark(a)}; (b) type-correct peaks at epoch {peak_tc} ({tc.max():.0f}), semantic-correct at "
+                f"{peak_sem} ({sem.max():.0f}): {mark(b)}; (c) type-correct >= {half:g} of the wrong predictions first at "
+                f"epoch {e_share} (max share before epoch {e_sem}: {facts['max_type_correct_share_before']:.2f}): {mark(c)}")
+    return bool(a and b and c), evidence, facts
 
 
 def half_drop_epoch(epochs: np.ndarray, loss: np.ndarray, half: float) -> int | None:
@@ -119,9 +139,10 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
         details["type_before_fact"] = facts
         control = " (control: group labels shuffled; the claim should fail or be null)" if config.task.shuffle_groups else ""
         claims.append(claim("type_before_fact",
-                            f"syntactically right before factually right{control}: type-wrong falls to {half:g} of its epoch-0 "
-                            f"count before semantic-correct reaches {half:g} of its final count, and type-correct peaks "
-                            "before semantic-correct", holds, evidence))
+                            f"syntactically right before factually right{control}: (a) type-wrong falls to {half:g} of its "
+                            f"epoch-0 count before semantic-correct reaches {half:g} of its final count, (b) type-correct peaks "
+                            f"before semantic-correct, and (c) type-correct is >= {half:g} of the wrong predictions at an "
+                            "epoch before that", holds, evidence))
     if {"blimp", "sick"} <= set(config.task.tasks()):
         syntax, found = syntax_claim(config, frame)
         details["syntax_before_semantics"] = found

@@ -25,6 +25,8 @@ to k = floor(p r) directions::
 Exact SVD runs in float64 and the result is cast back to the weight's dtype. A target whose
 k equals r is not touched at all (so p = 1.0 leaves the model bit-identical). Biases are never
 changed. Edits are in place on the model passed in: copy it first to keep the original.
+:class:`RankReducer` snapshots the selected matrices once and applies several p (to copies)
+with one SVD per projection.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(\S))")
 _GRAMMAR = "blocks.L.attn[.P[.head.H]] with L, H an index N, a range N-M, * or {a,b-c}, P in q,k,v,o,qkv or {q,k}"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Target:
     """One matrix (head None) or one head of one layer's projection."""
 
@@ -106,47 +108,37 @@ class _Parser:
         self.i += 1
         return tok
 
-    def index_set(self, what: str) -> list[int | tuple[int, int]] | None:
-        """None for ``*``; else a list of indices and inclusive (lo, hi) ranges."""
-        if self.peek() == "*":
-            self.i += 1
-            return None
-        items = []
-        braced = self.peek() == "{"
-        if braced:
-            self.i += 1
-        while True:
-            start = self.tokens[self.i][1]
-            lo = self.number()
-            if self.peek() == "-":
-                self.i += 1
-                hi = self.number()
-                if hi < lo:
-                    raise UserError(f"selector {self.text!r}: {what} range {lo}-{hi} at position {start} matches nothing (write low-high)")
-                items.append((lo, hi))
-            else:
-                items.append(lo)
-            if not braced or self.peek() == "}":
-                break
-            if self.peek() != ",":
-                self.fail("',' or '}'")
-            self.i += 1
-        if braced:
-            self.take("}")
-        return items
-
-    def projs(self) -> list[str]:
+    def braced(self, item) -> list:
+        """``item`` or ``{item, item, ...}``."""
         if self.peek() != "{":
-            return [self.name()]
+            return [item()]
         self.i += 1
-        out = [self.name()]
+        out = [item()]
         while self.peek() == ",":
             self.i += 1
-            out.append(self.name())
+            out.append(item())
         if self.peek() != "}":
             self.fail("',' or '}'")
         self.i += 1
         return out
+
+    def index_item(self, what: str) -> int | tuple[int, int]:
+        """N, or N-M as an inclusive (N, M)."""
+        start, lo = self.tokens[self.i][1], self.number()
+        if self.peek() != "-":
+            return lo
+        self.i += 1
+        hi = self.number()
+        if hi < lo:
+            raise UserError(f"selector {self.text!r}: {what} range {lo}-{hi} at position {start} matches nothing (write low-high)")
+        return (lo, hi)
+
+    def index_set(self, what: str) -> list[int | tuple[int, int]] | None:
+        """None for ``*``; else a list of indices and inclusive ranges."""
+        if self.peek() == "*":
+            self.i += 1
+            return None
+        return self.braced(lambda: self.index_item(what))
 
     def selector(self) -> "_Selector":
         start = self.tokens[self.i][1]
@@ -158,7 +150,7 @@ class _Parser:
         projs, heads, per_head = None, None, False
         if self.peek() == ".":
             self.i += 1
-            projs = self.projs()
+            projs = self.braced(self.name)
             if self.peek() == ".":
                 self.i += 1
                 self.take("head")
@@ -272,11 +264,14 @@ def low_rank(a: torch.Tensor, k: int, keep: str = "largest", *, method: str = "e
             z = torch.linalg.qr(a.transpose(-1, -2) @ q).Q  # (B, n, l)
             q = torch.linalg.qr(a @ z).Q  # (B, m, l)
         ub, s, vh = torch.linalg.svd(q.transpose(-1, -2) @ a, full_matrices=False)  # (B, l, l), (B, l), (B, l, n)
-        u = q @ ub  # (B, m, l)
-        part = slice(0, k)
-    else:
-        u, s, vh = torch.linalg.svd(a, full_matrices=False)  # (B, m, r), (B, r), (B, r, n)
-        part = slice(0, k) if keep == "largest" else slice(r - k, r)
+        return _from_svd(q @ ub, s, vh, k, "largest")  # q @ ub: (B, m, l)
+    return _from_svd(*torch.linalg.svd(a, full_matrices=False), k, keep)  # (B, m, r), (B, r), (B, r, n)
+
+
+def _from_svd(u: torch.Tensor, s: torch.Tensor, vh: torch.Tensor, k: int, keep: str) -> torch.Tensor:
+    """sum of k of the directions u (B, m, l), s (B, l) descending, vh (B, l, n): the first k or the last k."""
+    n = s.shape[-1]
+    part = slice(0, k) if keep == "largest" else slice(n - k, n)
     return (u[..., part] * s[:, None, part]) @ vh[:, part, :]  # (B, m, n)
 
 
@@ -298,7 +293,7 @@ class ReducedMatrix:
 
 @dataclass(frozen=True)
 class Reduction:
-    """Result of :func:`reduce_rank`; ``items`` in target order, ``reduction[name]`` by name."""
+    """Result of :func:`reduce_rank` / :meth:`RankReducer.apply`; ``items`` in target order, ``reduction[name]`` by name."""
 
     selector: str
     keep: str
@@ -339,6 +334,88 @@ def _check_args(keep, p, method, oversample, n_iter) -> None:
         raise UserError(f"oversample={oversample!r} and n_iter={n_iter!r} must be integers >= 0")
 
 
+@dataclass(frozen=True, eq=False)
+class _Group:
+    """Targets of one projection, all whole or all single heads: one batched SVD."""
+
+    proj: str
+    whole: bool
+    targets: tuple[Target, ...]
+    original: torch.Tensor  # (B, m, n) float64 snapshot of the targets
+    dtype: torch.dtype
+
+
+class RankReducer:
+    """The selected matrices of ``model``, snapshotted (float64) when built, ready to be reduced
+    for several p without repeating the SVD (exact SVDs are computed once, when first needed).
+
+    ``apply(target_model, ...)`` writes into ``target_model`` in place (the model it was built
+    from or a copy of it); every call starts from the snapshot, so calls do not compound.
+    Memory: the snapshot plus, once an exact reduction ran, its SVD factors (about 3x the
+    selected weights in float64).
+    """
+
+    def __init__(self, model, selector: str, *, adapter: AttentionAdapter | None = None):
+        self.adapter = adapter or adapter_for(model)
+        self.selector = selector
+        self.targets = parse_selector(selector, self.adapter)
+        by_kind: dict[tuple[str, bool], list[Target]] = defaultdict(list)
+        for t in self.targets:
+            by_kind[(t.proj, t.head is None)].append(t)
+        self._groups = []
+        with torch.no_grad():
+            for (proj, whole), members in by_kind.items():
+                if whole:
+                    mats = [self.adapter.matrix(model, t.layer, proj) for t in members]  # B x (m, n)
+                else:
+                    heads = {t.layer: self.adapter.heads(model, t.layer, proj) for t in members}  # layer -> (H, m, n)
+                    mats = [heads[t.layer][t.head] for t in members]  # B x (m, n)
+                self._groups.append(_Group(proj, whole, tuple(members), torch.stack(mats).to(torch.float64), mats[0].dtype))
+        self._svd: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def _reduce(self, i: int, k: int, keep: str, method: str, seed: int, oversample: int, n_iter: int) -> torch.Tensor:
+        original = self._groups[i].original  # (B, m, n)
+        if method == "randomized":
+            return low_rank(original, k, keep, method=method, seed=seed, oversample=oversample, n_iter=n_iter)
+        if i not in self._svd:
+            self._svd[i] = torch.linalg.svd(original, full_matrices=False)  # (B, m, r), (B, r), (B, r, n)
+        return _from_svd(*self._svd[i], k, keep)  # (B, m, n)
+
+    def apply(self, model, keep: str = "largest", p: float = 1.0, *, method: str = "exact", seed: int = 0,
+              oversample: int = 10, n_iter: int = 4) -> Reduction:
+        """Reduce every target of ``model`` (in place) to k = floor(p r) directions; see :func:`reduce_rank`."""
+        _check_args(keep, p, method, oversample, n_iter)
+        a = self.adapter
+        done: dict[Target, ReducedMatrix] = {}
+        for i, g in enumerate(self._groups):
+            shape = tuple(g.original.shape[-2:])
+            r = min(shape)
+            k = kept_rank(float(p), r)
+            if k == r:  # not touched at all: p = 1 leaves the model bit-identical
+                for t in g.targets:
+                    done[t] = ReducedMatrix(t.name, a.location(t.layer, g.proj, t.head), shape, r, k, 1.0, 0.0, False)
+                continue
+            with torch.no_grad():
+                new = self._reduce(i, k, keep, method, seed, int(oversample), int(n_iter))  # (B, m, n) float64
+                norm = torch.linalg.matrix_norm(g.original)  # (B,)
+                safe = torch.where(norm > 0, norm, 1.0)  # (B,)
+                kept_frac = torch.where(norm > 0, torch.linalg.matrix_norm(new) / safe, 1.0).tolist()
+                err = torch.where(norm > 0, torch.linalg.matrix_norm(g.original - new) / safe, 0.0).tolist()
+                new = new.to(g.dtype)  # (B, m, n)
+                if g.whole:
+                    for j, t in enumerate(g.targets):
+                        a.set_matrix(model, t.layer, g.proj, new[j])
+                else:
+                    heads = {t.layer: a.heads(model, t.layer, g.proj) for t in g.targets}  # layer -> (H, m, n)
+                    for j, t in enumerate(g.targets):
+                        heads[t.layer][t.head] = new[j]
+                    for layer, value in heads.items():
+                        a.set_heads(model, layer, g.proj, value)
+            for j, t in enumerate(g.targets):
+                done[t] = ReducedMatrix(t.name, a.location(t.layer, g.proj, t.head), shape, r, k, kept_frac[j], err[j], True)
+        return Reduction(self.selector, keep, float(p), method, seed, tuple(done[t] for t in self.targets))
+
+
 def reduce_rank(model, selector: str, keep: str = "largest", p: float = 1.0, *, method: str = "exact",
                 seed: int = 0, oversample: int = 10, n_iter: int = 4,
                 adapter: AttentionAdapter | None = None) -> Reduction:
@@ -346,44 +423,8 @@ def reduce_rank(model, selector: str, keep: str = "largest", p: float = 1.0, *, 
     singular directions (see the module docstring); returns what was done.
 
     All selected matrices of one shape (one projection, whole or per head, across layers) go
-    through one batched SVD.
+    through one batched SVD. For several p on copies of one model use :class:`RankReducer`.
     """
     _check_args(keep, p, method, oversample, n_iter)
-    adapter = adapter or adapter_for(model)
-    targets = parse_selector(selector, adapter)
-    groups: dict[tuple[str, bool], list[Target]] = defaultdict(list)
-    for t in targets:
-        groups[(t.proj, t.head is None)].append(t)
-    done: dict[Target, ReducedMatrix] = {}
-    for (proj, whole), members in groups.items():
-        if whole:
-            mats = torch.stack([adapter.matrix(model, t.layer, proj) for t in members])  # (B, m, n)
-        else:
-            per_layer = {t.layer: adapter.heads(model, t.layer, proj) for t in members}  # layer -> (H, m, n)
-            mats = torch.stack([per_layer[t.layer][t.head] for t in members])  # (B, m, n)
-        shape = tuple(mats.shape[-2:])
-        r = min(shape)
-        k = kept_rank(float(p), r)
-        if k == r:
-            for t in members:
-                done[t] = ReducedMatrix(t.name, adapter.location(t.layer, proj, t.head), shape, r, k, 1.0, 0.0, False)
-            continue
-        with torch.no_grad():
-            orig = mats.to(torch.float64)  # (B, m, n)
-            new = low_rank(orig, k, keep, method=method, seed=seed, oversample=oversample, n_iter=n_iter)  # (B, m, n)
-            norm = torch.linalg.matrix_norm(orig)  # (B,)
-            safe = torch.where(norm > 0, norm, 1.0)  # (B,)
-            kept_frac = torch.where(norm > 0, torch.linalg.matrix_norm(new) / safe, 1.0).tolist()
-            err = torch.where(norm > 0, torch.linalg.matrix_norm(orig - new) / safe, 0.0).tolist()
-        new = new.to(mats.dtype)  # (B, m, n)
-        if whole:
-            for i, t in enumerate(members):
-                adapter.set_matrix(model, t.layer, proj, new[i])
-        else:
-            for i, t in enumerate(members):
-                per_layer[t.layer][t.head] = new[i]
-            for layer, heads in per_layer.items():
-                adapter.set_heads(model, layer, proj, heads)
-        for i, t in enumerate(members):
-            done[t] = ReducedMatrix(t.name, adapter.location(t.layer, proj, t.head), shape, r, k, kept_frac[i], err[i], True)
-    return Reduction(selector, keep, float(p), method, seed, tuple(done[t] for t in targets))
+    return RankReducer(model, selector, adapter=adapter).apply(model, keep, p, method=method, seed=seed,
+                                                                oversample=oversample, n_iter=n_iter)
