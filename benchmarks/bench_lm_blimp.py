@@ -143,7 +143,8 @@ def bench(label: str, model, tok, args, limit: int) -> dict:
         ours = score_blimp(model, tok, read_blimp_pairs(args.data, paradigms=args.paradigms, limit=limit),
                            batch_tokens=args.batch_tokens)
         ours_runs.append((time.perf_counter() - start, timer.seconds))
-        theirs, lm_wall, lm_model = run_lm_eval(model, tok, args.data, args.paradigms, limit, args.lm_eval_batch_size, timer)
+        theirs, lm_wall, lm_model = run_lm_eval(model, tok, args.data, args.paradigms, limit,
+                                                args.lm_eval_batch_size, timer)
         lm_runs.append((lm_wall, lm_model))
     timer.close()
     (ours_wall, ours_model), (lm_wall, lm_model) = min(ours_runs), min(lm_runs)
@@ -151,7 +152,8 @@ def bench(label: str, model, tok, args, limit: int) -> dict:
     same = both["correct"] == (both["acc_lm_eval"] == 1.0)
     tied = both["ll_good"] == both["ll_bad"]  # lm_eval's argmax counts a tie as correct, we do not
     agree, agree_untied = float(same.mean()), float(same[~tied].mean())
-    diff = max((both["ll_good"] - both["ll_good_lm_eval"]).abs().max(), (both["ll_bad"] - both["ll_bad_lm_eval"]).abs().max())
+    diff = max((both["ll_good"] - both["ll_good_lm_eval"]).abs().max(),
+               (both["ll_bad"] - both["ll_bad_lm_eval"]).abs().max())
     n = len(ours)
     return {"model": label, "pairs": n, "matched": len(both), "ours_pairs_s": n / ours_wall, "ours_model_s": ours_model,
             "ours_wall_s": ours_wall, "lm_eval_pairs_s": n / lm_wall, "lm_eval_wall_s": lm_wall,
@@ -168,7 +170,8 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", choices=sorted(DEFAULT_LIMITS), default=["tiny", "smollm2"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1, help="runs of each side (alternating); the fastest counts")
-    parser.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS, help="our scorer's padded tokens per forward")
+    parser.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS,
+                        help="our scorer's padded tokens per forward")
     parser.add_argument("--lm-eval-batch-size", type=int, default=32, help="HFLM batch_size (requests per forward)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -184,7 +187,8 @@ def main() -> None:
             continue
         print(f"{label}: loaded in {time.perf_counter() - start:.1f} s")
         results.append(bench(label, *loaded, args, args.limit or DEFAULT_LIMITS[label]))
-    print(f"\nthreads={args.threads}, repeats={args.repeats}, batch_tokens={args.batch_tokens}, lm_eval batch_size={args.lm_eval_batch_size}, "
+    print(f"\nthreads={args.threads}, repeats={args.repeats}, batch_tokens={args.batch_tokens}, "
+          f"lm_eval batch_size={args.lm_eval_batch_size}, "
           f"paradigms={' '.join(args.paradigms)}, torch {torch.__version__}, transformers {transformers.__version__}\n")
     print("| model | pairs | ours pairs/s | ours model s | lm_eval pairs/s | lm_eval wall s | lm_eval model s "
           "| ratio (ours/lm_eval) | agreement | ties | agreement w/o ties | max abs dll | accuracy |")

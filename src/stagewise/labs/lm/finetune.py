@@ -205,15 +205,27 @@ def epoch_order(cfg: Config, n: int, epoch: int) -> torch.Tensor | None:
     return torch.randperm(n, generator=gen)
 
 
-def batch_loss(model: Any, enc: Encoded, rows: torch.Tensor, cfg: Config, device: torch.device) -> torch.Tensor:
+def batch_loss(model: Any, enc: Encoded, rows: torch.Tensor, cfg: Config, device: torch.device,
+               per_task: torch.Tensor | None = None) -> torch.Tensor:
+    """The batch's mean loss; adds each task's (summed loss, count) to ``per_task`` (T, 2)
+    when given (count = examples, or target tokens in the lm framing)."""
     t = cfg.train
     if cfg.task.framing == "lm":
         ids, mask, pos, _ = layout(enc, rows, "right")
         nll = token_nll(model, ids.to(device), mask.to(device), pos.to(device))  # (B, L-1)
-        return nll.sum() / mask[:, 1:].sum().to(device)
-    ids, mask, pos, last = layout(enc, rows, t.padding, t.reproduce_original_padding)
-    logits = last_logits(model, ids.to(device), _dev(mask, device), _dev(pos, device), last)  # (B, V')
-    return F.cross_entropy(logits.float(), enc.targets[rows].to(device))
+        summed, counts = nll.sum(1), mask[:, 1:].sum(1).to(nll.dtype)  # (B,), (B,)
+        loss = summed.sum() / counts.sum()
+    else:
+        ids, mask, pos, last = layout(enc, rows, t.padding, t.reproduce_original_padding)
+        logits = last_logits(model, ids.to(device), _dev(mask, device), _dev(pos, device), last)  # (B, V')
+        summed = F.cross_entropy(logits.float(), enc.targets[rows].to(device), reduction="none")  # (B,)
+        counts = torch.ones_like(summed)
+        loss = summed.mean()
+    if per_task is not None:
+        task = enc.task[rows]
+        per_task[:, 0].index_add_(0, task, summed.detach().double().cpu())
+        per_task[:, 1].index_add_(0, task, counts.detach().double().cpu())
+    return loss
 
 
 def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.device, *,
@@ -232,8 +244,16 @@ def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.
     else:
         record_epoch(cfg, model, enc, ctx, device, 0, 0, space, vocab_ids, spectra)
 
+    # per-task training loss since the last logged step (mixtures): (T, 2) summed loss, count
+    per_task = torch.zeros(len(enc.tasks), 2, dtype=torch.float64) if len(enc.tasks) > 1 else None
+    if resume is not None and "acc.per_task" in resume.tensors:
+        per_task = resume.tensors["acc.per_task"].clone()
+
     def checkpoint() -> None:
-        ctx.save_checkpoint(step, pack_state(model, opt), {"epoch": epoch, "batch": batch, "step": step})
+        state = pack_state(model, opt)
+        if per_task is not None:
+            state["acc.per_task"] = per_task
+        ctx.save_checkpoint(step, state, {"epoch": epoch, "batch": batch, "step": step})
 
     with ctx.progress(total, "fine-tuning", start=step) as advance:
         while epoch <= t.epochs:
@@ -244,7 +264,7 @@ def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.
                 lr = learning_rate(cfg, epoch, step, total)
                 for group in opt.param_groups:
                     group["lr"] = lr
-                loss = batch_loss(model, enc, batches[batch], cfg, device)
+                loss = batch_loss(model, enc, batches[batch], cfg, device, per_task)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if t.grad_clip is not None:
@@ -252,7 +272,13 @@ def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.
                 opt.step()
                 step, batch = step + 1, batch + 1
                 if step % t.log_every == 0 or batch == n_batches:
-                    ctx.log(step, {"train.batch_loss": loss.detach().reshape(1), "lr": torch.tensor([lr])})
+                    values = {"train.batch_loss": loss.detach().reshape(1), "lr": torch.tensor([lr])}
+                    if per_task is not None:
+                        mean = per_task[:, 0] / per_task[:, 1].clamp(min=1)  # (T,) since the last log
+                        values.update({f"train.batch_loss.{name}": mean[i].reshape(1)
+                                       for i, name in enumerate(enc.tasks) if per_task[i, 1] > 0})
+                        per_task.zero_()
+                    ctx.log(step, values)
                 if spectra is not None and t.spectra_every and step % t.spectra_every == 0:
                     log_spectra(ctx, step, model, spectra)
                 advance()

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from pathlib import Path
+
 from ...engine import resolve_device, resolve_dtype
+from ...errors import UserError
 from ...engine.perf import training_threads
 from ..contract import Lab, RunContext, RunResult
 from ..spec import reproduction
-from .config import Config
+from .config import TINY, Config
 from .figures import make_figures
+from .models import PKG, model_source
 from .finetune import train
 from .prepare import prepare, read_data
 from .resources import estimate
@@ -62,9 +66,15 @@ REPRODUCE = reproduction(NAME, _REPRODUCE)
 
 
 def check(config: Config) -> None:
-    """Device, dtype and every task's data (read and validated) before any work."""
+    """Device, dtype, local model files and every task's data (read and validated) before
+    any work. Hub ids and packages are resolved when the run loads them."""
     device = resolve_device(config.device)
     resolve_dtype(config.dtype, ("float32", "bfloat16"), device)
+    m = config.model
+    if m.gguf_file is not None and (m.name == TINY or Path(m.name).is_dir()):
+        model_source(m)  # a missing GGUF file is one line now
+    elif m.name != TINY and not m.name.startswith(PKG) and Path(m.name).exists() and not (Path(m.name) / "config.json").is_file():
+        raise UserError(f"model.name={m.name}: a local path without config.json is not a Hugging Face model folder")
     read_data(config)
 
 

@@ -25,9 +25,10 @@ prefix and is scored from ``t_2`` on. An empty text scores 0 (lm_eval fails on i
 
 Batching: texts are sorted by token length (longest first), packed into batches of at most
 ``batch_tokens`` padded tokens (rows x longest row; a longer text gets a batch of its own)
-with at most :data:`MAX_PADDING` of them padding, right-padded with an attention mask, run through the model once per batch, scored with one
-log_softmax (float32 at least) and one gather per batch, padding masked out, and the scores
-put back in input order. No Python loop runs over tokens or over the texts of a batch.
+with at most :data:`MAX_PADDING` of them padding, right-padded with an attention mask, run
+through the model once per batch, scored with one log_softmax (float32 at least) and one
+gather per batch, padding masked out, and the scores put back in input order. No Python
+loop runs over tokens or over the texts of a batch.
 """
 
 from __future__ import annotations

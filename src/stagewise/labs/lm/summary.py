@@ -13,7 +13,8 @@ Claims (thresholds fixed before any run: ``thresholds.half`` = 0.5):
   semantic-correct example at the end.
 * ``syntax_before_semantics`` (runs with both blimp and sick): the epoch where the BLiMP
   task's loss has fallen by half of its total drop (epoch-0 loss minus the lowest loss)
-  precedes SICK's. Null when a task's loss never falls.
+  precedes SICK's; a tie at epoch resolution is decided by the per-task training loss
+  logged every ``train.log_every`` steps. Null when a task's loss never falls or both tie.
 """
 
 from __future__ import annotations
@@ -98,20 +99,41 @@ def epoch_series(frame: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarr
     return wide["epoch"].to_numpy().astype(int), wide[metric].to_numpy(float)
 
 
+def step_series(frame: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of a per-step metric."""
+    rows = frame[frame["metric"] == metric].sort_values("step")
+    return rows["step"].to_numpy().astype(int), rows["value"].to_numpy(float)
+
+
 def syntax_claim(config: Config, frame: pd.DataFrame) -> tuple[Claim, dict[str, Any]]:
+    """BLiMP's loss reaches half of its total drop before SICK's: at epoch resolution (the
+    per-epoch evaluation), and when the two tie there, at step resolution (the per-task
+    training loss, averaged over the ``train.log_every`` steps since the previous log)."""
     half = config.thresholds.half
     found: dict[str, Any] = {}
     for task in ("blimp", "sick"):
         epochs, loss = epoch_series(frame, f"train.loss.{task}")
+        steps, batch = step_series(frame, f"train.batch_loss.{task}")
         found[task] = {"half_drop_epoch": half_drop_epoch(epochs, loss, half) if len(loss) else None,
+                       "half_drop_step": half_drop_epoch(steps, batch, half) if len(batch) else None,
                        "loss_0": float(loss[0]) if len(loss) else None, "loss_min": float(np.nanmin(loss)) if len(loss) else None,
                        "loss_final": float(loss[-1]) if len(loss) else None}
     e_b, e_s = found["blimp"]["half_drop_epoch"], found["sick"]["half_drop_epoch"]
-    holds = None if e_b is None or e_s is None else bool(e_b < e_s)
-    evidence = (f"BLiMP loss {found['blimp']['loss_0']:.3f} -> {found['blimp']['loss_min']:.3f}, half of the drop at epoch {e_b}; "
-                f"SICK {found['sick']['loss_0']:.3f} -> {found['sick']['loss_min']:.3f}, at epoch {e_s}")
+    s_b, s_s = found["blimp"]["half_drop_step"], found["sick"]["half_drop_step"]
+    if e_b is None or e_s is None:
+        holds, how = None, "a task's loss never falls"
+    elif e_b != e_s:
+        holds, how = bool(e_b < e_s), "decided at epoch resolution"
+    elif s_b is None or s_s is None or s_b == s_s:
+        holds, how = None, "tied at epoch and step resolution"
+    else:
+        holds, how = bool(s_b < s_s), f"tied at epoch {e_b}; decided at step resolution"
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    b, k = found["blimp"], found["sick"]
+    evidence = (f"BLiMP loss {fmt(b['loss_0'])} -> {fmt(b['loss_min'])}, half of the drop at epoch {e_b} (step {s_b}); "
+                f"SICK {fmt(k['loss_0'])} -> {fmt(k['loss_min'])}, at epoch {e_s} (step {s_s}); {how}")
     statement = (f"syntax before semantics ({config.task.framing} framing): BLiMP's loss falls by {half:g} of its total drop "
-                 "at an earlier epoch than SICK's")
+                 "before SICK's (epochs; steps break a tie)")
     return claim("syntax_before_semantics", statement, holds, evidence), found
 
 
