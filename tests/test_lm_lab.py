@@ -205,17 +205,23 @@ def test_epochs_zero_runs_only_the_evaluation(tmp_path):
     assert pred["epoch"].unique().tolist() == [0]
 
 
-def test_graceful_stop_mid_epoch_resumes_exactly(small_run, tmp_path, monkeypatch):
-    root, _ = small_run
+def signal_at_step(monkeypatch, step: int, signum: int) -> None:
+    """Deliver ``signum`` as the runner's handler does, at optimizer step ``step`` (the lab
+    polls ctx.stop_requested once per step)."""
     calls, real = {"n": 0}, RunDirContext.stop_requested
 
-    def sigterm_at_step_7(self):  # as the runner's SIGTERM handler does, at optimizer step 7 (mid epoch 2)
+    def stop_requested(self):
         calls["n"] += 1
-        if calls["n"] == 7:
-            self.request_stop(signal.SIGTERM)
+        if calls["n"] == step:
+            self.request_stop(signum)
         return real(self)
 
-    monkeypatch.setattr(RunDirContext, "stop_requested", sigterm_at_step_7)
+    monkeypatch.setattr(RunDirContext, "stop_requested", stop_requested)
+
+
+def test_graceful_stop_mid_epoch_resumes_exactly(small_run, tmp_path, monkeypatch):
+    root, _ = small_run
+    signal_at_step(monkeypatch, 7, signal.SIGTERM)  # mid epoch 2
     with pytest.raises(KeyboardInterrupt):
         execute_spec(RunSpec(lab="lm", overrides=SMALL), tmp_path / "r")
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
@@ -399,15 +405,7 @@ def test_mixture_resume_mid_interval_equals_uninterrupted(framing, tmp_path, mon
     assert {"train.batch_loss.blimp", "train.batch_loss.sick", "train.loss.blimp", "train.loss.sick"} <= set(metrics["metric"])
     summary = json.loads((tmp_path / "ref" / "summary.json").read_text())
     assert "syntax_before_semantics" in {c["id"] for c in summary["claims"]}
-    calls, real = {"n": 0}, RunDirContext.stop_requested
-
-    def sigint_at_step_5(self):  # between two logged steps (log_every 3): the accumulator is saved
-        calls["n"] += 1
-        if calls["n"] == 5:
-            self.request_stop(signal.SIGINT)
-        return real(self)
-
-    monkeypatch.setattr(RunDirContext, "stop_requested", sigint_at_step_5)
+    signal_at_step(monkeypatch, 5, signal.SIGINT)  # between two logged steps (log_every 3): the accumulator is saved
     with pytest.raises(KeyboardInterrupt):
         execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / "r")
     monkeypatch.undo()

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from stagewise.labs.lm.blimp import read_blimp_pairs
+
 from stagewise.errors import UserError
 from stagewise.labs.lm import readers
 from stagewise.labs.lm.tasks import (
@@ -167,7 +169,8 @@ def test_blimp_examples_sentences_and_field_normalised(blimp_dir):
     assert blimp_sentences(blimp_dir, paradigms=["principle_A_case_2"]) == [
         Sentence("blimp/principle_A_case_2/0", "blimp", "Eric imagines himself taking it."),
         Sentence("blimp/principle_A_case_2/1", "blimp", "Stacy imagines herself praising it.")]
-    pairs = readers._read_blimp_jsonl(blimp_dir / "principle_A_case_2.jsonl")
+    pairs = read_blimp_pairs(blimp_dir, ["principle_A_case_2"]).drop(columns="linguistics_term") \
+        .assign(pair_id=lambda f: f["pair_id"].astype(str)).to_dict(orient="records")
     assert [p["field"] for p in pairs] == ["syntax_semantics"] * 2
     assert pairs[1] == {"paradigm": "principle_A_case_2", "pair_id": "1", "field": "syntax_semantics",
                         "sentence_good": "Stacy imagines herself praising it.",
@@ -210,7 +213,7 @@ def test_missing_empty_and_oversized_files(tmp_path, cf_file, monkeypatch):
     one_line(lambda: counterfact_examples(tmp_path), str(tmp_path), "is a folder")
     one_line(lambda: blimp_examples(gone), str(gone), "folder not found")
     one_line(lambda: blimp_examples(cf_file), str(cf_file), "is a file")
-    one_line(lambda: blimp_examples(tmp_path), str(tmp_path), "no BLiMP paradigm files")
+    one_line(lambda: blimp_examples(tmp_path), str(tmp_path), "no BLiMP pairs selected", "0 .jsonl files")
     one_line(lambda: counterfact_examples(cf_file, limit=0), str(cf_file), "limit=0")
     one_line(lambda: counterfact_examples(cf_file, limit=-1), "limit=-1")
     empty = tmp_path / "empty.json"
@@ -261,19 +264,22 @@ def test_jsonl_errors_name_the_line(tmp_path):
 
 
 def test_blimp_errors(blimp_dir):
-    one_line(lambda: blimp_examples(blimp_dir, paradigms=["adjunct_islnd", "zzz"]), str(blimp_dir),
-             "unknown BLiMP paradigm(s) 'adjunct_islnd' (did you mean 'adjunct_island'?), 'zzz'")
+    one_line(lambda: blimp_examples(blimp_dir, paradigms=["adjunct_islnd"]), str(blimp_dir),
+             "unknown BLiMP paradigm 'adjunct_islnd' (did you mean 'adjunct_island'?")
+    with pytest.raises(UserError) as info:  # one line per unknown paradigm
+        blimp_examples(blimp_dir, paradigms=["adjunct_islnd", "zzz"])
+    assert len(info.value.lines) == 2 and "'zzz'" in info.value.lines[1]
     one_line(lambda: blimp_examples(blimp_dir, paradigms=[]), "paradigms=[]")
     one_line(lambda: load_examples("sick", blimp_dir, paradigms=["adjunct_island"]), "only task=blimp has paradigms")
     bad = blimp_dir / "adjunct_island.jsonl"
     bad.write_text(json.dumps(blimp_record("a", "b", "syntax", "adjunct_island", 0)) + "\n{oops\n")
-    one_line(lambda: blimp_examples(blimp_dir), str(bad), "line 2: not valid JSON")
+    one_line(lambda: blimp_examples(blimp_dir), bad.name, "line 2: malformed JSON")
     bad.write_text(json.dumps(blimp_record("a", "b", "phonology", "adjunct_island", 0)) + "\n")
-    one_line(lambda: blimp_examples(blimp_dir), str(bad), "line 1", "field 'phonology' is not a BLiMP field")
+    one_line(lambda: blimp_examples(blimp_dir), bad.name, "line 1", "field 'phonology' is not a BLiMP field")
     record = blimp_record("a", "b", "syntax", "adjunct_island", 0)
     del record["sentence_bad"]
     bad.write_text(json.dumps(record) + "\n")
-    one_line(lambda: blimp_examples(blimp_dir), str(bad), "line 1", "missing key 'sentence_bad'")
+    one_line(lambda: blimp_examples(blimp_dir), bad.name, "line 1", "missing key 'sentence_bad'")
 
 
 def test_sick_errors_name_line_and_columns(tmp_path):
@@ -406,7 +412,7 @@ def test_real_blimp_and_sick():
     examples = load_examples("blimp", folder, limit=2)
     paradigms = {e.id.split("/")[1] for e in examples}
     assert len(paradigms) == 67 and len(examples) == 67 * 2 * 2 and len({e.id for e in examples}) == len(examples)
-    assert {p["field"] for p in readers._read_blimp_jsonl(folder / "principle_A_case_2.jsonl", 5)} == {"syntax_semantics"}
+    assert {p["field"] for p in read_blimp_pairs(folder, ["principle_A_case_2"], 5).to_dict(orient="records")} == {"syntax_semantics"}
     assert len(load_sentences("blimp", folder, limit=3)) == 67 * 3
     sick = default_path("sick", SHARED)
     sizes = {split: len(load_examples("sick", sick, split=split)) for split in ("TRAIN", "TRIAL", "TEST", "all")}

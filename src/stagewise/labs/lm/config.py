@@ -44,7 +44,6 @@ class ModelConfig(ConfigModel):
     tiny: TinyModel = Field(default_factory=TinyModel)
     compact_vocab: bool = Field(False, description="keep only the token ids the data uses (embedding and output rows); the softmax\n"
                                 "then runs over those ids only [spec: for tiny models trained from scratch]")
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="bfloat16 only on cuda")
 
 
 class TaskConfig(ConfigModel):

@@ -155,13 +155,6 @@ def blimp_pair(paradigm: str, record: Any, source: object, where: str) -> dict[s
             "sentence_bad": get_key(record, "sentence_bad", str, source, where)}
 
 
-def _read_blimp_jsonl(path: Path, limit: int | None = None) -> list[dict[str, str]]:
-    """The minimal pairs of one BLiMP paradigm file (``<paradigm>.jsonl``), in file order,
-    the first ``limit`` only: dicts ``{paradigm, pair_id, field, sentence_good, sentence_bad}``
-    (paradigm = the file stem; ``syntax/semantics`` normalised to ``syntax_semantics``)."""
-    return [blimp_pair(path.stem, rec, path, where) for where, rec in read_jsonl(path, limit)]
-
-
 def paradigm_names(paradigms: Iterable[str] | str | None, known: Sequence[str], source: object) -> list[str]:
     """The selected paradigms (all when None), in the order given, duplicates dropped."""
     if paradigms is None:

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from stagewise.errors import UserError
 from stagewise.labs.lm import readers
+from stagewise.labs.lm.blimp import read_blimp_pairs
 from stagewise.labs.lm.readers import Located, get_key
 
 TASKS = ("counterfact", "hotpotqa", "blimp", "sick")
@@ -239,12 +240,12 @@ def hotpotqa_examples(path: Path, *, limit: int | None = None) -> list[Example]:
 
 
 def _blimp_pairs(folder: Path, paradigms: Iterable[str] | str | None, limit: int | None) -> list[dict[str, str]]:
+    """The pairs of a local BLiMP folder through the one reader of the lab (:func:`blimp.read_blimp_pairs`)."""
     readers.check_folder(folder)
-    known = sorted(p.stem for p in folder.glob("*.jsonl"))
-    if not known:
-        raise UserError(f"{folder}: no BLiMP paradigm files (*.jsonl) in the folder")
-    names = readers.paradigm_names(paradigms, known, folder)
-    pairs = [pair for name in names for pair in readers._read_blimp_jsonl(folder / f"{name}.jsonl", limit)]
+    names = [paradigms] if isinstance(paradigms, str) else (list(dict.fromkeys(paradigms)) if paradigms is not None else None)
+    frame = read_blimp_pairs(folder, names, limit)
+    frame = frame.assign(pair_id=frame["pair_id"].astype(str))
+    pairs = frame[["paradigm", "pair_id", "field", "sentence_good", "sentence_bad"]].to_dict(orient="records")
     return _nonempty(pairs, folder, "BLiMP pairs", limit)
 
 
