@@ -13,7 +13,7 @@ from ..contract import Lab, RunContext, RunResult
 from ..spec import reproduction
 from .config import TINY, Config
 from .figures import make_figures
-from .models import PKG, model_source
+from .models import PKG, is_tiny, model_source
 from .finetune import train
 from .prepare import prepare, read_data
 from .resources import estimate
@@ -88,18 +88,22 @@ def run(config: Config, ctx: RunContext) -> RunResult:
         from .spectra import spectra_hook
 
         spectra = spectra_hook(prep.loaded.model)
-    threads = config.train.threads if isinstance(config.train.threads, int) else None
-    with training_threads(threads or _default_threads()):
+    threads = config.train.threads if isinstance(config.train.threads, int) else _auto_threads(config)
+    with training_threads(threads):
         steps = train(config, prep.loaded.model, prep.encoded, ctx, prep.device, space=prep.space,
                       vocab_ids=prep.loaded.vocab_ids, spectra=spectra)
     return RunResult({"model": prep.loaded.name, "examples": counts, "dropped": prep.dropped, "steps": steps,
                       "vocab_rows": prep.loaded.vocab_size})
 
 
-def _default_threads() -> int:
+def _auto_threads(config: Config) -> int:
+    """train.threads=auto: 1 for tiny models (small matrices; a second thread was several
+    times slower on a busy 2-core machine), every available core for real models."""
     import os
 
-    return max(1, len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else 1
+    if is_tiny(config.model):
+        return 1
+    return max(1, len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else max(1, os.cpu_count() or 1)
 
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,

@@ -143,7 +143,8 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
     half = config.thresholds.half
     epoch_rows = frame[frame["metric"] == "epoch"]
     final_step = int(epoch_rows["step"].max()) if len(epoch_rows) else 0
-    at_end = frame[(frame["step"] == final_step) & frame["metric"].str.startswith("train.") & (frame["metric"] != "train.batch_loss")]
+    at_end = frame[(frame["step"] == final_step) & frame["metric"].str.startswith("train.")
+                    & ~frame["metric"].str.startswith("train.batch_loss")]
     final = {m: Stats.of([v]) for m, v in zip(at_end["metric"], at_end["value"])}
     claims: list[Claim] = []
     details: dict[str, Any] = {"model": extras.get("model"), "examples": extras.get("examples"),
