@@ -414,3 +414,18 @@ def test_mixture_resume_mid_interval_equals_uninterrupted(framing, tmp_path, mon
     table = "sentence_losses" if framing == "lm" else "predictions"
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "r" / "tables" / f"{table}.parquet"),
                                   pd.read_parquet(tmp_path / "ref" / "tables" / f"{table}.parquet"), check_exact=True)
+
+
+def test_divergence_is_recorded(tmp_path):
+    overrides = {**SMALL, "train": {**SMALL["train"], "optimizer": "sgd", "lr": 1e12, "snapshot_epochs": []}}
+    manifest = execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / "r")
+    assert manifest["status"] == "diverged" and manifest["diverged"]["what"].startswith("training loss")
+    assert (tmp_path / "r" / "tables" / "predictions.parquet").exists()  # epoch 0 is kept
+
+
+def test_epochs_zero_keeps_a_snapshot_of_epoch_0(tmp_path):
+    from stagewise.labs.lm.refs import load_ref
+
+    overrides = {**SMALL, "train": {**SMALL["train"], "epochs": 0, "snapshot_epochs": []}}
+    execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / "r", raise_on_failure=True)
+    assert load_ref(str(tmp_path / "r")).epoch == 0

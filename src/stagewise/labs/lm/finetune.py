@@ -28,6 +28,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from ...engine import Diverged
 from ..contract import RunContext
 from .batching import Encoded, dataset_batches, last_logits, layout, length_sorted_batches, token_nll
 from .categories import SEMANTIC, TYPE_CORRECT, TYPE_WRONG, AnswerSpace, categorize, category_names
@@ -243,6 +244,8 @@ def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.
         epoch, batch, step = resume.meta["epoch"], resume.meta["batch"], resume.meta["step"]
     else:
         record_epoch(cfg, model, enc, ctx, device, 0, 0, space, vocab_ids, spectra)
+        if 0 in t.snapshot_epochs or t.epochs == 0:
+            snapshot(ctx, model, vocab_ids, 0, 0)
 
     # per-task training loss since the last logged step (mixtures): (T, 2) summed loss, count
     per_task = torch.zeros(len(enc.tasks), 2, dtype=torch.float64) if len(enc.tasks) > 1 else None
@@ -265,6 +268,8 @@ def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.
                 for group in opt.param_groups:
                     group["lr"] = lr
                 loss = batch_loss(model, enc, batches[batch], cfg, device, per_task)
+                if not bool(torch.isfinite(loss.detach())):
+                    raise Diverged(step + 1, cfg.seed, f"training loss {float(loss.detach())} in epoch {epoch}")
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if t.grad_clip is not None:
@@ -286,12 +291,17 @@ def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.
                     checkpoint()
             record_epoch(cfg, model, enc, ctx, device, epoch, step, space, vocab_ids, spectra)
             if epoch in t.snapshot_epochs or epoch == t.epochs:
-                kept = weights(model) if vocab_ids is None else {**weights(model), "vocab_ids": vocab_ids}
-                ctx.save_snapshot(f"epoch_{epoch:05d}", kept, {"epoch": epoch, "step": step})
+                snapshot(ctx, model, vocab_ids, epoch, step)
             epoch, batch = epoch + 1, 0
             if ctx.should_checkpoint(epoch - 1) and epoch <= t.epochs:
                 checkpoint()
     return step
+
+
+def snapshot(ctx: RunContext, model: Any, vocab_ids: torch.Tensor | None, epoch: int, step: int) -> None:
+    """Keep the weights of ``epoch`` (and the compact vocabulary's ids) in snapshots/."""
+    kept = weights(model) if vocab_ids is None else {**weights(model), "vocab_ids": vocab_ids}
+    ctx.save_snapshot(f"epoch_{epoch:05d}", kept, {"epoch": epoch, "step": step})
 
 
 def log_spectra(ctx: RunContext, step: int, model: Any, spectra: SpectraHook) -> None:
