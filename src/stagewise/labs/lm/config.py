@@ -81,9 +81,16 @@ class TaskConfig(ConfigModel):
         return self
 
 
+def _env_root() -> Path | None:
+    """data.root's default: $STAGEWISE_DATA when set (resolved into the config, so the run's
+    hash and its resume use the folder it was started with)."""
+    env = os.environ.get(DATA_ENV)
+    return Path(env).expanduser().resolve() if env else None
+
+
 class DataConfig(ConfigModel):
-    root: Path | None = Field(None, description=f"a folder in the shared-data layout (counterfact/, hotpotqa/, blimp/, sick/);\n"
-                              f"default: ${DATA_ENV}; with neither, the hub datasets are used")
+    root: Path | None = Field(default_factory=_env_root, description=f"a folder in the shared-data layout (counterfact/, hotpotqa/,\n"
+                              f"blimp/, sick/); default: ${DATA_ENV}; with neither, the hub datasets are used")
     path: Path | None = Field(None, description="the task's own file or folder (single-task runs)")
     paths: dict[TaskName, Path] = Field(default_factory=dict, description="per-task files or folders (mixtures)")
 
@@ -99,10 +106,7 @@ class DataConfig(ConfigModel):
         return {k: v.expanduser().resolve() for k, v in value.items()}
 
     def resolved_root(self) -> Path | None:
-        if self.root is not None:
-            return self.root
-        env = os.environ.get(DATA_ENV)
-        return Path(env).expanduser().resolve() if env else None
+        return self.root
 
 
 class TrainConfig(TrainBase):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from ...report.claims import Summary
 from ...report.plots import figure, save
@@ -26,6 +27,7 @@ def categories_figure(config: Config, predictions: pd.DataFrame, folder: Path) -
         for cat in CATEGORIES:
             ax.plot(counts.index, counts[cat], marker="o", ms=3, color=COLORS[cat], label=cat)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("examples")
         ax.set_title(f"{task}: top-1 prediction categories")
         ax.legend(fontsize=8)
@@ -46,10 +48,14 @@ def loss_figure(config: Config, frame: pd.DataFrame, folder: Path) -> list[Path]
     axes[0, 0].set_ylabel("mean loss (training set, eval mode)")
     axes[0, 0].set_title("loss per task")
     axes[0, 0].legend(fontsize=8)
-    batch = frame[frame["metric"] == "train.batch_loss"].sort_values("step")
-    axes[0, 1].plot(batch["step"], batch["value"], lw=0.8)
+    per_task = [(f"train.batch_loss.{t}", t) for t in tasks] if len(tasks) > 1 else [("train.batch_loss", tasks[0])]
+    for i, (metric, task) in enumerate(per_task):
+        batch = frame[frame["metric"] == metric].sort_values("step")
+        axes[0, 1].plot(batch["step"], batch["value"], lw=0.8, color=f"C{i}", label=task)
     axes[0, 1].set_xlabel("optimizer step")
-    axes[0, 1].set_title("training batch loss")
+    axes[0, 1].set_title(f"training loss (mean over the {config.train.log_every} steps before each point)")
+    axes[0, 1].legend(fontsize=8)
+    axes[0, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     return save(fig, folder, "loss")
 
