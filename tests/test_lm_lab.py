@@ -429,3 +429,20 @@ def test_epochs_zero_keeps_a_snapshot_of_epoch_0(tmp_path):
     overrides = {**SMALL, "train": {**SMALL["train"], "epochs": 0, "snapshot_epochs": []}}
     execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / "r", raise_on_failure=True)
     assert load_ref(str(tmp_path / "r")).epoch == 0
+
+
+def test_evaluations_inside_epochs_at_fractional_epochs(tmp_path, monkeypatch):
+    overrides = {**SMALL, "train": {**SMALL["train"], "epochs": 2, "snapshot_epochs": [], "eval_every": 2}}
+    execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / "ref", raise_on_failure=True)
+    pred = pd.read_parquet(tmp_path / "ref" / "tables" / "predictions.parquet")
+    steps_per_epoch = 5  # 36 examples, batch 8
+    expected = sorted({0.0, 1.0, 2.0} | {s / steps_per_epoch for s in range(2, 11, 2) if s % steps_per_epoch})
+    assert sorted(pred["epoch"].unique()) == pytest.approx(expected)
+    summary = json.loads((tmp_path / "ref" / "summary.json").read_text())
+    assert set(summary["details"]["category_counts"]) == {str(e) if e % 1 else str(int(e)) for e in expected}
+    signal_at_step(monkeypatch, 6, signal.SIGTERM)  # right after the evaluation at step 6
+    with pytest.raises(KeyboardInterrupt):
+        execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / "r")
+    monkeypatch.undo()
+    execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / "r", raise_on_failure=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "r" / "tables" / "predictions.parquet"), pred, check_exact=True)

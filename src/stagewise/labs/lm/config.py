@@ -126,6 +126,9 @@ class TrainConfig(TrainBase):
     reproduce_original_padding: bool = Field(False, description="the authors' defect, for comparison: right padding with EOS,\n"
                                              "no attention mask, logits read at the padded last position")
     grad_clip: float | None = Field(None, gt=0, allow_inf_nan=False, description="clip the global gradient norm")
+    eval_every: int = Field(0, ge=0, le=MAX_STEPS, description="also evaluate every k optimizer steps inside epochs (records at\n"
+                            "fractional epochs step / steps_per_epoch; 0: at epoch ends only) [default; for real models,\n"
+                            "whose few epochs are too coarse to order the categories]")
     top_k: int = Field(10, ge=1, le=1000, description="top-k token ids and probabilities kept per example and epoch")
     snapshot_epochs: list[int] = Field(default_factory=list, description="epochs whose model weights are kept in snapshots/\n"
                                        "(for lm rank-curve RUN@EPOCH); the last epoch is always kept")

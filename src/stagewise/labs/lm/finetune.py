@@ -142,13 +142,13 @@ def sentence_metrics(enc: Encoded, nll: torch.Tensor, tokens: torch.Tensor) -> d
     return out
 
 
-def prediction_records(enc: Encoded, ev: Evaluation, epoch: int, vocab_ids: torch.Tensor | None) -> pd.DataFrame:
+def prediction_records(enc: Encoded, ev: Evaluation, epoch: float, vocab_ids: torch.Tensor | None) -> pd.DataFrame:
     """The ``predictions`` table part of one epoch (top ids in *original* tokenizer ids)."""
     top = ev.top_rows if vocab_ids is None else vocab_ids[ev.top_rows]  # (N, k)
     return pd.DataFrame({
         "example_id": list(enc.example_ids),
         "task": np.asarray(enc.tasks, dtype=object)[enc.task.numpy()],
-        "epoch": np.full(len(enc), epoch, dtype=np.int64),
+        "epoch": np.full(len(enc), epoch, dtype=np.float64),
         "category": category_names(ev.codes),
         "top_ids": list(top.numpy()),
         "top_probs": list(ev.top_probs.numpy()),
@@ -157,9 +157,9 @@ def prediction_records(enc: Encoded, ev: Evaluation, epoch: int, vocab_ids: torc
     })
 
 
-def sentence_records(enc: Encoded, nll: torch.Tensor, tokens: torch.Tensor, epoch: int) -> pd.DataFrame:
+def sentence_records(enc: Encoded, nll: torch.Tensor, tokens: torch.Tensor, epoch: float) -> pd.DataFrame:
     return pd.DataFrame({"example_id": list(enc.example_ids), "task": np.asarray(enc.tasks, dtype=object)[enc.task.numpy()],
-                         "epoch": np.full(len(enc), epoch, dtype=np.int64), "nll": nll.numpy(),
+                         "epoch": np.full(len(enc), epoch, dtype=np.float64), "nll": nll.numpy(),
                          "tokens": tokens.numpy().astype(np.int64)})
 
 
@@ -287,6 +287,9 @@ def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.
                 if spectra is not None and t.spectra_every and step % t.spectra_every == 0:
                     log_spectra(ctx, step, model, spectra)
                 advance()
+                if t.eval_every and step % t.eval_every == 0 and batch < n_batches:  # inside the epoch
+                    record_epoch(cfg, model, enc, ctx, device, step / n_batches, step, space, vocab_ids, None)
+                    model.train()
                 if ctx.stop_requested():
                     checkpoint()
             record_epoch(cfg, model, enc, ctx, device, epoch, step, space, vocab_ids, spectra)
@@ -310,23 +313,24 @@ def log_spectra(ctx: RunContext, step: int, model: Any, spectra: SpectraHook) ->
     ctx.log(step, {k: v.reshape(1) for k, v in metrics.items()})
 
 
-def record_epoch(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.device, epoch: int, step: int,
+def record_epoch(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.device, epoch: float, step: int,
                  space: AnswerSpace | None, vocab_ids: torch.Tensor | None, spectra: SpectraHook | None) -> None:
-    """Evaluate every example, log the epoch's metrics at ``step`` and its table part."""
+    """Evaluate every example, log the metrics at ``step`` and the table part ``step``
+    (``epoch`` is fractional for evaluations inside an epoch: step / steps per epoch)."""
     model.eval()
     if cfg.task.framing == "lm":
         nll, tokens = evaluate_sentences(model, enc, cfg, device)
         values = sentence_metrics(enc, nll, tokens)
-        ctx.log_table("sentence_losses", sentence_records(enc, nll, tokens, epoch), part=epoch)
+        ctx.log_table("sentence_losses", sentence_records(enc, nll, tokens, epoch), part=step)
     else:
         ev = evaluate_answers(model, enc, space, cfg, device)
         values = answer_metrics(enc, ev)
-        ctx.log_table("predictions", prediction_records(enc, ev, epoch, vocab_ids), part=epoch)
+        ctx.log_table("predictions", prediction_records(enc, ev, epoch, vocab_ids), part=step)
     values["epoch"] = torch.tensor(float(epoch))
     ctx.log(step, {k: v.reshape(1).double() for k, v in values.items()})
     if spectra is not None and cfg.train.spectra_every:
         metrics, table = spectra(model)
-        if epoch == 0:
+        if step == 0:
             ctx.log(0, {k: v.reshape(1) for k, v in metrics.items()})
         if table is not None:  # every singular value, once per epoch (a table part per epoch)
-            ctx.log_table("spectra", table.assign(epoch=epoch, step=step), part=epoch)
+            ctx.log_table("spectra", table.assign(epoch=epoch, step=step), part=step)

@@ -37,9 +37,15 @@ def category_counts(predictions: pd.DataFrame, task: str | None = None) -> pd.Da
     return counts.reindex(columns=list(CATEGORIES), fill_value=0).sort_index()
 
 
-def first_epoch(epochs: np.ndarray, condition: np.ndarray) -> int | None:
+def _num(x: Any) -> int | float:
+    """An epoch as an int when it is whole (epoch ends), else a float (sub-epoch evaluations)."""
+    x = float(x)
+    return int(x) if x.is_integer() else round(x, 4)
+
+
+def first_epoch(epochs: np.ndarray, condition: np.ndarray) -> int | float | None:
     hits = np.nonzero(condition)[0]
-    return int(epochs[hits[0]]) if len(hits) else None
+    return _num(epochs[hits[0]]) if len(hits) else None
 
 
 def type_before_fact(counts: pd.DataFrame, half: float) -> tuple[bool | None, str, dict[str, Any]]:
@@ -62,7 +68,7 @@ def type_before_fact(counts: pd.DataFrame, half: float) -> tuple[bool | None, st
         return None, f"not testable: {why}", facts
     e_tw = first_epoch(epochs, tw <= half * tw[0])
     e_sem = first_epoch(epochs, sem >= half * sem[-1])
-    peak_tc, peak_sem = int(epochs[int(np.argmax(tc))]), int(epochs[int(np.argmax(sem))])
+    peak_tc, peak_sem = _num(epochs[int(np.argmax(tc))]), _num(epochs[int(np.argmax(sem))])
     wrong = tc + tw
     share = np.divide(tc, wrong, out=np.zeros_like(tc), where=wrong > 0)  # type-correct share of the wrong predictions
     e_share = first_epoch(epochs, (share >= half) & (wrong > 0))
@@ -94,9 +100,9 @@ def epoch_series(frame: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarr
     """(epochs, values) of an epoch-level metric (logged with the metric ``epoch`` at the same step)."""
     wide = frame[frame["metric"].isin(["epoch", metric])].pivot_table(index="step", columns="metric", values="value")
     if metric not in wide or "epoch" not in wide:
-        return np.array([], dtype=int), np.array([])
+        return np.array([], dtype=float), np.array([])
     wide = wide.dropna(subset=["epoch", metric]).sort_index()
-    return wide["epoch"].to_numpy().astype(int), wide[metric].to_numpy(float)
+    return wide["epoch"].to_numpy(float), wide[metric].to_numpy(float)
 
 
 def step_series(frame: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -153,10 +159,11 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
     predictions = tables.get("predictions")
     if predictions is not None and len(predictions):
         counts = category_counts(predictions)
-        details["category_counts"] = {int(e): {c: int(v) for c, v in row.items()} for e, row in counts.iterrows()}
+        details["category_counts"] = {str(_num(e)): {c: int(v) for c, v in row.items()} for e, row in counts.iterrows()}
         if len(config.task.tasks()) > 1:
             details["category_counts_per_task"] = {
-                task: {int(e): {c: int(v) for c, v in row.items()} for e, row in category_counts(predictions, task).iterrows()}
+                task: {str(_num(e)): {c: int(v) for c, v in row.items()}
+                       for e, row in category_counts(predictions, task).iterrows()}
                 for task in config.task.tasks()}
         holds, evidence, facts = type_before_fact(counts, half)
         details["type_before_fact"] = facts
