@@ -36,12 +36,9 @@ def _blimp_folder(data: Path | None) -> Path:
 
 
 def _out_dir(out: Path) -> Path:
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: exists and is not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"--out {out}: cannot be created ({err.strerror})") from None
+    from .orchestrate import writable_dir
+
+    writable_dir(out, "--out")
     return out
 
 

@@ -27,7 +27,7 @@ from ..report.claims import read_summary
 from ..report.html import reproduce_html, reproduce_markdown
 from ..runs import read_manifest
 from ..runs.store import atomic_write_json, atomic_write_text
-from .runner import _writable_dir, check_size, execute_spec
+from .runner import writable_dir, check_size, execute_spec
 
 PLAN = "reproduce.json"
 
@@ -48,7 +48,7 @@ def _open_folder(folder: Path, plan: dict[str, Any]) -> None:
             raise UserError(f"--out {folder}: holds a reproduce of another plan (lab {old.get('lab')}, quick "
                             f"{old.get('quick')}); choose another folder")
         return
-    _writable_dir(folder, "--out")
+    writable_dir(folder, "--out")
     atomic_write_json(folder / PLAN, plan)
 
 

@@ -72,7 +72,7 @@ def check_size(lab: Lab, config: Any, out: Path | None, allow_large: bool = Fals
 
 
 # -------------------------------------------------------------------- directories
-def _writable_dir(path: Path, flag: str) -> None:
+def writable_dir(path: Path, flag: str) -> None:
     """Create ``path`` (a directory) or say in one line why it cannot be used."""
     for parent in [path, *path.parents]:
         if parent.exists() and not parent.is_dir():
@@ -91,7 +91,7 @@ def prepare(lab: Lab, config: Any, out: str | Path) -> RunPaths:
     paths = RunPaths(Path(out))
     if paths.root.is_dir() and any(paths.root.iterdir()):
         raise UserError(f"--out {out}: directory exists and is not empty; choose another or use --resume {out}")
-    _writable_dir(paths.root, "--out")
+    writable_dir(paths.root, "--out")
     try:
         atomic_write_text(paths.config, to_yaml(config))
         atomic_write_json(paths.manifest, {

@@ -216,26 +216,34 @@ def compact_model(model: Any, keep_ids: torch.Tensor) -> Any:
     return model
 
 
-def build(cfg: ModelConfig, *, seed: int, dtype: torch.dtype, used_ids: torch.Tensor | None = None) -> LoadedModel:
-    """The run's model and tokenizer. ``used_ids`` (the data's ids) are needed for
-    ``compact_vocab``; tiny models are then built with V' rows directly."""
-    tok = load_tokenizer(cfg)
+def skeleton(cfg: ModelConfig, tok: Any, *, seed: int, dtype: torch.dtype, keep: torch.Tensor | None) -> Any:
+    """The model of ``cfg`` with rows ``keep`` (V',) only when given: tiny-gpt2 built with
+    V' rows (random, seeded), a pretrained model loaded and then compacted."""
+    if is_tiny(cfg):
+        eos = tok.eos_token_id if keep is None else int(torch.searchsorted(keep, torch.tensor(tok.eos_token_id)))
+        return tiny_gpt2(cfg, len(keep) if keep is not None else len(tok), seed, eos).to(dtype)
+    model = load_pretrained(cfg, dtype)
+    if keep is not None:
+        compact_model(model, keep)
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            value = getattr(model.config, name, None)
+            if isinstance(value, int) and value >= 0:
+                setattr(model.config, name, int(torch.searchsorted(keep, torch.tensor(value))) if value in keep else None)
+    return model
+
+
+def build(cfg: ModelConfig, *, seed: int, dtype: torch.dtype, used_ids: torch.Tensor | None = None,
+          tokenizer: Any | None = None) -> LoadedModel:
+    """The run's model and tokenizer (``tokenizer``: one already loaded for ``cfg``).
+    ``used_ids`` (the data's ids) are needed for ``compact_vocab``; tiny models are then
+    built with V' rows directly."""
+    tok = tokenizer if tokenizer is not None else load_tokenizer(cfg)
     keep = None
     if cfg.compact_vocab:
         if used_ids is None:
             raise ValueError("compact_vocab needs the data's token ids")
         specials = [i for i in (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) if i is not None]
         keep = torch.unique(torch.cat([used_ids.to(torch.long), torch.tensor(specials, dtype=torch.long)]))  # (V',) sorted
-    if is_tiny(cfg):
-        eos = tok.eos_token_id if keep is None else int(torch.searchsorted(keep, torch.tensor(tok.eos_token_id)))
-        model = tiny_gpt2(cfg, len(keep) if keep is not None else len(tok), seed, eos).to(dtype)
-    else:
-        model = load_pretrained(cfg, dtype)
-        if keep is not None:
-            compact_model(model, keep)
-            for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
-                value = getattr(model.config, name, None)
-                if isinstance(value, int) and value >= 0:
-                    setattr(model.config, name, int(torch.searchsorted(keep, torch.tensor(value))) if value in keep else None)
+    model = skeleton(cfg, tok, seed=seed, dtype=dtype, keep=keep)
     return LoadedModel(model=model, tokenizer=tok, name=cfg.name if cfg.gguf_file is None else f"{cfg.name}:{cfg.gguf_file}",
                        vocab_ids=keep)

@@ -132,7 +132,8 @@ def prepare(cfg: Config, *, quiet: bool = False) -> Prepared:
     dtype = resolve_dtype(cfg.dtype, ("float32", "bfloat16"), device)
     tok = load_tokenizer(cfg.model)
     data = tokenize_data(cfg, tok, quiet=quiet)
-    loaded = build(cfg.model, seed=cfg.seed, dtype=dtype, used_ids=data.used_ids() if cfg.model.compact_vocab else None)
+    loaded = build(cfg.model, seed=cfg.seed, dtype=dtype, used_ids=data.used_ids() if cfg.model.compact_vocab else None,
+                   tokenizer=tok)
     encoded, space = encode(cfg, data, loaded)
     loaded.model.to(device)
     return Prepared(loaded, encoded, space, device, data.dropped)

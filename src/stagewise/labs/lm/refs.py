@@ -27,7 +27,7 @@ from ...errors import UserError
 from ...runs import load_snapshot, read_manifest
 from ...yamlio import load_yaml
 from .config import TINY, Config, ModelConfig
-from .models import LoadedModel, build, compact_model, is_tiny, load_pretrained, load_tokenizer, tiny_gpt2
+from .models import LoadedModel, build, load_tokenizer, skeleton
 
 _AT = re.compile(r"^(?P<path>.+)@(?P<epoch>\d+)$")
 SNAPSHOT = "epoch_{:05d}.safetensors"
@@ -75,13 +75,7 @@ def load_run_model(run_dir: Path, epoch: int | None = None) -> ModelRef:
         raise UserError(str(err)) from None
     vocab_ids = tensors.pop("vocab_ids", None)
     tok = load_tokenizer(cfg.model)
-    if is_tiny(cfg.model):
-        eos = tok.eos_token_id if vocab_ids is None else int(torch.searchsorted(vocab_ids, torch.tensor(tok.eos_token_id)))
-        model = tiny_gpt2(cfg.model, len(vocab_ids) if vocab_ids is not None else len(tok), cfg.seed, eos)
-    else:
-        model = load_pretrained(cfg.model, torch.float32)
-        if vocab_ids is not None:
-            compact_model(model, vocab_ids)
+    model = skeleton(cfg.model, tok, seed=cfg.seed, dtype=torch.float32, keep=vocab_ids)
     params = dict(model.named_parameters())
     missing = sorted(set(params) - {k[len("model."):] for k in tensors})
     if missing:
