@@ -4,7 +4,12 @@ written in the shared-data layout, so the LM lab runs in tests without ../shared
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+SHARED_DATA = Path(os.environ.get("STAGEWISE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+"""The project's shared data (../shared/data next to the checkout, or $STAGEWISE_SHARED_DATA);
+tests that need it skip with a reason when it is absent."""
 
 # (relation_id, prompt template, [(subject, answer), ...]): answers are single GPT-2 tokens
 RELATIONS = [

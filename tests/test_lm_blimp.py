@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from lm_fixtures import SHARED_DATA
 import torch
 import transformers
 
@@ -22,7 +23,7 @@ from stagewise.labs.lm.blimp import (
 )
 from stagewise.labs.lm.scoring import MAX_PADDING, plan_batches, prefix_token_id, sequence_logprobs
 
-SHARED_BLIMP = Path(__file__).resolve().parents[2] / "shared" / "data" / "blimp"
+SHARED_BLIMP = SHARED_DATA / "blimp"
 BATCH_TOL = 1e-5  # batched vs one-at-a-time vs the plain reference (float32 model)
 LM_EVAL_TOL = 1e-4  # our log-likelihoods vs lm_eval's per-sample ones (float32 model)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import signal
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from lm_fixtures import SHARED_DATA
 import torch
 
 from stagewise import RunSpec, execute_spec
@@ -19,7 +19,7 @@ from stagewise.labs.lm.models import compact_model, gpt2_bpe
 from stagewise.labs.lm.summary import half_drop_epoch, type_before_fact
 from stagewise.runs import RunDirContext
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = SHARED_DATA
 
 
 # ------------------------------------------------------------------ categories
@@ -308,7 +308,7 @@ def test_gguf_smollm2_loads_offline():
     assert torch.isfinite(logits).all() and loaded.tokenizer.decode([int(logits.argmax())]).strip() == "Paris"
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data is not present")
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"the shared data ({SHARED}) is not present")
 def test_shared_counterfact_loads_with_gpt2_tokenizer():
     from stagewise.labs.lm.config import Config
     from stagewise.labs.lm.prepare import tokenize_data
@@ -335,7 +335,7 @@ def test_spectra_logged_during_training(tmp_path):
 
 # ------------------------------------------------------------------ the claim and its control, on the shared data
 @pytest.mark.slow
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data is not present")
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"the shared data ({SHARED}) is not present")
 @pytest.mark.parametrize("preset", ["counterfact-tiny", "counterfact-tiny-shuffled-groups"])
 def test_type_before_fact_holds_and_fails_in_the_control(preset, tmp_path):
     """The quick reproduction's runs (20 epochs): the claim holds on CounterFact and fails

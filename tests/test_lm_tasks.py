@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from lm_fixtures import SHARED_DATA
 
 from stagewise.labs.lm.blimp import read_blimp_pairs
 
@@ -36,7 +36,7 @@ from stagewise.labs.lm.tasks import (
     single_token_answers,
 )
 
-SHARED = Path(os.environ.get("STAGEWISE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+SHARED = SHARED_DATA
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared data folder {SHARED} not present")
 
 
