@@ -89,14 +89,13 @@ def reduce_cmd(
     seed: int = typer.Option(0, "--seed", help="seed of the randomized SVD"),
 ) -> None:
     """Rank-reduce selected attention matrices and save the edited model (safetensors + tokenizer)."""
-    from .labs.lm.refs import export_hf, load_ref
+    from .labs.lm.refs import check_exportable, export_hf, load_ref
     from .labs.lm.surgery import reduce_rank
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {out}: exists and is not an empty directory")
     ref = load_ref(model)
-    if ref.loaded.vocab_ids is not None:
-        export_hf(ref.loaded, out)  # raises the compact-vocabulary error before any work
+    check_exportable(ref.loaded)  # before any work
     reduction = reduce_rank(ref.loaded.model, select, keep=keep, p=p, method=method, seed=seed)
     _out_dir(out)
     export_hf(ref.loaded, out)

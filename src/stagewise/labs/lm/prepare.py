@@ -17,6 +17,7 @@ from .batching import Encoded, to_rows, tokenize
 from .categories import AnswerSpace, answer_space, row_strings
 from .config import Config
 from .models import LoadedModel, build, load_tokenizer
+from .scoring import prefix_token_id
 from .tasks import (
     SICK_ANSWERS, SICK_ANSWERS_YES_MAYBE_NO, Example, Sentence, default_path, load_examples, load_sentences, mixture,
     single_token_answers,
@@ -85,9 +86,8 @@ def tokenize_data(cfg: Config, tok: Any, *, quiet: bool = False) -> Tokenized:
             print(f"lm: dropped examples whose answer is not one token: {shown}", file=sys.stderr)
         if not data:
             raise UserError("no example has a one-token answer for this tokenizer; nothing to train on")
-    prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
     texts = [s.text for s in data] if lm else [e.prompt for e in data]
-    ids, lengths = tokenize(tok, texts, prefix=prefix if lm else None)
+    ids, lengths = tokenize(tok, texts, prefix=prefix_token_id(tok) if lm else None)  # BOS, else EOS
     if (lengths < (2 if lm else 1)).any():
         bad = data[int(torch.nonzero(lengths < (2 if lm else 1))[0, 0])]
         raise UserError(f"example {bad.id}: empty after tokenization")

@@ -92,9 +92,8 @@ def rank_curve(refs: Sequence[ModelRef], ps: Sequence[float], *, config: Config 
             reduction = reducer.apply(model, keep, p, method=method, seed=seed)
             ev = evaluate_answers(model, encoded, space, cfg, torch.device("cpu"))
             counts = {c: int((ev.codes == code).sum()) for c, code in zip(CATEGORIES, (SEMANTIC, TYPE_CORRECT, TYPE_WRONG))}
-            kept = reduction.table()
             rows.append({"model": ref.label, "run": str(ref.run_dir) if ref.run_dir else None, "epoch": ref.epoch,
-                         "p": p, "keep": keep, "selector": chosen, "matrices": int(len(kept)),
+                         "p": p, "keep": keep, "selector": chosen, "matrices": len(reduction.items),
                          "n": int(len(encoded)), **counts})
         model.load_state_dict(pristine)
     return RankCurve(pd.DataFrame(rows), used)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -119,17 +118,19 @@ def load_ref(ref: str, *, dtype: torch.dtype = torch.float32) -> ModelRef:
     return ModelRef(loaded, Path(ref).name if Path(ref).exists() else ref)
 
 
-def export_hf(loaded: LoadedModel, out: Path) -> Path:
-    """Write ``loaded`` as a Hugging Face folder (safetensors + tokenizer) that
-    ``AutoModelForCausalLM.from_pretrained(out)`` loads."""
+def check_exportable(loaded: LoadedModel) -> None:
+    """One-line UserError unless ``loaded`` can be written as a Hugging Face model."""
     if loaded.vocab_ids is not None:
         raise UserError("this model has a compact vocabulary (model.compact_vocab): its rows are not the tokenizer's ids, "
                         "so it cannot be written as a Hugging Face model; rank-curve works on it directly")
+
+
+def export_hf(loaded: LoadedModel, out: Path) -> Path:
+    """Write ``loaded`` as a Hugging Face folder (safetensors + tokenizer) that
+    ``AutoModelForCausalLM.from_pretrained(out)`` loads."""
+    check_exportable(loaded)
     out.mkdir(parents=True, exist_ok=True)
     loaded.model.save_pretrained(out, safe_serialization=True)
     loaded.tokenizer.save_pretrained(out)
     return out
 
-
-def describe(ref: ModelRef) -> dict[str, Any]:
-    return {"model": ref.label, "run": str(ref.run_dir) if ref.run_dir else None, "epoch": ref.epoch}
