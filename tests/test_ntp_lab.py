@@ -45,7 +45,9 @@ def test_example1_acceptance(example1_run):
     assert wide.loc[total, "cos_wkq"] >= 0.99
     named = {row["input"]: row["predicted"] for row in details["named_cases"]}
     assert named == {"S P": "V", "O S P": "P"}
-    assert all(c["holds"] for c in summary["claims"]), [c for c in summary["claims"] if not c["holds"]]
+    by_id = {c["id"]: c for c in summary["claims"]}
+    assert by_id.pop("closer_to_qp_than_prop2")["holds"] is None  # Proposition 2 is exact on Example 1
+    assert all(c["holds"] for c in by_id.values()), [c for c in by_id.values() if not c["holds"]]
 
 
 def test_claims_are_computed_from_metrics(example1_run):
@@ -56,7 +58,7 @@ def test_claims_are_computed_from_metrics(example1_run):
     details = summary["details"]
     extras = RunResult({"seeds": [0], "vocab_size": 4, "dim": 4, "eta0": 0.1, "eta": 0.025, "n_samples": [9],
                         "targets": [{k: details[k] for k in ("wov_star_norm", "wkq_star_norm_sq", "prop2_wkq_norm_sq", "prop2_gap")}],
-                        "named_cases": details["named_cases"], "orthonormal": True})
+                        "named_cases": details["named_cases"], "orthonormal": True, "max_len": [3], "qp_prop2_cos": [1.0]})
     tables = TableStore(paths.tables)  # the generalization table, read back from the run
     again = summarize(config, frame, tables, extras)
     assert [c.holds for c in again.claims] == [c["holds"] for c in summary["claims"]]
@@ -155,7 +157,11 @@ def test_every_option_runs_end_to_end(tmp_path, monkeypatch, name):
     manifest = execute(lab, config, paths, progress=False)
     assert manifest["status"] == "done"
     summary = json.loads(paths.summary.read_text())
-    # every claim is testable under these options (none comes back null = "not testable here")
-    assert summary["claims"] and all(c["holds"] is not None for c in summary["claims"])
+    # every claim is testable under these options (none comes back null = "not testable here"), except the
+    # long-horizon ones, null by design here: 30 stage-2 steps are too short for the late window, and Theorem 1's
+    # band starts at zero init
+    by_design = ("horizon too short", "coincide on every seed", "model.init=zero", "for stage 2 of two-stage")
+    assert summary["claims"] and all(c["holds"] is not None or any(r in c["evidence"] for r in by_design)
+                                     for c in summary["claims"]), [c for c in summary["claims"] if c["holds"] is None]
     frame = pd.read_parquet(paths.metrics)
     assert frame["step"].max() == 50 and np.isfinite(frame[frame["metric"] == "loss"]["value"]).all()

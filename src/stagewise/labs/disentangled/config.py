@@ -34,6 +34,14 @@ class DataConfig(ConfigModel):
     q_noise: float = Field(0.05, ge=0, **Finite, description="[reconstructed] Q noise std (small)")
     zeta: float = Field(0.5, gt=0, **Finite, description="[reconstructed] ||zeta|| of the Q clusters (0.2..1 plausible; 0.5 from our probes)")
     w_star: Literal["e1", "random"] = Field("e1", description="[reconstructed] P direction: first basis vector or a random unit vector per seed")
+    q_centre: float = Field(0.0, ge=0, **Finite, description="[reconstructed] ||z|| of a common Q centre z (orthogonal to zeta1, zeta2) added to every\n"
+                            "Q block: x2 = z + cluster + noise. Large ||z|| with small clusters is Li-Wei-Ma's high-curvature\n"
+                            "direction (a large rate is unstable along V ~ z z^T); 0 = no centre")
+    label_rule: Literal["shared", "composite"] = Field(
+        "shared", description="[reconstructed] shared: P and Q both encode the label y; composite (the review's case): P's sign\n"
+        "disagrees with y on a fraction p_flip of the tokens while Q always encodes y, so P alone cannot decide\n"
+        "and Q is needed on every token (use with p0 = q0 = 0: both features in every token)")
+    p_flip: float = Field(0.0, ge=0, le=0.5, description="[reconstructed] label_rule=composite: fraction of tokens whose P block carries -y")
 
     @model_validator(mode="after")
     def _mixture(self):
@@ -41,6 +49,10 @@ class DataConfig(ConfigModel):
             raise ValueError(f"data.p0 + data.q0 = {self.p0 + self.q0:g}: must be <= 1")
         if self.q_geometry == "xor" and self.d < 2:
             raise ValueError("data.q_geometry=xor needs data.d >= 2 (two orthogonal cluster directions)")
+        if self.q_centre > 0 and self.d < 3:
+            raise ValueError(f"data.q_centre={self.q_centre:g} needs data.d >= 3 (z is orthogonal to zeta1, zeta2)")
+        if self.label_rule == "shared" and self.p_flip > 0:
+            raise ValueError(f"data.p_flip={self.p_flip:g} needs data.label_rule=composite")
         return self
 
 
@@ -59,7 +71,7 @@ class ModelConfig(ConfigModel):
 
 class TrainConfig(TrainBase):
     optimizer: Literal["gd", "sgd", "adam", "adamw"] = Field("gd", description="[known] full-batch GD; sgd (minibatches), adam, adamw are options")
-    batch_size: int = Field(64, ge=1, description="[run] sgd minibatch size (prompts per step, drawn per member)")
+    batch_size: int = Field(64, ge=1, description="[reconstructed] sgd minibatch size (prompts per step, drawn per member; >= N is full batch)")
     schedule: Literal["step", "constant", "cosine", "warmup"] = Field(
         "step", description="[known] step: eta1 for t1 steps, then eta2 (annealing); constant: eta1 throughout;\n"
         "cosine: eta1 -> eta2 over all steps; warmup: linear 0 -> eta1 over warmup_steps, then the step schedule")
@@ -70,6 +82,10 @@ class TrainConfig(TrainBase):
     steps: int = Field(6000, ge=1, le=MAX_STEPS, description="[reconstructed] total steps (Q settles within ~3000 annealed steps)")
     warmup_steps: int = Field(100, ge=0, le=MAX_STEPS, description="[run] warmup schedule: steps of linear warmup")
     noise: float = Field(0.05, ge=0, **Finite, description="[reconstructed] Li-Wei-Ma update noise: N(0, (noise * lr)^2) added to every entry per step")
+    noise_mode: Literal["lr", "constant", "stage1"] = Field(
+        "lr", description="[reconstructed] update-noise std per entry: lr = noise * lr_t (Li-Wei-Ma's; annealing lowers rate and noise\n"
+        "together); constant = noise * eta1 at every step (annealing lowers the rate only); stage1 = noise * lr_t up to t1,\n"
+        "0 after (the noise stops at t1)")
     l2: float = Field(0.01, ge=0, **Finite, description="[known] lambda of the L2 term (lambda/2)(||W||^2 + ||V||^2); value 0.01 [reconstructed] (our probes)")
     log_every: int = Field(20, ge=1, le=MAX_STEPS, description="[run] log train and test metrics every k steps (and at t1 and the end)")
     spectrum_every: int = Field(200, ge=1, le=MAX_STEPS, description="[run] log eigenvalues / singular values every k steps (and at t1 and the end)")
@@ -85,24 +101,37 @@ class TrainConfig(TrainBase):
 
 
 class ThresholdConfig(ConfigModel):
-    p_learned: float = Field(0.95, gt=0, le=1, description="[reconstructed] P-only test accuracy that counts as 'P learned' (stage detection, claims)")
-    q_learned: float = Field(0.85, gt=0, le=1, description="[reconstructed] Q-only test accuracy that counts as 'Q learned'")
-    q_unlearned: float = Field(0.65, gt=0, le=1, description="[reconstructed] Q-only test accuracy at or below which Q counts as not learned\n"
-                               "(a random V already scores 0.43..0.82 per seed at init: judge the mean over seeds)")
+    """Fixed before the runs (docs/disentangled.md section 4 gives the reasons)."""
+
+    p_learned: float = Field(0.95, gt=0, le=1, description="[reconstructed] P-only test accuracy that counts as 'P learned' (with p_loss)")
+    q_learned: float = Field(0.85, gt=0, le=1, description="[reconstructed] Q-only test accuracy of the accuracy-level claim q_accuracy_stage2")
+    p_loss: float = Field(0.5, gt=0, le=1, description="[reconstructed] P learned: K1 on P-bearing queries <= p_loss * log 2")
+    q_flat: float = Field(0.05, gt=0, le=1, description="[reconstructed] Q not learned: K2 on Q-bearing queries within q_flat * log 2 of log 2")
+    q_loss: float = Field(0.5, gt=0, le=1, description="[reconstructed] Q learned: K2 on Q-bearing queries <= q_loss * log 2 (the issue's 'at most half')")
+    control_quantile: float = Field(0.95, gt=0, le=1, description="[reconstructed] Q not learned also needs Q-only accuracy <= this quantile of the\n"
+                                    "shuffled-label control's (pooled over its seeds, same step)")
+    seed_fraction: float = Field(1.0, gt=0, le=1, description="[reconstructed] a per-seed claim holds when at least this fraction of seeds pass (1 = every seed)")
 
 
 class ExperimentConfig(ConfigModel):
-    kind: Literal["two-stage", "ablations", "spectral", "d-scaling", "grid"] = Field(
+    kind: Literal["two-stage", "ablations", "spectral", "d-scaling", "grid", "robustness"] = Field(
         "two-stage", description="[run] two-stage: the staged run; ablations: the same data and seeds under each ablation;\n"
-        "grid: every combination of experiment.grid's values, all batched in one pass over each seed's data;\n"
-        "spectral: spectra + truncation intervention; d-scaling: K^1, K^2 at the stage ends as d grows")
-    ablations: list[Literal["no-anneal", "small-lr", "no-noise", "no-l2", "joint", "mixture-off", "full"]] = Field(
-        ["no-anneal", "small-lr", "no-noise", "no-l2", "joint", "mixture-off", "full"],
-        description="[run] ablations run beside the baseline (kind=ablations)")
-    grid: dict[Literal["eta1", "eta2", "t1", "noise", "l2"], list[float]] = Field(
+        "grid: every combination of experiment.grid's values, batched (the phase diagrams of the loss-level stages);\n"
+        "spectral: spectra + truncation intervention; d-scaling: K^1, K^2 at the stage ends as d grows;\n"
+        "robustness: the per-seed stage claims for every d in experiment.dims x seed block in experiment.seed_blocks")
+    ablations: list[Literal["no-anneal", "small-lr", "no-noise", "no-l2", "joint", "mixture-off", "full",
+                            "anneal-fixed-noise", "noise-off-t1"]] = Field(
+        ["no-anneal", "small-lr", "no-noise", "no-l2", "joint", "mixture-off", "full", "anneal-fixed-noise", "noise-off-t1"],
+        description="[run] ablations run beside the baseline (kind=ablations); anneal-fixed-noise: eta1 -> eta2 with the noise\n"
+        "std held at noise * eta1; noise-off-t1: constant eta1 with the noise stopped at t1 (which of the two matters?)")
+    grid: dict[Literal["eta1", "eta2", "t1", "noise", "l2", "zeta", "q_centre", "p_flip", "batch_size"], list[float]] = Field(
         {"eta1": [0.3, 1.0], "noise": [0.0, 0.02, 0.05, 0.1]},
-        description="[run] kind=grid: values per hyper-parameter (eta1, eta2, t1, noise, l2); the product runs as one\n"
-        "batched computation (shapes are kept), each combination on the same seeds and data")
+        description="[run] kind=grid: values per hyper-parameter or data field (eta1, eta2, t1, noise, l2, zeta, q_centre,\n"
+        "p_flip, batch_size with optimizer=sgd); the product runs as one batched computation (shapes are kept),\n"
+        "each combination on the same seeds")
+    control: bool = Field(True, description="[run] train a shuffled-label control beside every member (targets permuted across the\n"
+                          "training prompts): the null that q_not_learned_stage1 is tested against")
+    seed_blocks: list[int] = Field([0, 1000, 2000], description="[run] kind=robustness: first seed of each block of n_seeds seeds")
     truncation_ks: list[int] | None = Field(None, description="[run] k values for the top-k / bottom-k truncation; null = 0..2d in 8 steps")
     dims: list[int] = Field([8, 16, 32, 64, 128], description="[run] kind=d-scaling: the d values")
     scale_rules: bool = Field(True, description="[reconstructed] kind=d-scaling: 1/lambda ~ sqrt(log d) and L ~ sqrt(d) log d (the\n"
@@ -119,6 +148,12 @@ class ExperimentConfig(ConfigModel):
                 raise ValueError(f"experiment.grid.{key}={values}: step sizes must be > 0")
             if key == "t1" and any(v != int(v) or v > MAX_STEPS for v in values):
                 raise ValueError(f"experiment.grid.t1={values}: step counts must be integers (0..{MAX_STEPS})")
+            if key == "batch_size" and any(v != int(v) or v < 1 for v in values):
+                raise ValueError(f"experiment.grid.batch_size={values}: batch sizes must be integers >= 1")
+            if key == "p_flip" and any(v > 0.5 for v in values):
+                raise ValueError(f"experiment.grid.p_flip={values}: fractions must be in [0, 0.5]")
+            if key == "zeta" and any(v <= 0 for v in values):
+                raise ValueError(f"experiment.grid.zeta={values}: cluster norms must be > 0")
         return value
 
     @field_validator("dims")
@@ -145,6 +180,13 @@ class Config(RunBase):
         ks = self.experiment.truncation_ks
         if ks is not None and any(not 0 <= k <= width for k in ks):
             raise ValueError(f"experiment.truncation_ks={ks}: each k must be in 0..2d = 0..{width} (data.d={self.data.d})")
+        grid = self.experiment.grid
+        if any(v > 0 for v in grid.get("p_flip", [])) and self.data.label_rule != "composite":
+            raise ValueError(f"experiment.grid.p_flip={grid['p_flip']} needs data.label_rule=composite")
+        if any(v > 0 for v in grid.get("q_centre", [])) and self.data.d < 3:
+            raise ValueError(f"experiment.grid.q_centre={grid['q_centre']} needs data.d >= 3")
+        if "batch_size" in grid and self.train.optimizer != "sgd":
+            raise ValueError(f"experiment.grid.batch_size needs train.optimizer=sgd (got {self.train.optimizer})")
         t1s = self.experiment.grid.get("t1", [])
         if any(t > self.train.steps for t in t1s):
             raise ValueError(f"experiment.grid.t1={[int(t) for t in t1s]}: each must be <= train.steps ({self.train.steps})")

@@ -28,13 +28,15 @@ from ...errors import UserError
 P_GEOMETRIES = ("margin",)
 Q_GEOMETRIES = ("three-cluster", "xor")
 W_STAR_KINDS = ("e1", "random")
+LABEL_RULES = ("shared", "composite")
 SPLIT_STREAMS = {"train": "data.train", "test": "data.test"}
 # every named stream of a member's seed in this lab; the training streams (init, one
 # sub-stream per weight matrix; update noise; minibatches) seed torch with 63-bit words
-STREAMS = SeedStreams({"data.train": 1, "data.test": 2, "geometry": 3, "init": (110, 1), "noise": 102, "batch": 103},
-                      width={"init": 63, "noise": 63, "batch": 63})
+STREAMS = SeedStreams({"data.train": 1, "data.test": 2, "geometry": 3, "init": (110, 1), "noise": 102, "batch": 103,
+                       "control": 104},
+                      width={"init": 63, "noise": 63, "batch": 63, "control": 63})
 
-KIND_BOTH, KIND_P_ONLY, KIND_Q_ONLY = 0, 1, 2
+KIND_BOTH, KIND_P_ONLY, KIND_Q_ONLY, KIND_P_FLIPPED = 0, 1, 2, 3  # p_flipped: both features, P carries -y
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class DataSpec:
     q_noise: float = 0.05  # Q noise std
     zeta: float = 0.5  # ||zeta|| for the Q clusters
     w_star: str = "e1"  # "e1" (first basis vector) or "random" (a random unit vector per seed)
+    q_centre: float = 0.0  # ||z||: a common Q centre z (orthogonal to zeta1, zeta2) added to every Q block
+    label_rule: str = "shared"  # "shared": P and Q both encode y; "composite": P's sign disagrees with y w.p. p_flip
+    p_flip: float = 0.0  # composite: probability that a token's P block carries -y (Q always carries y)
 
     @property
     def p_noise_std(self) -> float:
@@ -66,7 +71,7 @@ class Prompts:
     x1: torch.Tensor  # (S, N, L, d) P block of every token (query at position L-1)
     x2: torch.Tensor  # (S, N, L, d) Q block
     y: torch.Tensor  # (S, N, L) labels in {-1, +1}, dtype of x; y[..., L-1] is the target
-    kind: torch.Tensor  # (S, N, L) long: 0 = both features, 1 = P-only, 2 = Q-only
+    kind: torch.Tensor  # (S, N, L) long: 0 = both features, 1 = P-only, 2 = Q-only, 3 = both with P flipped (composite)
     w_star: torch.Tensor  # (S, d) unit vector of the P direction
     zeta: torch.Tensor  # (S, 2, d) Q cluster directions zeta1, zeta2 (zeta2 used by xor only)
 
@@ -82,7 +87,7 @@ def _is_int(value) -> bool:
 def validate_spec(spec: DataSpec) -> None:
     """Raise UserError listing every problem of ``spec`` (one line each); None when valid."""
     problems: list[str] = []
-    for key in ("p0", "q0"):
+    for key in ("p0", "q0", "p_flip"):
         value = getattr(spec, key)
         if not _is_real(value) or not 0.0 <= value <= 1.0:
             problems.append(f"data.{key}={value!r}: must be a probability in [0, 1]")
@@ -100,7 +105,14 @@ def validate_spec(spec: DataSpec) -> None:
         value = getattr(spec, key)
         if not _is_real(value) or value <= 0:
             problems.append(f"data.{key}={value!r}: must be a finite number > 0")
-    for key, allowed in (("p_geometry", P_GEOMETRIES), ("q_geometry", Q_GEOMETRIES), ("w_star", W_STAR_KINDS)):
+    if not _is_real(spec.q_centre) or spec.q_centre < 0:
+        problems.append(f"data.q_centre={spec.q_centre!r}: must be a finite number >= 0")
+    elif spec.q_centre > 0 and _is_int(spec.d) and spec.d < 3:
+        problems.append(f"data.q_centre={spec.q_centre!r} needs data.d >= 3 (z is orthogonal to zeta1, zeta2); got data.d={spec.d}")
+    if spec.label_rule == "shared" and _is_real(spec.p_flip) and spec.p_flip > 0:
+        problems.append(f"data.p_flip={spec.p_flip!r} needs data.label_rule='composite'")
+    for key, allowed in (("p_geometry", P_GEOMETRIES), ("q_geometry", Q_GEOMETRIES), ("w_star", W_STAR_KINDS),
+                         ("label_rule", LABEL_RULES)):
         value = getattr(spec, key)
         if value not in allowed:
             problems.append(f"data.{key}={value!r}: unknown; allowed: {', '.join(allowed)}")
@@ -110,11 +122,13 @@ def validate_spec(spec: DataSpec) -> None:
         raise UserError(*problems)
 
 
-def _geometry(spec: DataSpec, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """w* (d,) and zeta (2, d) of one seed, in float64.
+def _geometry(spec: DataSpec, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """w* (d,), zeta (2, d) and the Q centre z (d,) of one seed, in float64.
 
     Both draws are made whatever the options, so zeta does not depend on ``spec.w_star``.
-    For d = 1 only zeta1 exists; zeta2 is then 0 (xor is rejected by validation).
+    For d = 1 only zeta1 exists; zeta2 is then 0 (xor is rejected by validation). z is drawn
+    after them (so the other values do not depend on it), made orthogonal to zeta1, zeta2 by
+    Gram-Schmidt and scaled to ``spec.q_centre`` (0: no centre).
     """
     gen = STREAMS.torch(seed, "geometry")
     d = spec.d
@@ -131,12 +145,26 @@ def _geometry(spec: DataSpec, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     else:
         q, r = torch.linalg.qr(z_draw)  # q: (d, 2) orthonormal columns
         zeta = (q * torch.sign(torch.diagonal(r))).T  # (2, d), rows orthonormal
-    return w_star, zeta * spec.zeta
+    centre = torch.zeros(d, dtype=torch.float64)
+    if spec.q_centre > 0:
+        c_draw = torch.randn(d, generator=gen, dtype=torch.float64)  # (d,)
+        c_draw = c_draw - zeta.T @ (zeta @ c_draw)  # (d,) orthogonal to zeta1, zeta2
+        centre = c_draw / c_draw.norm() * spec.q_centre
+    return w_star, zeta * spec.zeta, centre
+
+
+def geometry(spec: DataSpec, seeds: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The signal directions of each seed, float64: w* (S, d) and an orthonormal basis of
+    span(zeta1, zeta2) (S, 2, d) (the directions the P and Q signals live in)."""
+    parts = [_geometry(spec, s) for s in seeds]
+    w_star = torch.stack([w for w, _, _ in parts])  # (S, d)
+    zeta = torch.stack([z for _, z, _ in parts])  # (S, 2, d)
+    return w_star, zeta / zeta.norm(dim=-1, keepdim=True).clamp_min(1e-300)
 
 
 def _sample_member(spec: DataSpec, seed: int, n: int, stream: str) -> dict[str, torch.Tensor]:
     """One member's prompts in float64: x1, x2 (N, L, d), y, kind (N, L), w_star (d,), zeta (2, d)."""
-    w_star, zeta = _geometry(spec, seed)
+    w_star, zeta, q_centre = _geometry(spec, seed)
     gen = STREAMS.torch(seed, stream)
     L, d, f64 = spec.prompt_len, spec.d, torch.float64
     # fixed draw order, independent of the geometry options
@@ -145,15 +173,18 @@ def _sample_member(spec: DataSpec, seed: int, n: int, stream: str) -> dict[str, 
     xi = torch.randn(n, L, d, generator=gen, dtype=f64) * spec.p_noise_std  # (N, L, d)
     side = torch.randint(0, 2, (n, L), generator=gen).to(f64) * 2 - 1  # (N, L) cluster sign
     q_noise = torch.randn(n, L, d, generator=gen, dtype=f64) * spec.q_noise  # (N, L, d)
+    flip = torch.rand(n, L, generator=gen, dtype=f64) < spec.p_flip  # (N, L) composite: P carries -y (drawn last)
 
     kind = torch.full((n, L), KIND_BOTH, dtype=torch.long)
     kind[u < spec.p0] = KIND_P_ONLY
     kind[(u >= spec.p0) & (u < spec.p0 + spec.q0)] = KIND_Q_ONLY
+    kind[(kind == KIND_BOTH) & flip] = KIND_P_FLIPPED  # composite: only Q tells these tokens' label
 
     # P: noise kept on the positive side of the hyperplane orthogonal to w*
     along = xi @ w_star  # (N, L)
     xi = xi + (along.abs() - along).unsqueeze(-1) * w_star  # (N, L, d)
-    x1 = y.unsqueeze(-1) * (spec.gamma0 * w_star + xi)  # (N, L, d)
+    p_sign = torch.where(flip, -y, y)  # (N, L) the label P encodes (= y unless composite flips it)
+    x1 = p_sign.unsqueeze(-1) * (spec.gamma0 * w_star + xi)  # (N, L, d)
 
     # Q: cluster centre per token, plus isotropic noise
     positive = (y > 0).unsqueeze(-1)  # (N, L, 1)
@@ -161,7 +192,7 @@ def _sample_member(spec: DataSpec, seed: int, n: int, stream: str) -> dict[str, 
         centre = torch.where(positive, torch.zeros_like(zeta[0]), zeta[0])  # (N, L, d)
     else:  # xor
         centre = torch.where(positive, zeta[0], zeta[1])  # (N, L, d)
-    x2 = side.unsqueeze(-1) * centre + q_noise  # (N, L, d)
+    x2 = q_centre + side.unsqueeze(-1) * centre + q_noise  # (N, L, d): z + cluster + noise
 
     x1 = x1 * (kind != KIND_Q_ONLY).unsqueeze(-1).to(f64)  # (N, L, d)
     x2 = x2 * (kind != KIND_P_ONLY).unsqueeze(-1).to(f64)  # (N, L, d)

@@ -13,7 +13,7 @@ accuracies and branch losses at the end of each stage (t1 and the last step).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -24,8 +24,9 @@ from ...measure import truncate
 from ...engine import Diverged, nonfinite_members, resolve_device
 from ...runs import Checkpoint
 from ..contract import RunContext
+from .claims import control_of
 from .config import Config
-from .metrics import block_matrices, evaluate, weight_metrics
+from .metrics import block_matrices, evaluate, review_metrics, weight_metrics
 from .train import Member, State, build_ensemble, init_weights, members_from_config, run_training
 
 @dataclass(frozen=True)
@@ -39,10 +40,18 @@ class Group:
     prefix: str = ""
 
     def variant_of(self, member: Member) -> str:
-        """The variant field of this member's records ("" for a single-variant run)."""
-        if self.prefix_by_variant:
-            return member.variant
-        return self.prefix.rstrip("/")
+        """The variant field of this member's records ("" for a single-variant run, "control"
+        for its shuffled-label control; group prefixes go first)."""
+        base = member.variant if self.prefix_by_variant else self.prefix.rstrip("/")
+        return control_of(base) if member.control else base
+
+
+def with_control(config: Config, members: list[Member]) -> list[Member]:
+    """``members`` followed by their shuffled-label controls (same seeds and settings, the
+    training targets permuted) when ``experiment.control`` is on."""
+    if not config.experiment.control:
+        return members
+    return members + [replace(m, control=True) for m in members]
 
 
 def _variant(config: Config, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -56,6 +65,8 @@ def _variant(config: Config, name: str) -> tuple[dict[str, Any], dict[str, Any]]
         "mixture-off": ({"p0": 0.0, "q0": 0.0}, {}),
         "joint": ({}, {"model": {"output": "joint"}}),
         "full": ({}, {"model": {"weights": "full"}}),
+        "anneal-fixed-noise": ({"noise_mode": "constant"}, {}),
+        "noise-off-t1": ({"eta2": tc.eta1, "noise_mode": "stage1"}, {}),
     }[name]
 
 
@@ -72,12 +83,26 @@ def scaled_config(config: Config, d: int) -> Config:
     return validate(Config, deep_merge(config.model_dump(mode="json"), changes))
 
 
+def robustness_configs(config: Config) -> list[tuple[str, Config]]:
+    """(name, config) of every (d, seed block) of kind=robustness: the base config with d
+    and the first seed changed, nothing else ("d=20,seed=1000")."""
+    out = []
+    for d in config.experiment.dims:
+        for block in config.experiment.seed_blocks:
+            cfg = validate(Config, deep_merge(config.model_dump(mode="json"), {"data": {"d": d}, "seed": block}))
+            out.append((f"d={d},seed={block}", cfg))
+    return out
+
+
 def groups(config: Config) -> list[Group]:
     kind = config.experiment.kind
     if kind in ("two-stage", "spectral"):
-        return [Group("baseline", config, members_from_config(config))]
+        return [Group("baseline", config, with_control(config, members_from_config(config)))]
     if kind == "grid":
-        return [Group("grid", config, seed_major(config, grid_variants(config)), prefix_by_variant=True)]
+        return [Group("grid", config, with_control(config, seed_major(config, grid_variants(config))), prefix_by_variant=True)]
+    if kind == "robustness":
+        return [Group(name, cfg, with_control(cfg, members_from_config(cfg)), prefix=f"{name}/")
+                for name, cfg in robustness_configs(config)]
     if kind == "d-scaling":
         return [Group(f"d={d}", cfg := scaled_config(config, d), members_from_config(cfg), prefix=f"d={d}/")
                 for d in config.experiment.dims]
@@ -94,7 +119,8 @@ def groups(config: Config) -> list[Group]:
             shared.append(name)
             overrides[name] = member_over
     batched = seed_major(config, {v: overrides[v] for v in shared})
-    return [Group("batched", config, batched, prefix_by_variant=True)] + separate
+    controls = with_control(config, members_from_config(config))[config.n_seeds:]  # the baseline's only
+    return [Group("batched", config, batched + controls, prefix_by_variant=True)] + separate
 
 
 def seed_major(config: Config, variants: dict[str, dict[str, Any]]) -> list[Member]:
@@ -111,9 +137,12 @@ def grid_variants(config: Config) -> dict[str, dict[str, float]]:
     keys = list(config.experiment.grid)
     out = {}
     for values in product(*(config.experiment.grid[k] for k in keys)):
-        over = {k: (int(v) if k == "t1" else float(v)) for k, v in zip(keys, values)}
+        over = {k: (int(v) if k in INTEGER_AXES else float(v)) for k, v in zip(keys, values)}
         out[",".join(f"{k}={v:g}" for k, v in over.items())] = over
     return out
+
+
+INTEGER_AXES = ("t1", "batch_size")
 
 
 def _log_rows(ctx, group: Group, step: int, values: dict[str, torch.Tensor]) -> None:
@@ -128,9 +157,12 @@ def _log_rows(ctx, group: Group, step: int, values: dict[str, torch.Tensor]) -> 
         ctx.log(step, dict(zip(names, block.unbind(0))), variant=variant)
 
 
-STAGE_COLUMNS = ("test.acc.p_only", "test.acc.q_only", "test.acc.both", "test.K1", "test.K2",
+STAGE_COLUMNS = ("test.acc.p_only", "test.acc.q_only", "test.acc.both", "test.acc.p_part", "test.acc.q_part",
+                 "test.acc.p_flipped", "test.acc", "test.K1", "test.K2",
                  "test.K1.p_queries", "test.K2.q_queries", "train.K1", "train.K2", "train.K1.p_queries",
-                 "train.K2.q_queries")
+                 "train.K2.q_queries", "W.fro", "V.fro", "W.spectral", "V.spectral", "W.signal", "V.signal.sv.0",
+                 "V.signal.sv.1", "W.signal_share", "V.signal_share", "review.K1_ref", "review.K1_ref_at_norm",
+                 "review.ref_scale")
 
 
 STAGE_KEYS = ("group", "variant", "seed", "stage", "step")
@@ -192,11 +224,12 @@ def run_group(index: int, group: Group, ctx: RunContext, resume: Checkpoint | No
         log = t % tc.log_every == 0 or t in marks
         spectra = t % tc.spectrum_every == 0 or t in marks
         if log or spectra:
-            values = {**stage, **weight_metrics(weights, cfg.data.d, spectra)}
+            values = {**stage, **weight_metrics(weights, cfg.data.d, spectra, ens.w_star, ens.zeta_basis)}
             if log:
                 values.update(evaluate_splits(weights))
             if t == total:
                 values.update(truncation_metrics(cfg, ens, weights))
+                values.update(review_metrics(weights, ens.w_star, ens.test, cfg.model.normalizer, cfg.data.d))
             _log_rows(ctx, group, t, values)
             for name, mark in (("stage1", tc.t1), ("stage2", total)):
                 if t == mark and log:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...config import deep_merge
 from ...engine import resolve_device
 from ...errors import UserError
 from ..contract import Lab, RunContext, RunResult
@@ -19,15 +20,38 @@ from .train import data_spec
 NAME = "disentangled"
 DESCRIPTION = "elementary (P) then specialized (Q) features: normalized ReLU attention, large then annealed LR (Gong et al. 2025; reconstructed)"
 
+_PHASE = {"experiment": {"kind": "grid"}, "n_seeds": 4, "data": {"n_test": 1000},
+          "train": {"t1": 1000, "steps": 5000, "log_every": 50, "spectrum_every": 1000}}
+# the phase diagrams of the loss-level second stage, one per mechanism (docs section 5)
+_MECHANISMS = {
+    "phase-noise": ("update noise: noise x ||zeta|| at lambda 0.01 (noise std = noise * lr)",
+                    {"train": {"l2": 0.01}, "experiment": {"grid": {"noise": [0.05, 0.2, 0.3, 0.5], "zeta": [1.0, 1.5, 2.0, 3.0]}}}),
+    "phase-sgd": ("minibatch SGD noise: batch size x eta1, no update noise, ||zeta|| = 2",
+                  {"data": {"zeta": 2.0}, "train": {"optimizer": "sgd", "noise": 0.0, "l2": 0.01},
+                   "experiment": {"grid": {"batch_size": [4, 16, 64], "eta1": [1.0, 3.0]}}}),
+    "phase-centre": ("large-LR instability along a high-curvature Q centre z: ||z|| x eta1, noise 0.003, lambda 0.001",
+                     {"data": {"zeta": 1.0}, "train": {"noise": 0.003, "l2": 0.001},
+                      "experiment": {"grid": {"q_centre": [0.0, 2.0, 3.0], "eta1": [1.0, 3.0]}}}),
+    "phase-composite": ("composite labels (both features in every token, P flipped on p_flip): p_flip x noise, ||zeta|| = 2",
+                        {"data": {"zeta": 2.0, "label_rule": "composite", "p0": 0.0, "q0": 0.0}, "train": {"l2": 0.01},
+                         "experiment": {"grid": {"p_flip": [0.05, 0.1], "noise": [0.05, 0.2, 0.5]}}}),
+}
+
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
-    "two-stage": ("the staged run: xor Q, mixture 0.2/0.2, eta1 = 1 for 300 steps then eta2 = 0.1 to 6000, update noise 0.05, lambda 0.01, 8 seeds",
+    "two-stage": ("the staged run: xor Q, mixture 0.2/0.2, eta1 = 1 for 300 steps then eta2 = 0.1 to 6000, update noise 0.05, lambda 0.01, "
+                  "8 seeds and their shuffled-label controls",
                   {"experiment": {"kind": "two-stage"}}),
-    "ablations": ("the two-stage run beside no-anneal, small-lr, no-noise, no-l2, joint, mixture-off, full (same data and seeds)",
+    "ablations": ("the two-stage run beside no-anneal, small-lr, no-noise, no-l2, joint, mixture-off, full, anneal-fixed-noise, "
+                  "noise-off-t1 (same data and seeds)",
                   {"experiment": {"kind": "ablations"}, "data": {"n_test": 1000}, "train": {"log_every": 50, "spectrum_every": 1000}}),
     "spectral": ("spectra of W, V over training and the top-k / bottom-k truncation of blockdiag(W, V)",
                  {"experiment": {"kind": "spectral"}, "train": {"spectrum_every": 50}}),
     "grid": ("eta1 x update-noise grid (0.3, 1.0) x (0, 0.02, 0.05, 0.1), batched in one pass: where do the stages appear?",
              {"experiment": {"kind": "grid"}, "data": {"n_test": 1000}, "train": {"log_every": 50, "spectrum_every": 1000}}),
+    **{name: (text, deep_merge(_PHASE, over)) for name, (text, over) in _MECHANISMS.items()},
+    "robustness": ("the per-seed stage claims for d = 20, 30, 50 x seed blocks 0, 1000, 2000 (8 seeds each, with controls)",
+                   {"experiment": {"kind": "robustness", "dims": [20, 30, 50], "seed_blocks": [0, 1000, 2000]},
+                    "data": {"n_test": 1000}, "train": {"log_every": 100, "spectrum_every": 6000}}),
     "d-scaling": ("K1, K2 at the stage ends for d = 8..128 with lambda and L scaled by the assumption's rules",
                   {"experiment": {"kind": "d-scaling"}, "n_seeds": 3,
                    "data": {"n_test": 500}, "train": {"steps": 3000, "log_every": 100, "spectrum_every": 3000}}),
@@ -40,6 +64,8 @@ _REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("ablations", "ablations", {}, {**_QUICK, "experiment": {"ablations": ["no-anneal", "no-noise"]}}),
     ("spectral", "spectral", {}, None),
     ("grid", "grid", {}, None),
+    *((name, name, {}, None) for name in _MECHANISMS),
+    ("robustness", "robustness", {}, None),
     ("d-scaling", "d-scaling", {}, {"n_seeds": 2, "data": {"n_train": 200, "n_test": 300},
                                     "experiment": {"dims": [8, 16, 32]},
                                     "train": {"steps": 800, "log_every": 100, "spectrum_every": 800}}),
@@ -51,7 +77,7 @@ def check(config: Config) -> None:
     """Data specs of every group (d-scaling changes d and L) before any work."""
     resolve_device(config.device)
     for group in groups(config):
-        for member in {(m.p0, m.q0): m for m in group.members}.values():
+        for member in {m.data_key()[1:]: m for m in group.members}.values():
             validate_spec(data_spec(group.config, member))
     if config.experiment.kind == "d-scaling" and config.data.d < 2:
         raise UserError(f"data.d={config.data.d}: d-scaling anchors its rules at d >= 2")

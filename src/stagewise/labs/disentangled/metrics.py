@@ -14,6 +14,7 @@ from ...measure import spectrum_metrics
 from .model import Batch, all_scores, branch_outputs, forward, logistic
 
 KINDS = {"both": 0, "p_only": 1, "q_only": 2}
+P_FLIPPED = 3  # composite labels: both features, P carries -y (data.KIND_P_FLIPPED)
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -58,7 +59,14 @@ def evaluate(weights: tuple[torch.Tensor, ...], batch: Batch, l2: torch.Tensor, 
         # without the queries that carry no such feature (their branch output is 0: loss log 2)
         f"{split}.K1.p_queries": _masked_mean(part1, batch.kind != KINDS["q_only"]),
         f"{split}.K2.q_queries": _masked_mean(part2, batch.kind != KINDS["p_only"]),
+        # the sign of one part alone on the queries carrying that feature (f^b = 0 counts as wrong)
+        f"{split}.acc.p_part": _masked_mean((torch.sign(f1) == batch.target).to(loss.dtype), batch.kind != KINDS["q_only"]),
+        f"{split}.acc.q_part": _masked_mean((torch.sign(f2) == batch.target).to(loss.dtype), batch.kind != KINDS["p_only"]),
     }
+    if bool((batch.kind == P_FLIPPED).any()):  # composite labels: the queries only Q can decide
+        mask = batch.kind == P_FLIPPED
+        out[f"{split}.acc.p_flipped"] = _masked_mean(correct, mask)
+        out[f"{split}.loss.p_flipped"] = _masked_mean(loss, mask)
     for name, code in KINDS.items():
         mask = batch.kind == code
         out[f"{split}.acc.{name}"] = _masked_mean(correct, mask)
@@ -71,10 +79,29 @@ def evaluate(weights: tuple[torch.Tensor, ...], batch: Batch, l2: torch.Tensor, 
     return out
 
 
-def weight_metrics(weights: tuple[torch.Tensor, ...], d: int, spectra: bool) -> dict[str, torch.Tensor]:
-    """Norms (always) and full spectra (when ``spectra``) of W, V and blockdiag(W, V) ("WV")."""
+def signal_metrics(w: torch.Tensor, v: torch.Tensor, w_star: torch.Tensor, zeta_basis: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The signal parts of the weights, (M,) each: the P signal a = w*^T W w* (W projected on
+    w* w*^T), the singular values of the Q signal Z^T V Z (V projected on span zeta, Z the
+    (d, 2) orthonormal basis), and the share of ||.||_F^2 each signal part holds.
+
+    w, v (M, d, d); w_star (M, d); zeta_basis (M, 2, d). What is not signal is what the
+    noise (update noise, minibatches, init) put there."""
+    a = torch.einsum("md,mde,me->m", w_star, w, w_star)  # (M,)
+    core = torch.einsum("mid,mde,mje->mij", zeta_basis, v, zeta_basis)  # (M, 2, 2) Z^T V Z
+    sv = torch.linalg.svdvals(core)  # (M, 2), descending
+    w_sq, v_sq = w.pow(2).flatten(1).sum(-1), v.pow(2).flatten(1).sum(-1)
+    tiny = torch.finfo(w.dtype).tiny
+    return {"W.signal": a, "W.signal_share": a.pow(2) / w_sq.clamp_min(tiny),
+            "V.signal.sv.0": sv[:, 0], "V.signal.sv.1": sv[:, 1],
+            "V.signal_share": core.pow(2).flatten(1).sum(-1) / v_sq.clamp_min(tiny)}
+
+
+def weight_metrics(weights: tuple[torch.Tensor, ...], d: int, spectra: bool, w_star: torch.Tensor | None = None,
+                   zeta_basis: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Norms (always) and full spectra (when ``spectra``) of W, V and blockdiag(W, V) ("WV");
+    the signal parts (:func:`signal_metrics`) when the geometry is given."""
     w, v, whole = block_matrices(weights, d)
-    out = {}
+    out = signal_metrics(w, v, w_star, zeta_basis) if w_star is not None else {}
     for name, m in (("W", w), ("V", v), ("WV", whole)):
         if spectra:
             out.update(spectrum_metrics(name, m, k=max(1, m.shape[-1] // 4)))
@@ -85,3 +112,30 @@ def weight_metrics(weights: tuple[torch.Tensor, ...], d: int, spectra: bool) -> 
             out[f"{name}.fro"] = m.pow(2).flatten(1).sum(-1).sqrt()
             out[f"{name}.spectral"] = torch.linalg.matrix_norm(m, ord=2)
     return out
+
+
+def review_metrics(weights: tuple[torch.Tensor, ...], w_star: torch.Tensor, batch: Batch, normalizer: str,
+                   d: int) -> dict[str, torch.Tensor]:
+    """K1 at the reference W* = c w* w*^T on the P-bearing queries of ``batch``, (M,) each.
+
+    f^1 is positively homogeneous in W (ReLU(c s) = c ReLU(s), c > 0), so with m the margins
+    y f^1 of W = w* w*^T, the reference with mean margin 1 is c = 1 / mean(m):
+    ``review.K1_ref`` = mean softplus(-c m), ``review.ref_scale`` = c, and
+    ``review.K1_ref_at_norm`` the same at c = ||W||_F of the trained W (||w* w*^T||_F = 1).
+    By Jensen K1_ref >= log(1 + e^-1), the reviewer's floor. w_star (M, d)."""
+    w, _, _ = block_matrices(weights, d)
+    ref = torch.einsum("md,me->mde", w_star, w_star)  # (M, d, d) w* w*^T
+    zero = torch.zeros_like(ref)
+    if len(weights) == 1:  # full weights: the reference sits in the P-P block
+        ref = torch.cat([torch.cat([ref, zero], -1), torch.cat([zero, zero], -1)], -2)  # (M, 2d, 2d)
+        matrices = (ref,)
+    else:
+        matrices = (ref, zero)
+    f1, _ = branch_outputs(matrices, batch, normalizer, d)  # (M, N)
+    margin = batch.target * f1  # (M, N)
+    p_bearing = batch.kind != KINDS["q_only"]
+    mean_margin = _masked_mean(margin, p_bearing)  # (M,)
+    scale = 1.0 / mean_margin
+    at_norm = w.pow(2).flatten(1).sum(-1).sqrt()
+    k1 = lambda c: _masked_mean(logistic(c.unsqueeze(-1) * f1, batch.target), p_bearing)  # noqa: E731
+    return {"review.K1_ref": k1(scale), "review.K1_ref_at_norm": k1(at_norm), "review.ref_scale": scale}

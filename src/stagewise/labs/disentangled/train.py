@@ -21,13 +21,25 @@ import torch
 from ...engine import BatchedOptimizer, pack, resolve_dtype, unpack
 from ...engine.perf import training_threads
 from .config import Config
-from .data import STREAMS, DataSpec, sample_prompts
+from .data import STREAMS, DataSpec, geometry, sample_prompts
 from .model import Batch, forward, gradients, make_batch
+
+
+# member fields that change the data (members that agree on them and on the seed share one dataset)
+DATA_FIELDS = ("p0", "q0", "zeta", "q_centre", "p_flip", "control")
+NOISE_MODES = ("lr", "constant", "stage1")
 
 
 @dataclass(frozen=True)
 class Member:
-    """One ensemble member: a seed under one variant's hyper-parameters."""
+    """One ensemble member: a seed under one variant's hyper-parameters and data parameters.
+
+    ``control``: the shuffled-label control; the training targets y_L are permuted across
+    the N training prompts (a fixed permutation per seed), so nothing about the query's
+    features predicts its target. Test prompts are not shuffled. ``noise_mode``: the update
+    noise std per entry is noise * lr_t ("lr", Li-Wei-Ma's), noise * eta1 at every step
+    ("constant": annealing lowers the rate, not the noise), or noise * lr_t up to t1 and 0
+    after ("stage1": the noise stops at t1)."""
 
     seed: int
     variant: str = "baseline"
@@ -38,20 +50,36 @@ class Member:
     l2: float = 0.01
     p0: float = 0.2
     q0: float = 0.2
+    zeta: float = 0.5
+    q_centre: float = 0.0
+    p_flip: float = 0.0
+    batch_size: int = 64
+    noise_mode: str = "lr"
+    control: bool = False
+
+    def data_key(self) -> tuple:
+        """What decides this member's training data: the seed and the data fields."""
+        return (self.seed, *(getattr(self, k) for k in DATA_FIELDS))
 
 
 def members_from_config(config: Config, variant: str = "baseline", **overrides: Any) -> list[Member]:
     tc, dc = config.train, config.data
-    base = dict(eta1=tc.eta1, eta2=tc.eta2, t1=tc.t1, noise=tc.noise, l2=tc.l2, p0=dc.p0, q0=dc.q0)
+    base = dict(eta1=tc.eta1, eta2=tc.eta2, t1=tc.t1, noise=tc.noise, l2=tc.l2, p0=dc.p0, q0=dc.q0, zeta=dc.zeta,
+                q_centre=dc.q_centre, p_flip=dc.p_flip, batch_size=tc.batch_size, noise_mode=tc.noise_mode)
     base.update(overrides)
+    if "batch_size" in base:
+        base["batch_size"] = int(base["batch_size"])
     return [Member(seed=config.seed + i, variant=variant, **base) for i in range(config.n_seeds)]
 
 
 def data_spec(config: Config, member: Member | None = None) -> DataSpec:
     dc = config.data
-    p0, q0 = (member.p0, member.q0) if member else (dc.p0, dc.q0)
-    return DataSpec(d=dc.d, prompt_len=dc.prompt_len, q_geometry=dc.q_geometry, p0=p0, q0=q0, gamma0=dc.gamma0,
-                    p_noise=dc.p_noise, q_noise=dc.q_noise, zeta=dc.zeta, w_star=dc.w_star)
+    spec = DataSpec(d=dc.d, prompt_len=dc.prompt_len, q_geometry=dc.q_geometry, p0=dc.p0, q0=dc.q0, gamma0=dc.gamma0,
+                    p_noise=dc.p_noise, q_noise=dc.q_noise, zeta=dc.zeta, w_star=dc.w_star, q_centre=dc.q_centre,
+                    label_rule=dc.label_rule, p_flip=dc.p_flip)
+    if member is None:
+        return spec
+    return replace(spec, **{k: getattr(member, k) for k in DATA_FIELDS if k != "control"})
 
 
 @dataclass
@@ -62,8 +90,10 @@ class Ensemble:
     members: list[Member]
     train: Batch
     test: Batch
-    hyper: dict[str, torch.Tensor]  # eta1, eta2, t1, noise, l2: (M,)
+    hyper: dict[str, torch.Tensor]  # eta1, eta2, t1, noise, l2, noise_constant, noise_stage1: (M,)
     rngs: dict[str, list[torch.Generator]] = field(default_factory=dict)
+    w_star: torch.Tensor | None = None  # (M, d) each member's P direction
+    zeta_basis: torch.Tensor | None = None  # (M, 2, d) orthonormal basis of its span(zeta1, zeta2)
 
     @property
     def size(self) -> int:
@@ -76,13 +106,14 @@ class Ensemble:
     def to(self, device: torch.device) -> "Ensemble":
         """The same ensemble with its tensors on ``device`` (random streams stay on the CPU)."""
         move = lambda b: replace(b, **{k: getattr(b, k).to(device) for k in ("ctx", "query", "labels", "target", "kind")})  # noqa: E731
-        return replace(self, train=move(self.train), test=move(self.test), hyper={k: v.to(device) for k, v in self.hyper.items()})
+        return replace(self, train=move(self.train), test=move(self.test), hyper={k: v.to(device) for k, v in self.hyper.items()},
+                       w_star=self.w_star.to(device), zeta_basis=self.zeta_basis.to(device))
 
 
 def data_layout(members: list[Member]) -> tuple[list[Member], int]:
     """(one member per dataset, K) when members come in data-major blocks of K that share a
-    dataset (same seed and mixture); otherwise every member keeps its own copy (K = 1)."""
-    keys = [(m.seed, m.p0, m.q0) for m in members]
+    dataset (same seed and data fields); otherwise every member keeps its own copy (K = 1)."""
+    keys = [m.data_key() for m in members]
     for k in range(len(keys), 1, -1):
         if len(keys) % k:
             continue
@@ -93,20 +124,21 @@ def data_layout(members: list[Member]) -> tuple[list[Member], int]:
 
 
 def _prompts(config: Config, members: list[Member], n: int, split: str, dtype: torch.dtype) -> Batch:
-    """Sample each dataset once (grouped by mixture spec), data-major for shared datasets.
+    """Sample each dataset once (grouped by data spec), data-major for shared datasets.
 
-    Test prompts always use the config's mixture, so a variant trained without it (or with
-    another) is measured on the same test set as the baseline."""
+    Test prompts are drawn from the member's own distribution (zeta, q_centre, p_flip) with
+    two exceptions: the mixture is the config's (so a variant trained with the mixture off
+    is still measured on P-only / Q-only / both queries) and the targets are never shuffled
+    (a control is measured on the baseline's test set)."""
     if split == "test":
-        members = [replace(m, p0=config.data.p0, q0=config.data.q0) for m in members]
+        members = [replace(m, p0=config.data.p0, q0=config.data.q0, control=False) for m in members]
     owners, per_data = data_layout(members)
-    groups: dict[tuple[float, float], list[int]] = {}
+    groups: dict[tuple, list[int]] = {}
     for i, m in enumerate(owners):
-        groups.setdefault((m.p0, m.q0), []).append(i)
+        groups.setdefault(m.data_key()[1:], []).append(i)
     parts, order = [], []
-    for (p0, q0), idx in groups.items():
-        spec = replace(data_spec(config), p0=p0, q0=q0)
-        parts.append(sample_prompts(spec, [owners[i].seed for i in idx], n, split, dtype))
+    for idx in groups.values():
+        parts.append(sample_prompts(data_spec(config, owners[idx[0]]), [owners[i].seed for i in idx], n, split, dtype))
         order += idx
     if len(parts) == 1:  # the common case: no concatenation or reordering copies
         cat = {k: getattr(parts[0], k) for k in ("x1", "x2", "y", "kind")}
@@ -114,15 +146,33 @@ def _prompts(config: Config, members: list[Member], n: int, split: str, dtype: t
         perm = torch.argsort(torch.tensor(order))
         cat = {k: torch.cat([getattr(p, k) for p in parts])[perm] for k in ("x1", "x2", "y", "kind")}
     del parts
+    if split == "train" and any(m.control for m in owners):
+        cat["y"] = shuffle_targets(cat["y"], [m.seed if m.control else None for m in owners])
     return make_batch(cat["x1"], cat["x2"], cat["y"], cat["kind"], config.model.weights == "full", per_data)
+
+
+def shuffle_targets(y: torch.Tensor, seeds: list[int | None]) -> torch.Tensor:
+    """The shuffled-label control: y (U, N, L) with the targets y[u, :, L-1] permuted across
+    the N prompts for every dataset u whose seed is given (stream "control" of that seed)."""
+    y = y.clone()
+    for u, seed in enumerate(seeds):
+        if seed is not None:
+            perm = torch.randperm(y.shape[1], generator=STREAMS.torch(seed, "control"))  # (N,)
+            y[u, :, -1] = y[u, perm, -1]
+    return y
 
 
 def build_ensemble(config: Config, members: list[Member]) -> Ensemble:
     dtype = resolve_dtype(config.model.dtype)
     hyper = {k: torch.tensor([float(getattr(m, k)) for m in members], dtype=dtype) for k in ("eta1", "eta2", "t1", "noise", "l2")}
+    for mode in NOISE_MODES[1:]:  # (M,) 1.0 where the member's noise follows that mode
+        hyper[f"noise_{mode}"] = torch.tensor([float(m.noise_mode == mode) for m in members], dtype=dtype)
     ens = Ensemble(config, members, _prompts(config, members, config.data.n_train, "train", dtype),
                    _prompts(config, members, config.data.n_test, "test", dtype), hyper)
     ens.rngs = {name: [STREAMS.torch(m.seed, name) for m in members] for name in ("noise", "batch")}
+    dirs = [geometry(data_spec(config, m), [m.seed]) for m in members]
+    ens.w_star = torch.cat([w for w, _ in dirs]).to(dtype)  # (M, d)
+    ens.zeta_basis = torch.cat([z for _, z in dirs]).to(dtype)  # (M, 2, d)
     return ens
 
 
@@ -158,11 +208,14 @@ def _gaussian(rngs: list[torch.Generator], shape: tuple[int, ...], dtype: torch.
 
 
 def _minibatch(ens: Ensemble) -> torch.Tensor:
-    """(M, N) prompt weights of one SGD step: 1/B on B prompts drawn per member."""
-    n, b = ens.config.data.n_train, min(ens.config.train.batch_size, ens.config.data.n_train)
-    picks = torch.stack([torch.randperm(n, generator=g)[:b] for g in ens.rngs["batch"]])  # (M, B)
+    """(M, N) prompt weights of one SGD step: 1/B_i on B_i prompts drawn per member i
+    (B_i = its batch size, at most N; B_i = N is full-batch GD)."""
+    n = ens.config.data.n_train
     weight = torch.zeros(ens.size, n, dtype=ens.hyper["l2"].dtype)
-    return weight.scatter_(1, picks, 1.0 / b).to(ens.device)
+    for i, (g, m) in enumerate(zip(ens.rngs["batch"], ens.members)):
+        b = min(m.batch_size, n)
+        weight[i, torch.randperm(n, generator=g)[:b]] = 1.0 / b
+    return weight.to(ens.device)
 
 
 @dataclass
@@ -212,11 +265,19 @@ def update(ens: Ensemble, state: State, step: int) -> None:
     if bool((ens.hyper["noise"] > 0).any()):
         # one draw per member and matrix, matrices in order (torch's normal sampler fills
         # blocks of 16, so one joint draw would not equal separate draws)
-        scale = (ens.hyper["noise"] * lr).view(-1, 1, 1)
+        scale = noise_std(ens.hyper, lr, step).view(-1, 1, 1)
         for i, w in enumerate(state.weights):
             state.weights[i] = w + scale * _gaussian(ens.rngs["noise"], tuple(w.shape[1:]), w.dtype, w.device)
     # a fixed layout: resumed runs (contiguous loads) must take the same kernels
     state.weights = [w.contiguous() for w in state.weights]
+
+
+def noise_std(hyper: dict[str, torch.Tensor], lr: torch.Tensor, step: int) -> torch.Tensor:
+    """Per-member update-noise std per entry at update ``step``, (M,): noise * lr_t, or
+    noise * eta1 ("constant"), or noise * lr_t until t1 and 0 after ("stage1")."""
+    rate = torch.where(hyper["noise_constant"] > 0, hyper["eta1"], lr)
+    on = torch.where((hyper["noise_stage1"] > 0) & (step > hyper["t1"]), 0.0, 1.0)
+    return hyper["noise"] * rate * on
 
 
 def run_training(ens: Ensemble, state: State, total: int, on_step: Callable[[int, State], None],

@@ -35,6 +35,10 @@ class DataConfig(ConfigModel):
     weights: Literal["empirical", "uniform"] = Field("empirical", description="sample weights pi: empirical frequency [paper, Eq. 1] or uniform")
     max_len: int = Field(8, ge=2, description="longest sentence (L_max)")
     vary_with_seed: bool = Field(True, description="draw a new dataset / rotation for every seed (false: all seeds share seed's data)")
+    out_of_assumption: list[Literal["stochastic-next", "non-injective", "confused", "conflicting-orders", "sparse-optimal"]] = Field(
+        default_factory=list, description="reviewers' questions: breach these assumptions on purpose (outside the theory).\n"
+        "random data: the generator adds the breach (see breaches.py); file data: the violation is allowed.\n"
+        "The validator then warns instead of failing, and the theory's claims become null")
 
     @model_validator(mode="before")
     @classmethod
@@ -59,6 +63,10 @@ class DataConfig(ConfigModel):
             raise ValueError("data.source=file needs data.file=PATH.json")
         if self.source != "file" and self.file is not None:
             raise ValueError(f"data.file is set but data.source={self.source}; use data.source=file")
+        if len(set(self.out_of_assumption)) != len(self.out_of_assumption):
+            raise ValueError(f"data.out_of_assumption={self.out_of_assumption}: each kind at most once")
+        if self.out_of_assumption and self.source == "example1":
+            raise ValueError("data.out_of_assumption needs data.source=random or file (example1 is fixed)")
         return self
 
 
@@ -107,9 +115,15 @@ class Config(RunBase):
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     generalize: GeneralizeConfig = Field(default_factory=GeneralizeConfig)
+    compare: list[Literal["two_stage", "joint", "adam", "adamw"]] = Field(
+        default_factory=list, description="comparison experiment: train each variant on the same data and seeds in one run\n"
+        "(two_stage: normalized GD [paper]; joint: both matrices, one normalized gradient; adam; adamw with\n"
+        "train.weight_decay); records carry the variant. Overrides train.algorithm / train.optimizer. Empty: one training")
 
     @model_validator(mode="after")
     def _check(self):
+        if len(set(self.compare)) != len(self.compare):
+            raise ValueError(f"compare={self.compare}: each variant at most once")
         if self.model.factored and self.model.init == "zero":
             raise ValueError("model.factored=true needs model.init=random (zero factors get zero gradients forever)")
         if self.model.factored and self.model.init_scale == 0:

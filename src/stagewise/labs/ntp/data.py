@@ -1,8 +1,9 @@
-"""Datasets of the NTP lab: build and validate, Example 1, the random generator, JSON, tensors.
+"""Datasets of the NTP lab: build and validate, Example 1, the random generator, JSON (tensors: .tensors).
 
 Every dataset passes through :func:`build_dataset`, which merges duplicate samples, sets the
 weights ``pi``, resolves the collocation ``n`` (given or inferred), computes the per-query
-partial orders from the samples (Definition 1) and rejects non-realizable data with one
+partial orders from the samples (Definition 1) and rejects non-realizable data (unless a
+breach is allowed: ``allow``, data.out_of_assumption) with one
 message per violation (see :mod:`stagewise.labs.ntp.validate`).
 """
 
@@ -10,25 +11,30 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
-import torch
 
 from stagewise.errors import UserError
+from stagewise.labs.ntp.breaches import add_breaches
 from stagewise.labs.ntp.dataset import NTPDataset, Sample
+from stagewise.labs.ntp.tensors import to_tensors  # re-exported: the padded tensors of a dataset
 from stagewise.labs.ntp.validate import (
     IncrementalChecker,
     Pair,
     next_conflicts,
     order_checks,
+    render_sample,
     resolve_collocation,
     sentence_checks,
 )
 
 Weights = Literal["empirical", "uniform"]
+# assumption breaches a dataset may be built with (data.out_of_assumption); see breaches.py
+OUT_OF_ASSUMPTION = ("stochastic-next", "non-injective", "confused", "conflicting-orders", "sparse-optimal")
 _WEIGHTS = ("empirical", "uniform")
 
 
@@ -117,6 +123,7 @@ def build_dataset(
     collocation: Mapping[str, str] | None = None,
     weights: Weights = "empirical",
     max_len: int | None = None,
+    allow: Collection[str] = (),
 ) -> NTPDataset:
     """Validate samples and build the dataset.
 
@@ -129,6 +136,8 @@ def build_dataset(
         weights: ``pi`` = frequency of each distinct sample ("empirical", added collocation
             samples count once) or ``1/N`` ("uniform").
         max_len: optional cap on the input length.
+        allow: out-of-assumption kinds (``OUT_OF_ASSUMPTION``) whose violations become
+            warnings (kept in ``NTPDataset.violations``) instead of errors.
 
     Returns:
         An :class:`NTPDataset` with samples sorted by ``(len(input), input, next)``.
@@ -160,9 +169,21 @@ def build_dataset(
     if not counts:
         raise UserError(*errors)
     pairs = sorted(counts, key=lambda s: (len(s[0]), s))
-    errors += next_conflicts(names, pairs)
-    n, collocation_errors = resolve_collocation(names, pairs, given)
+    unknown = set(allow) - set(OUT_OF_ASSUMPTION)
+    if unknown:
+        raise UserError(f"out-of-assumption kind {sorted(unknown)[0]!r} is unknown; allowed: {', '.join(OUT_OF_ASSUMPTION)}")
+    warnings: list[tuple[str, str]] = []
+
+    def route(kind: str, messages: list[str]) -> None:
+        if kind in allow:
+            warnings.extend((kind, m) for m in messages)
+        else:
+            errors.extend(messages)
+
+    route("stochastic-next", next_conflicts(names, pairs))
+    n, collocation_errors, non_injective = resolve_collocation(names, pairs, given, "non-injective" in allow)
     errors += collocation_errors
+    warnings.extend(("non-injective", m) for m in non_injective)
     if n is None:
         raise UserError(*errors)
     has_length_one = {inp[0] for inp, _ in pairs if len(inp) == 1}
@@ -170,12 +191,26 @@ def build_dataset(
         if x not in has_length_one:
             counts[((x,), n[x])] += 1
     ordered = sorted(counts, key=lambda s: (len(s[0]), s[0], s[1]))
-    # an input with several next tokens is already reported; its relations would only add noise
-    per_input = Counter(inp for inp, _ in ordered)
-    conflicted = {inp for inp, count in per_input.items() if count > 1}
-    optimal, relations, sentence_errors = sentence_checks(names, [s for s in ordered if s[0] not in conflicted], n)
-    structure, order_errors = order_checks(names, relations)
-    errors += sentence_errors + order_errors
+    # an input with several next tokens is reported (or allowed); its relations would only add noise
+    nexts: dict[tuple[int, ...], set[int]] = {}
+    for inp, nxt in ordered:
+        nexts.setdefault(inp, set()).add(nxt)
+    conflicted = {inp for inp, ys in nexts.items() if len(ys) > 1}
+    clean = [s for s in ordered if s[0] not in conflicted]
+    best, relations, sentence_errors, breaches = sentence_checks(names, clean, n)
+    optimal_of = dict(zip(clean, best))
+    for inp, nxt in ordered:  # inputs with several next tokens: the most frequent token x with n(x) = next
+        if inp in conflicted:
+            top = [x for x in inp if n[x] == nxt]
+            optimal_of[(inp, nxt)] = max(top, key=lambda x: (inp.count(x), -x)) if top else -1
+            if not top:
+                errors.append(f"inconsistent next token in sample {render_sample(names, (inp, nxt))}: "
+                              f"no token of the input has collocation '{names[nxt]}'")
+    structure, cycles, confused = order_checks(names, relations)
+    errors += sentence_errors
+    route("sparse-optimal", breaches)
+    route("conflicting-orders", cycles)
+    route("confused", confused)
     if errors:
         raise UserError(*errors)
     total = sum(counts.values())
@@ -186,7 +221,10 @@ def build_dataset(
         weights=tuple(pi),
         collocation=tuple(n),
         structure=structure,
-        optimal_token=tuple(optimal),
+        optimal_token=tuple(optimal_of[s] for s in ordered),
+        optimal_sets=tuple(frozenset(x for x in inp if n[x] in nexts[inp]) if len(inp) > 1 else frozenset(inp)
+                           for inp, _ in ordered),
+        violations=tuple(warnings),
     )
 
 
@@ -221,6 +259,7 @@ def random_dataset(
     prefix_closed: bool = False,
     max_len: int = 8,
     weights: Weights = "empirical",
+    out_of_assumption: Sequence[str] = (),
 ) -> NTPDataset:
     """A random realizable dataset over tokens ``t0..t{V-1}``, deterministic in ``seed``.
 
@@ -232,6 +271,8 @@ def random_dataset(
     ``prefix_closed`` adds each sentence's prefixes of length >= 2 (next = the following
     token) and drops any sentence whose samples would break realizability or Assumption 3
     (so complete coverage is not guaranteed then).
+    ``out_of_assumption`` then adds the breaches of :func:`.breaches.add_breaches` (drawn
+    from their own stream, so the realizable part is the same dataset).
     """
     if not _is_index(vocab_size) or vocab_size < 3:
         raise UserError(f"data.vocab_size={vocab_size} is too small: the generator needs at least 3 tokens")
@@ -250,6 +291,8 @@ def random_dataset(
     if checker is not None:
         checker.try_add(samples)
 
+    plan: list[QueryPlan] = []
+
     def emit(sentence: list[int], optimal: int) -> None:
         batch = [(tuple(sentence), n[optimal])]
         if prefix_closed:
@@ -257,6 +300,7 @@ def random_dataset(
             if not checker.try_add(batch):
                 return
         samples.extend(batch)
+        plan[-1].sentences.append((tuple(sentence), optimal))
 
     for q in range(vocab):
         shifted = rng.permutation(vocab - 1)
@@ -265,6 +309,7 @@ def random_dataset(
         k = max(1, min(k, vocab - min(non_low, vocab - 1)))
         m = max(1, min(int(rng.integers(non_low, non_high + 1)), vocab - k))
         optimal, extra = others[:k], others[k:k + m - 1]  # N_q = extra + [q]
+        plan.append(QueryPlan(q, tuple(optimal), tuple(extra), []))
         for _ in range(sentences_per_query):
             o = optimal[int(rng.integers(k))]
             size = int(rng.integers(0, min(len(extra), max_len - 2) + 1))
@@ -277,7 +322,27 @@ def random_dataset(
                 for x in extra if max_len >= 3 else ():
                     emit(([o, x] if rng.random() < 0.5 else [x, o]) + [q], o)
     names = [f"t{i}" for i in range(vocab)]
-    return build_dataset(names, samples, weights=weights, max_len=max_len)
+    if out_of_assumption:
+        def valid(candidate: list[Pair]) -> bool:
+            try:
+                build_dataset(names, candidate, max_len=max_len, allow=out_of_assumption)
+            except UserError:
+                return False
+            return True
+
+        samples = add_breaches(samples, n, plan, tuple(out_of_assumption), seed=seed, max_len=max_len, valid=valid)
+    return build_dataset(names, samples, weights=weights, max_len=max_len, allow=out_of_assumption)
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """What the generator drew for one query: its optimal and non-optimal (``extra``, the
+    query excluded) tokens and the emitted sentences (input, optimal token)."""
+
+    query: int
+    optimal: tuple[int, ...]
+    extra: tuple[int, ...]
+    sentences: list[tuple[tuple[int, ...], int]]
 
 
 def _schema_errors(obj: object) -> list[str]:
@@ -316,7 +381,7 @@ def _schema_errors(obj: object) -> list[str]:
 
 
 def load_json_dataset(path: str | Path, *, weights: Weights = "empirical",
-                      max_len: int | None = None) -> NTPDataset:
+                      max_len: int | None = None, allow: Collection[str] = ()) -> NTPDataset:
     """Load ``{"tokens": [...], "samples": [{"input": [...], "next": ...}], "collocation": {...}}``.
 
     Raises:
@@ -340,47 +405,6 @@ def load_json_dataset(path: str | Path, *, weights: Weights = "empirical",
     samples = [(s["input"], s["next"]) for s in obj["samples"]]
     try:
         return build_dataset(obj["tokens"], samples, collocation=obj.get("collocation"),
-                             weights=weights, max_len=max_len)
+                             weights=weights, max_len=max_len, allow=allow)
     except UserError as err:
         raise UserError(*(f"{label}: {m}" for m in err.messages)) from None
-
-
-def to_tensors(
-    ds: NTPDataset, max_len: int, n_samples: int | None = None
-) -> dict[str, torch.Tensor]:
-    """Left-aligned, padded tensors of a dataset.
-
-    With ``N = n_samples or len(ds.samples)`` and ``L = max_len``:
-    ``idx`` (N, L) long token indices (0 on padding), ``mask`` (N, L) bool valid positions,
-    ``query`` (N,) long, ``next`` (N,) long, ``weight`` (N,) float64 ``pi``, ``opt_mask``
-    (N, L) bool valid positions holding the optimal token. Rows beyond ``len(ds.samples)``
-    are padding samples: token 0 at position 0 only, next 0, weight 0.
-    """
-    count = len(ds.samples)
-    rows = count if n_samples is None else n_samples
-    if rows < count:
-        raise UserError(f"n_samples={n_samples} is smaller than the dataset ({count} samples)")
-    if ds.max_len > max_len:
-        raise UserError(f"max_len={max_len} is shorter than the longest sample ({ds.max_len} tokens)")
-    idx = np.zeros((rows, max_len), dtype=np.int64)  # (N, L)
-    mask = np.zeros((rows, max_len), dtype=bool)  # (N, L)
-    query = np.zeros(rows, dtype=np.int64)  # (N,)
-    nxt = np.zeros(rows, dtype=np.int64)  # (N,)
-    weight = np.zeros(rows, dtype=np.float64)  # (N,)
-    optimal = np.zeros(rows, dtype=np.int64)  # (N,)
-    for i, sample in enumerate(ds.samples):
-        length = len(sample.input)
-        idx[i, :length] = sample.input
-        mask[i, :length] = True
-        query[i], nxt[i], weight[i] = sample.input[-1], sample.next, ds.weights[i]
-        optimal[i] = ds.optimal_token[i]
-    mask[count:, 0] = True
-    opt_mask = mask & (idx == optimal[:, None])  # (N, L)
-    return {
-        "idx": torch.from_numpy(idx),
-        "mask": torch.from_numpy(mask),
-        "query": torch.from_numpy(query),
-        "next": torch.from_numpy(nxt),
-        "weight": torch.from_numpy(weight),
-        "opt_mask": torch.from_numpy(opt_mask),
-    }

@@ -42,7 +42,7 @@ class QueryStructure:
 
 @dataclass(frozen=True)
 class NTPDataset:
-    """A validated, realizable NTP dataset.
+    """A validated NTP dataset (realizable unless ``violations`` lists allowed breaches).
 
     Attributes:
         tokens: ``|V|`` token names; index i is token i (one-hot e_i).
@@ -53,6 +53,9 @@ class NTPDataset:
             some sample of length >= 2.
         optimal_token: per sample, the index of its optimal token ``x*`` (the token whose
             collocation is the sample's next token; the single token for length-1 samples).
+        optimal_sets: per sample, :meth:`optimal_set` (empty tuple: ``{optimal_token}``).
+        violations: (kind, message) of every assumption breach the dataset was allowed to
+            keep (``data.out_of_assumption``); empty for realizable data.
     """
 
     tokens: tuple[str, ...]
@@ -61,6 +64,14 @@ class NTPDataset:
     collocation: tuple[int, ...]
     structure: dict[int, QueryStructure] = field(hash=False, compare=False)
     optimal_token: tuple[int, ...] = ()
+    optimal_sets: tuple[frozenset[int], ...] = ()
+    violations: tuple[tuple[str, str], ...] = ()
+
+    def optimal_set(self, i: int) -> frozenset[int]:
+        """The optimal tokens of sample i: those x of its input with n(x) a next token of
+        that input ({x*} for realizable data; several with a non-injective n or several
+        next tokens per input)."""
+        return self.optimal_sets[i] if self.optimal_sets else frozenset({self.optimal_token[i]})
 
     @property
     def vocab_size(self) -> int:

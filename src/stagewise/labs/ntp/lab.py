@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -11,12 +13,12 @@ from ...engine import resolve_device
 from ..contract import Lab, RunContext, RunResult
 from ..spec import reproduction
 from .config import Config
+from .compare import run_compare, summarize_run, variant_frame
 from .figures import make_figures
 from .resources import estimate
 from .generalize import named_cases, render
 from .model import predict, token_matrices
 from .problem import Problem, build_problem, embedding, member_dataset
-from .summary import summarize
 from .train import train_two_stage
 
 NAME = "ntp"
@@ -36,6 +38,17 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "adam": ("ablation: Adam with the paper's step sizes", {"train": {"optimizer": "adam"}}),
     "adamw": ("ablation: AdamW (weight decay 0.01): the norm stays bounded",
               {"train": {"optimizer": "adamw", "weight_decay": 0.01}}),
+    "long-horizon": ("the paper preset with T1 = 8000 stage-2 steps: the late-rate claims become testable",
+                     {"data": {"source": "random", "vocab_size": 20}, "train": {"steps_stage1": 900, "steps_stage2": 8000}}),
+    **{f"{q}-{kind}": (f"reviewer question {q.upper()}: the long-horizon preset with data.out_of_assumption=[{kind}] "
+                       f"(outside the theory: the validator warns, the theory's claims are null)",
+                       {"data": {"source": "random", "vocab_size": 20, "out_of_assumption": [kind]},
+                        "train": {"steps_stage1": 900, "steps_stage2": 8000}})
+       for q, kind in (("q1", "stochastic-next"), ("q2", "non-injective"), ("q3", "confused"),
+                       ("q3", "conflicting-orders"), ("q5", "sparse-optimal"))},
+    "compare": ("two-stage NGD vs joint NGD, Adam and AdamW on the same data and seeds, T1 = 8000 (records carry the variant)",
+                {"data": {"source": "random", "vocab_size": 20}, "train": {"steps_stage1": 900, "steps_stage2": 8000},
+                 "compare": ["two_stage", "joint", "adam", "adamw"]}),
     "rotated": ("invariance check: a random orthogonal rotation of the one-hot embeddings",
                 {"data": {"embedding": "rotated"}}),
 }
@@ -50,6 +63,10 @@ _REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("adam", "adam", {"n_seeds": 8}, None),
     ("adamw", "adamw", {"n_seeds": 8}, None),
     ("rotated", "rotated", {"n_seeds": 8}, None),
+    ("long-horizon", "long-horizon", {"n_seeds": 8}, {"n_seeds": 4}),
+    ("compare", "compare", {"n_seeds": 8}, None),
+    *((name, name, {"n_seeds": 8}, None) for name in ("q1-stochastic-next", "q2-non-injective", "q3-confused",
+                                                       "q3-conflicting-orders", "q5-sparse-optimal")),
 ]
 REPRODUCE = reproduction(NAME, _REPRODUCE)
 
@@ -99,15 +116,47 @@ def _named_predictions(config: Config, problem: Problem, wkq: torch.Tensor, wov:
     return rows
 
 
+def report_violations(problem: Problem, ctx: RunContext) -> list[str]:
+    """Print each allowed assumption breach (data.out_of_assumption) as a WARNING, once per
+    kind (count over seeds, first message), note them in the manifest; returns the kinds."""
+    found: dict[str, dict[str, Any]] = {}
+    for seed, ds in zip(problem.seeds, problem.datasets):
+        for kind, message in ds.violations:
+            entry = found.setdefault(kind, {"count": 0, "seeds": [], "first": f"seed {seed}: {message}"})
+            entry["count"] += 1
+            if seed not in entry["seeds"]:
+                entry["seeds"].append(seed)
+    for kind, entry in found.items():
+        print(f"ntp: WARNING data.out_of_assumption={kind}: {entry['count']} violation(s) over "
+              f"{len(entry['seeds'])} seed(s), outside the theory; first: {entry['first']}", file=sys.stderr)
+    if found:
+        ctx.note("out_of_assumption", found)
+    return sorted(found)
+
+
+def _cos(a, b) -> float:
+    """cos of two matrices (1 when both are 0, 0 when one is)."""
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0 or nb == 0:
+        return 1.0 if na == nb else 0.0
+    return float(np.sum(a * b) / (na * nb))
+
+
 def run(config: Config, ctx: RunContext) -> RunResult:
     """Build the batched problem, train (resuming if ``ctx`` holds a checkpoint), log the
     table ``generalization`` (one row per seed and unseen sentence) and return the extras
     the summary needs."""
     problem = build_problem(config).to(resolve_device(config.device))
-    params = train_two_stage(config, problem, ctx)
-    wkq, wov = params.merged()
-    rows = _final_predictions(problem, wkq, wov)
-    ctx.log_table("generalization", pd.DataFrame(rows, columns=GEN_COLUMNS), csv=True)
+    violations = report_violations(problem, ctx)
+    if config.compare:
+        run_compare(config, problem, ctx)  # no generalization table: the variants' claims are about dynamics
+        named = []
+    else:
+        params = train_two_stage(config, problem, ctx)
+        wkq, wov = params.merged()
+        rows = _final_predictions(problem, wkq, wov)
+        ctx.log_table("generalization", pd.DataFrame(rows, columns=GEN_COLUMNS), csv=True)
+        named = _named_predictions(config, problem, wkq, wov)
     eta0, eta = config.step_sizes(problem.emb.shape[1])
     return RunResult({
         "seeds": problem.seeds,
@@ -115,15 +164,25 @@ def run(config: Config, ctx: RunContext) -> RunResult:
         "dim": int(problem.emb.shape[1]),
         "eta0": eta0, "eta": eta,
         "n_samples": [len(ds.samples) for ds in problem.datasets],
+        "max_len": [ds.max_len for ds in problem.datasets],
+        "qp_prop2_cos": [_cos(t.wkq_star, t.prop2_wkq) for t in problem.targets],
         "targets": [{"wov_star_norm": t.wov_star_norm, "wkq_star_norm_sq": t.wkq_star_norm_sq,
                      "prop2_wkq_norm_sq": t.prop2_wkq_norm_sq, "prop2_gap": t.prop2_gap} for t in problem.targets],
-        "named_cases": _named_predictions(config, problem, wkq, wov),
+        "named_cases": named,
         "orthonormal": config.data.embedding != "gaussian",
+        "violations": violations,
     })
 
 
+def figures(config: Config, frame: pd.DataFrame, tables, summary, folder):
+    """The lab's figures; for a comparison run, those of its main variant."""
+    if config.compare:
+        frame = variant_frame(frame, summary.details["figures_variant"])
+    return make_figures(config, frame, tables, summary, folder)
+
+
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
-          summarize=summarize, make_figures=make_figures, estimate=estimate,
+          summarize=summarize_run, make_figures=figures, estimate=estimate,
           smoke={"n_seeds": 2, "data": {"vocab_size": 6}, "train": {"steps_stage1": 12, "steps_stage2": 24, "checkpoint_every": 7}})
 
 __all__ = ["LAB"]

@@ -63,7 +63,8 @@ class MaxMarginTargets:
 
     Attributes:
         wov_star: (|V|, d) min-norm W_ov with all collocation margins >= 1.
-        wkq_star: (d, d) min-norm W_kq with all attention margins >= 1 (the QP solution).
+        wkq_star: (d, d) min-norm W_kq with all attention margins >= 1 (the QP solution;
+            NaN where none exists, see :func:`max_margin_targets`).
         prop2_wkq: (d, d) Proposition 2's closed form (diagnostic, not optimal in general).
         wov_star_norm: ``||W_ov*||_F`` (``sqrt(|V| - 1)`` for orthonormal embeddings).
         wkq_star_norm_sq: ``||W_kq*||_F^2``.
@@ -233,15 +234,16 @@ def _is_orthonormal(emb: np.ndarray) -> bool:
 def kq_constraints(ds: NTPDataset) -> np.ndarray:
     """Distinct attention constraints ``(opt, other, query)`` of the dataset, shape (m, 3).
 
-    One row per sample of length >= 2 and per distinct token of it other than its optimal
-    token; duplicates across samples are removed (they are the same constraint).
+    One row per sample of length >= 2, per optimal token (:meth:`NTPDataset.optimal_set`:
+    one for realizable data) and per distinct other token of it; duplicates across samples
+    are removed (they are the same constraint).
     """
     triples = {
-        (ds.optimal_token[i], tok, s.query)
+        (top, tok, s.query)
         for i, s in enumerate(ds.samples)
         if len(s.input) >= 2
-        for tok in set(s.input)
-        if tok != ds.optimal_token[i]
+        for top in ds.optimal_set(i)
+        for tok in set(s.input) - ds.optimal_set(i)
     }
     return np.array(sorted(triples), dtype=np.int64).reshape(-1, 3)  # (m, 3)
 
@@ -352,10 +354,19 @@ def prop2_wkq(ds: NTPDataset, emb: np.ndarray) -> np.ndarray:
 
 
 def max_margin_targets(ds: NTPDataset, emb: np.ndarray) -> MaxMarginTargets:
-    """All max-margin targets of ``ds`` under embedding ``emb`` (d, |V|)."""
+    """All max-margin targets of ``ds`` under embedding ``emb`` (d, |V|).
+
+    On out-of-assumption data (``ds.violations``) whose W_kq problem is infeasible (a cycle
+    in a query's order) ``wkq_star`` is all NaN: no max-margin target exists.
+    """
     emb = _check_embedding(ds, emb)
     wov = wov_star(ds, emb)  # (|V|, d)
-    wkq = wkq_star(ds, emb)  # (d, d)
+    try:
+        wkq = wkq_star(ds, emb)  # (d, d)
+    except RuntimeError as err:
+        if not ds.violations or "infeasible" not in str(err):
+            raise
+        wkq = np.full((emb.shape[0], emb.shape[0]), np.nan)  # out-of-assumption data (a cycle): no target exists
     prop2 = prop2_wkq(ds, emb)  # (d, d)
     return MaxMarginTargets(
         wov_star=wov,

@@ -32,13 +32,13 @@ def member_dataset(config: Config, seed: int) -> NTPDataset:
     if d.source == "example1":
         return example1()
     if d.source == "file":
-        return load_json_dataset(d.file, weights=d.weights, max_len=d.max_len)
+        return load_json_dataset(d.file, weights=d.weights, max_len=d.max_len, allow=tuple(d.out_of_assumption))
     data_seed = seed if d.vary_with_seed else config.seed
     return random_dataset(
         d.vocab_size, seed=STREAMS.word(data_seed, "data", bits=32),
         optimal_per_query=tuple(d.optimal_per_query), non_optimal_per_query=tuple(d.non_optimal_per_query),
         sentences_per_query=d.sentences_per_query, complete=d.complete, prefix_closed=d.prefix_closed,
-        max_len=d.max_len, weights=d.weights,
+        max_len=d.max_len, weights=d.weights, out_of_assumption=tuple(d.out_of_assumption),
     )
 
 
@@ -80,7 +80,8 @@ class Problem:
     colloc: torch.Tensor  # (S, V) n(x)
     colloc_onehot: torch.Tensor  # (S, V, V) row x = e_{n(x)}
     wov_star: torch.Tensor  # (S, V, d)
-    wkq_star: torch.Tensor  # (S, d, d)
+    wkq_star: torch.Tensor  # (S, d, d) the QP solution (0 where no max-margin target exists)
+    prop2_wkq: torch.Tensor  # (S, d, d) Proposition 2's closed form (diagnostic)
     type_masks: torch.Tensor  # (S, 3, V, V) [optimal, non-optimal, non-comparable][key, query]
     gen_idx: torch.Tensor  # (S, G, Lg) token indices, V = unknown token
     gen_query: torch.Tensor  # (S, G) query token
@@ -176,5 +177,6 @@ def build_problem(config: Config, dtype: torch.dtype | None = None) -> Problem:
         colloc=colloc, colloc_onehot=torch.nn.functional.one_hot(colloc, V).to(dtype),
         wov_star=torch.tensor(np.stack([t.wov_star for t in targets]), dtype=dtype),
         wkq_star=torch.tensor(np.stack([t.wkq_star for t in targets]), dtype=dtype),
+        prop2_wkq=torch.tensor(np.stack([t.prop2_wkq for t in targets]), dtype=dtype),
         type_masks=type_masks, gen_idx=gen_idx, gen_query=gen_query, gen_mask=gen_mask, gen_expected=gen_expected,
     )

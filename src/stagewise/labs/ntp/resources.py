@@ -17,7 +17,7 @@ from .config import Config
 
 WORKING_COPIES = 12  # live float tensors per shape in a step with metrics (measured peak / size, rounded up)
 BYTES_PER_METRIC_VALUE = 11  # base64 float64 in the JSONL stream (8 bytes * 4/3) plus framing
-METRICS_PER_STEP = 22
+METRICS_PER_STEP = 24
 PROCESS_BASE = 400 << 20  # torch + numpy + scipy + clarabel after import
 
 

@@ -121,7 +121,7 @@ def evaluate(params: Params, problem: Problem, need_main: bool, need_stage1: boo
 # metrics that depend on one weight group only: while that group is frozen (W_kq during
 # stage 1, W_ov from the end of stage 1 on) they are computed once and reused, bit for bit
 OV_METRICS = ("loss_stage1", "loss_floor", "cos_wov", "dist_wov", "norm_wov")
-KQ_METRICS = ("cos_wkq", "dist_wkq", "norm_wkq", "opt_attn_min", "opt_attn_mean",
+KQ_METRICS = ("cos_wkq", "dist_wkq", "cos_wkq_prop2", "dist_wkq_prop2", "norm_wkq", "opt_attn_min", "opt_attn_mean",
               "score_optimal", "score_non_optimal", "score_non_comparable")
 
 
@@ -135,11 +135,13 @@ def _ov_metrics(wov: torch.Tensor, problem: Problem, ev: Evaluation) -> dict[str
 
 def _kq_metrics(wkq: torch.Tensor, problem: Problem, ev: Evaluation) -> dict[str, torch.Tensor]:
     cos_kq, dist_kq = cosine(wkq, problem.wkq_star)
+    cos_p2, dist_p2 = cosine(wkq, problem.prop2_wkq)
     opt_mass = (ev.fwd.attn * problem.opt_mask).sum(-1)  # (S, N)
     multi = problem.multi
     masks = problem.type_masks  # (S, 3, V, V)
     type_score = (ev.key.unsqueeze(1) * masks).flatten(2).sum(-1) / masks.flatten(2).sum(-1).clamp_min(1)  # (S, 3)
-    return {"cos_wkq": cos_kq, "dist_wkq": dist_kq, "norm_wkq": _flat_norm([wkq]),
+    return {"cos_wkq": cos_kq, "dist_wkq": dist_kq, "cos_wkq_prop2": cos_p2, "dist_wkq_prop2": dist_p2,
+            "norm_wkq": _flat_norm([wkq]),
             "opt_attn_min": opt_mass.masked_fill(~multi, 1.0).min(-1).values,
             "opt_attn_mean": (opt_mass * multi).sum(-1) / multi.sum(-1).clamp_min(1),
             "score_optimal": type_score[:, 0], "score_non_optimal": type_score[:, 1], "score_non_comparable": type_score[:, 2]}
@@ -169,7 +171,8 @@ def metrics(params: Params, problem: Problem, ev: Evaluation, stage: int, two_st
         "loss_floor": group_ov["loss_floor"],
         "loss_gap": fwd.loss - group_ov["loss_floor"],
         **{k: group_ov[k] for k in ("cos_wov", "dist_wov", "norm_wov")},
-        **{k: group_kq[k] for k in ("cos_wkq", "dist_wkq", "norm_wkq", "opt_attn_min", "opt_attn_mean")},
+        **{k: group_kq[k] for k in ("cos_wkq", "dist_wkq", "cos_wkq_prop2", "dist_wkq_prop2", "norm_wkq",
+                                    "opt_attn_min", "opt_attn_mean")},
         "train_acc": correct.sum(-1).to(wkq.dtype) / real.sum(-1).to(wkq.dtype),
         "grad_norm_wov": _flat_norm([grad_ov]),
         "grad_norm_wkq": _flat_norm([ev.grad_wkq]),

@@ -57,9 +57,10 @@ def _quote_all(tokens: Sequence[str], ids: Sequence[int]) -> str:
 
 
 def resolve_collocation(
-    tokens: Sequence[str], samples: Sequence[Pair], given: Mapping[int, int]
-) -> tuple[list[int] | None, list[str]]:
-    """The collocation ``n`` as a list (``n[x]``), or None with error messages.
+    tokens: Sequence[str], samples: Sequence[Pair], given: Mapping[int, int], allow_non_injective: bool = False
+) -> tuple[list[int] | None, list[str], list[str]]:
+    """The collocation ``n`` as a list (``n[x]``) or None, error messages, and the
+    non-injectivity messages that ``allow_non_injective`` turned into warnings.
 
     Sources, in order: length-1 samples ``([x], y)``, the ``given`` map, then inference:
     ``n^{-1}(y)`` lies in every sentence with next token ``y``; candidates already assigned
@@ -83,17 +84,20 @@ def resolve_collocation(
     preimages: dict[int, list[int]] = defaultdict(list)
     for x, y in assigned.items():
         preimages[y].append(x)
+    non_injective = []
     for y, xs in sorted(preimages.items()):
         if len(xs) > 1:
             xs = sorted(xs)
             verb = "both map" if len(xs) == 2 else "all map"
-            errors.append(
+            non_injective.append(
                 f"non-injective collocation: tokens {_quote_all(tokens, xs)} {verb} to "
                 f"'{tokens[y]}' (from {', '.join(sources[x] for x in xs)}); "
                 "the collocation must be a permutation of the tokens"
             )
+    warnings = non_injective if allow_non_injective else []
+    errors += [] if allow_non_injective else non_injective
     if errors:
-        return None, errors
+        return None, errors, warnings
 
     contains: dict[int, set[int]] = {}  # y -> tokens present in every sentence with next y
     for inp, nxt in samples:
@@ -130,51 +134,60 @@ def resolve_collocation(
             f"add a sample {{input: [{tokens[x]}], next: ...}}"
         )
     if errors:
-        return None, errors
-    return [assigned[x] for x in range(vocab)], []
+        return None, errors, warnings
+    return [assigned[x] for x in range(vocab)], [], warnings
 
 
 def sentence_checks(
     tokens: Sequence[str], samples: Sequence[Pair], collocation: Sequence[int]
-) -> tuple[list[int], Relations, list[str]]:
-    """Optimal token per sample, the relations ``x* >_q x'`` with their samples, and errors.
+) -> tuple[list[int], Relations, list[str], list[str]]:
+    """Optimal token per sample, the relations ``x* >_q x'`` with their samples, errors, and
+    Assumption 3 breaches (separate, so that an out-of-assumption run can allow them).
 
-    Errors: a sentence (length >= 2) holding no token x with ``n(x) == next``, and
-    Assumption 3 breaches. The optimal token is -1 where it does not exist.
+    The optimal tokens of a sample are those x of its input with ``n(x) == next`` (one token
+    for an injective ``n``; with a non-injective ``n`` several, each above every other token
+    and none above another). The one returned is the most frequent (then the smallest);
+    -1 where none exists (an error: a sentence of length >= 2 holding no such token).
     """
-    inverse = {y: x for x, y in enumerate(collocation)}
+    preimage: dict[int, int] = {}
+    for x, y in enumerate(collocation):
+        preimage.setdefault(y, x)
     optimal: list[int] = []
     relations: Relations = defaultdict(lambda: defaultdict(list))
     errors: list[str] = []
+    breaches: list[str] = []
     for sample in samples:
         inp, nxt = sample
         if len(inp) == 1:
             optimal.append(inp[0])
             continue
-        best = inverse[nxt]
-        if best not in inp:
+        counts = Counter(inp)
+        best_set = [x for x in counts if collocation[x] == nxt]
+        if not best_set:
+            that = f" (that is '{tokens[preimage[nxt]]}')" if nxt in preimage else ""
             errors.append(
                 f"inconsistent next token in sample {render_sample(tokens, sample)}: no token "
-                f"of the input has collocation '{tokens[nxt]}' (that is '{tokens[best]}')"
+                f"of the input has collocation '{tokens[nxt]}'{that}"
             )
             optimal.append(-1)
             continue
+        best = max(best_set, key=lambda x: (counts[x], -x))
         optimal.append(best)
-        counts = Counter(inp)
         worst, worst_count = max(
-            ((x, c) for x, c in counts.items() if x != best), key=lambda xc: (xc[1], -xc[0]),
+            ((x, c) for x, c in counts.items() if collocation[x] != nxt), key=lambda xc: (xc[1], -xc[0]),
             default=(best, 0),
         )
         if worst_count > counts[best]:
-            errors.append(
+            breaches.append(
                 f"Assumption 3 fails in sample {render_sample(tokens, sample)}: optimal token "
                 f"'{tokens[best]}' appears {_times(counts[best])} but non-optimal token "
                 f"'{tokens[worst]}' appears {_times(worst_count)}"
             )
-        for other in counts:
-            if other != best:
-                relations[inp[-1]][(best, other)].append(sample)
-    return optimal, relations, errors
+        for top in best_set:
+            for other in counts:
+                if collocation[other] != nxt:
+                    relations[inp[-1]][(top, other)].append(sample)
+    return optimal, relations, errors, breaches
 
 
 def _cyclic_components(nodes: set[int], succ: Mapping[int, set[int]]) -> list[list[int]]:
@@ -255,8 +268,9 @@ def _first_edges(edges: Mapping[tuple[int, int], object]) -> tuple[dict[int, tup
 
 def order_checks(
     tokens: Sequence[str], relations: Relations
-) -> tuple[dict[int, QueryStructure], list[str]]:
-    """Per-query structures and errors: cycles first, then confused tokens."""
+) -> tuple[dict[int, QueryStructure], list[str], list[str]]:
+    """Per-query structures, cycle messages and confused-token messages (tokens on a cycle
+    are reported by their cycle only)."""
     vocab = frozenset(range(len(tokens)))
     structure: dict[int, QueryStructure] = {}
     cycles: list[str] = []
@@ -298,7 +312,7 @@ def order_checks(
             non_optimal=non_optimal,
             non_comparable=vocab - optimal - non_optimal,
         )
-    return structure, cycles + confused
+    return structure, cycles, confused
 
 
 class IncrementalChecker:

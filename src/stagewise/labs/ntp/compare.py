@@ -1,0 +1,167 @@
+"""The comparison experiment (``compare``): two-stage normalized GD against joint training,
+Adam and AdamW, on the same data, embeddings and seeds (reviewers: "why two stages?",
+"AdamW is what people use").
+
+Each variant is one batched training of the same :class:`~.problem.Problem`; variants run
+one after another, their records carry the run store's ``variant`` field (metric names
+``{variant}/{name}``) and their checkpoints the variant's index as ``group``, so a killed run
+resumes inside the right variant. Every variant gets the lab's own claims (ids prefixed
+``{variant}/``), and the comparison claims below test the theory's predictions, fixed before
+the runs as strict per-seed inequalities at the last step (no tuned threshold):
+
+* ``compare_wkq_two_stage_vs_joint``: two-stage ends closer to W_kq* (cos higher) than joint
+  training, which the theory does not cover;
+* ``compare_wov_two_stage_vs_joint``: the same for W_ov* (two-stage keeps W_ov exactly on
+  W_ov*'s direction; joint training moves W_ov with the main loss);
+* ``compare_wkq_ngd_vs_adam``: normalized GD ends closer to the l2 max-margin W_kq* than
+  Adam and AdamW (sign-like updates follow a different implicit bias);
+* ``compare_norm_adamw_below_adam``: weight decay keeps AdamW's ||W_kq|| below Adam's.
+
+Loss, attention mass and norm growth have no theory prediction across variants; they are
+reported per variant in ``details.compare``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ...measure import values_at
+from ...report.claims import Claim, Stats, Summary, claim
+from ..contract import RunContext, RunResult, Tables
+from .config import Config
+from .horizon import horizon_claims
+from .summary import FINAL_METRICS, claims, rate_fits, summarize
+from .problem import Problem
+from .train import Params, train_two_stage
+
+# variant -> train overrides (adamw keeps train.weight_decay, 0.01 by default)
+VARIANTS: dict[str, dict[str, Any]] = {
+    "two_stage": {"algorithm": "two_stage", "optimizer": "normalized_gd"},
+    "joint": {"algorithm": "joint", "optimizer": "normalized_gd"},
+    "adam": {"algorithm": "two_stage", "optimizer": "adam"},
+    "adamw": {"algorithm": "two_stage", "optimizer": "adamw"},
+}
+REPORTED = ("loss", "loss_gap", "cos_wov", "cos_wkq", "norm_wov", "norm_wkq", "opt_attn_min", "opt_attn_mean", "train_acc")
+
+
+def variant_config(config: Config, name: str) -> Config:
+    """``config`` with variant ``name``'s training overrides and no ``compare`` list."""
+    train = config.train.model_copy(update=VARIANTS[name])
+    return config.model_copy(update={"train": train, "compare": []})
+
+
+class VariantContext:
+    """A :class:`RunContext` for one variant: records carry ``variant``, checkpoints its
+    index as ``group``, and only a checkpoint of this group is resumed from."""
+
+    def __init__(self, ctx: RunContext, name: str, group: int):
+        self._ctx, self.name, self.group = ctx, name, group
+        self.seeds = ctx.seeds
+
+    def log(self, step, values, *, variant: str = "") -> None:
+        self._ctx.log(step, values, variant=self.name)
+
+    def save_checkpoint(self, step, tensors, meta=None, *, group: int = 0) -> None:
+        self._ctx.save_checkpoint(step, tensors, {**dict(meta or {}), "variant": self.name}, group=self.group)
+
+    def resume_state(self):
+        state = self._ctx.resume_state()
+        return state if state is not None and state.group == self.group else None
+
+    def __getattr__(self, attr):  # progress, should_checkpoint, stop_requested, note, log_table ...
+        return getattr(self._ctx, attr)
+
+
+def run_compare(config: Config, problem: Problem, ctx: RunContext) -> dict[str, Params | None]:
+    """Train every variant of ``config.compare`` on ``problem``; a variant finished before a
+    resume is skipped (its records are already in the stream) and maps to None."""
+    resumed = ctx.resume_state()
+    done = resumed.group if resumed is not None else 0
+    out: dict[str, Params | None] = {}
+    for group, name in enumerate(config.compare):
+        if group < done:
+            out[name] = None
+            continue
+        out[name] = train_two_stage(variant_config(config, name), problem, VariantContext(ctx, name, group))
+    return out
+
+
+def variant_frame(frame: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The records of one variant with the ``{variant}/`` prefix removed from the metric names."""
+    prefix = f"{name}/"
+    rows = frame[frame["metric"].str.startswith(prefix)].copy()
+    rows["metric"] = rows["metric"].str.slice(len(prefix))
+    return rows
+
+
+def _fmt(values) -> str:
+    arr = np.asarray(values, dtype=float)
+    return f"{np.nanmin(arr):.4g}..{np.nanmax(arr):.4g}"
+
+
+def compare_claims(config: Config, frame: pd.DataFrame) -> tuple[list[Claim], dict[str, Any]]:
+    """The comparison claims and, per variant, the final values (min..max over seeds) and
+    the norm growth (||W_kq|| at the end / steps of W_kq training)."""
+    total = config.train.steps_stage1 + config.train.steps_stage2
+    final = {v: {m: values_at(variant_frame(frame, v), m, total) for m in REPORTED} for v in config.compare}
+    details: dict[str, Any] = {v: {m: [float(x) for x in vals] for m, vals in f.items()} for v, f in final.items()}
+    for v in config.compare:
+        steps_kq = total if VARIANTS[v]["algorithm"] == "joint" else config.train.steps_stage2
+        details[v]["norm_wkq_per_step"] = [x / max(1, steps_kq) for x in details[v]["norm_wkq"]]
+
+    def test(cid: str, statement: str, a: str, b: list[str], metric: str, larger: bool) -> Claim:
+        missing = [v for v in [a, *b] if v not in final]
+        if missing:
+            return claim(cid, statement, None, f"not testable: variant(s) {', '.join(missing)} not in compare")
+        ours = final[a][metric]
+        ok = all(bool(np.all(ours > final[v][metric] if larger else ours < final[v][metric])) for v in b)
+        parts = [f"{v} {_fmt(final[v][metric])}" for v in [a, *b]]
+        return claim(cid, statement, ok, f"{metric} at t={total}: " + ", ".join(parts))
+
+    claims = [
+        test("compare_wkq_two_stage_vs_joint", "two-stage NGD ends closer to W_kq* than joint NGD (higher cos, every seed)",
+             "two_stage", ["joint"], "cos_wkq", True),
+        test("compare_wov_two_stage_vs_joint", "two-stage NGD ends closer to W_ov* than joint NGD (higher cos, every seed)",
+             "two_stage", ["joint"], "cos_wov", True),
+        test("compare_wkq_ngd_vs_adam", "normalized GD ends closer to W_kq* than Adam and AdamW (higher cos, every seed)",
+             "two_stage", ["adam", "adamw"], "cos_wkq", True),
+        test("compare_norm_adamw_below_adam", "AdamW's weight decay keeps ||W_kq|| below Adam's (every seed)",
+             "adamw", ["adam"], "norm_wkq", False),
+    ]
+    return claims, details
+
+
+def summarize_run(config: Config, frame: pd.DataFrame, tables: Tables, result: RunResult) -> Summary:
+    """The lab's summary: :func:`summarize_compare` for a comparison run, else the
+    single-training :func:`.summary.summarize`."""
+    if config.compare:
+        return summarize_compare(config, frame, result.extras)
+    return summarize(config, frame, tables, result)
+
+
+def summarize_compare(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> Summary:
+    """Summary of a comparison run: the first variant's finals (two_stage when present),
+    every variant's claims prefixed ``{variant}/``, the comparison claims, and per-variant
+    rates and final values in ``details``."""
+    seeds, total = extras["seeds"], config.train.steps_stage1 + config.train.steps_stage2
+    main = "two_stage" if "two_stage" in config.compare else config.compare[0]
+    no_gen = pd.DataFrame(columns=["seed", "category", "covered", "correct"])
+    out, rates = [], {}
+    for v in config.compare:
+        cfg, sub = variant_config(config, v), variant_frame(frame, v)
+        rates[v] = rate_fits(cfg, sub, seeds, extras["eta0"], extras["eta"])
+        out += [c.model_copy(update={"id": f"{v}/{c.id}"}) for c in claims(cfg, sub, extras, rates[v], no_gen)]
+    compared, table = compare_claims(config, frame)
+    sub = variant_frame(frame, main)
+    finals = {m: values_at(sub, m, total) for m in FINAL_METRICS}
+    details = {"vocab_size": extras["vocab_size"], "dim": extras["dim"], "eta0": extras["eta0"], "eta": extras["eta"],
+               "steps": {"stage1": config.train.steps_stage1, "stage2": config.train.steps_stage2},
+               **{k: extras["targets"][0][k] for k in ("wov_star_norm", "wkq_star_norm_sq", "prop2_wkq_norm_sq", "prop2_gap")},
+               "figures_variant": main, "rates": rates[main], "rates_by_variant": rates, "compare": table,
+               **horizon_claims(variant_config(config, main), sub, extras)[1]}
+    return Summary(lab="ntp", seeds=seeds, final={m: Stats.of(v) for m, v in finals.items() if len(v)},
+                   per_seed={str(s): {**extras["targets"][i], "n_samples": extras["n_samples"][i]} for i, s in enumerate(seeds)},
+                   claims=compared + out, details=details)

@@ -1,0 +1,111 @@
+"""Long-horizon claims of the NTP lab (issue 8): late rates against -eta/||W_kq*||,
+Theorem 2's rate, Theorem 1's norm band, QP target against Proposition 2's closed form."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from stagewise.config import deep_merge, resolve
+from stagewise.labs import get_lab
+from stagewise.labs.ntp.horizon import LATE_MIN_MARGIN, RATE_RTOL, late_fits
+from stagewise.orchestrate import execute, prepare
+
+LAB = replace(get_lab("ntp"), make_figures=lambda *a, **k: [])
+HORIZON = ("late_rate_margin", "late_rate_theorem2", "norm_band_theorem1", "closer_to_qp_than_prop2")
+
+# the paper's Proposition-2 counterexample (tests/test_ntp_maxmargin.py): QP and closed form differ
+COUNTEREXAMPLE = {"tokens": ["a", "b", "c", "d", "q"],
+                  "samples": [{"input": ["a", "q"], "next": "b"}, {"input": ["b", "c", "d", "q"], "next": "c"}],
+                  "collocation": {"a": "b", "b": "c", "c": "d", "d": "q", "q": "a"}}
+
+
+def run(tmp_path, name, preset=None, **over):
+    base = LAB.preset_overrides(preset) if preset else {}
+    config = resolve(LAB.Config, deep_merge(deep_merge(base, {"train": {"threads": 1}}), over))
+    paths = prepare(LAB, config, tmp_path / name)
+    execute(LAB, config, paths, progress=False)
+    summary = json.loads(paths.summary.read_text())
+    return config, pd.read_parquet(paths.metrics), summary, {c["id"]: c for c in summary["claims"]}
+
+
+@pytest.fixture(scope="module")
+def example1(tmp_path_factory):
+    return run(tmp_path_factory.mktemp("h"), "e1", "example1")
+
+
+def test_example1_late_rates_match_the_margin_growth(example1):
+    _, frame, summary, claims = example1
+    for cid in ("late_rate_margin", "late_rate_theorem2", "norm_band_theorem1"):
+        assert claims[cid]["holds"] is True, claims[cid]
+    fits = summary["details"]["late_rates"]
+    eta, star = summary["details"]["eta"], summary["details"]["wkq_star_norm_sq"] ** 0.5
+    assert fits["predicted_rate"][0] == pytest.approx(-eta / star, rel=1e-12)  # -0.025 / sqrt(13/6)
+    assert fits["loss_gap_rate"][0] == pytest.approx(-eta / star, rel=RATE_RTOL)
+    assert fits["margin_at_start"][0] >= LATE_MIN_MARGIN
+    # Proposition 2 is exact on Example 1: the comparison is not applicable
+    assert claims["closer_to_qp_than_prop2"]["holds"] is None and "coincide" in claims["closer_to_qp_than_prop2"]["evidence"]
+
+
+def test_late_fit_recovers_an_exact_exponential(example1):
+    """Golden: a loss gap e^{-r t} exactly gives the fitted rate -r over the late window."""
+    config, frame, summary, _ = example1
+    T = config.train.steps_stage1
+    synthetic = frame.copy()
+    rows = synthetic["metric"].isin(["loss_gap", "opt_attn_min"])
+    t = synthetic.loc[rows, "step"].to_numpy() - T
+    gap = 3.0 * np.exp(-0.0123 * t)
+    synthetic.loc[rows, "value"] = np.where(synthetic.loc[rows, "metric"] == "loss_gap", gap, 1 - gap)
+    fits = late_fits(config, synthetic, [0], summary["details"]["eta"], np.array([1.0]))
+    assert fits["loss_gap_rate"][0] == pytest.approx(-0.0123, rel=1e-9)
+    assert fits["attn_gap_rate"][0] == pytest.approx(-0.0123, rel=1e-6)
+
+
+def test_claims_fail_on_tampered_metrics(example1):
+    """Falsifiable: a slower late decay, or a norm above t*eta, makes the claims fail."""
+    from stagewise.labs import RunResult
+    from stagewise.labs.ntp.summary import claims as ntp_claims, rate_fits
+
+    config, frame, summary, _ = example1
+    T = config.train.steps_stage1
+    d = summary["details"]
+    extras = {"seeds": [0], "eta0": d["eta0"], "eta": d["eta"], "vocab_size": 4, "max_len": [3], "qp_prop2_cos": [1.0],
+              "targets": [{k: d[k] for k in ("wov_star_norm", "wkq_star_norm_sq", "prop2_wkq_norm_sq", "prop2_gap")}],
+              "named_cases": [], "orthonormal": True}
+    slow = frame.copy()
+    rows = (slow["metric"] == "loss_gap") & (slow["step"] > T)
+    slow.loc[rows, "value"] *= np.exp(0.2 * 0.01698 * (slow.loc[rows, "step"] - T))  # rate 20% slower
+    big = frame.copy()
+    big.loc[(big["metric"] == "norm_wkq") & (big["step"] == T + 5), "value"] *= 1.5
+    empty = pd.DataFrame(columns=["seed", "category", "covered", "correct"])
+    for tampered, cid in ((slow, "late_rate_margin"), (big, "norm_band_theorem1")):
+        out = {c.id: c for c in ntp_claims(config, tampered, RunResult(extras).extras, rate_fits(config, tampered, [0], d["eta0"], d["eta"]), empty)}
+        assert out[cid].holds is False, out[cid]
+
+
+def test_short_horizon_makes_rate_claims_null(tmp_path):
+    _, _, _, claims = run(tmp_path, "short", "example1", train={"steps_stage2": 300})
+    for cid in ("late_rate_margin", "late_rate_theorem2"):
+        assert claims[cid]["holds"] is None and "horizon too short" in claims[cid]["evidence"]
+    assert claims["norm_band_theorem1"]["holds"] is True  # the band needs no late window
+
+
+def test_adam_breaks_the_rate_and_the_band(tmp_path):
+    """The rate -eta/||W*|| and the band are normalized GD's: Adam fails both on Example 1."""
+    _, _, _, claims = run(tmp_path, "adam", "example1", train={"optimizer": "adam"})
+    assert claims["late_rate_margin"]["holds"] is False
+    assert claims["norm_band_theorem1"]["holds"] is False
+
+
+def test_iterates_end_closer_to_the_qp_than_to_prop2(tmp_path):
+    path = tmp_path / "cx.json"
+    path.write_text(json.dumps(COUNTEREXAMPLE))
+    _, frame, _, claims = run(tmp_path, "cx", data={"file": str(path)}, train={"steps_stage1": 200, "steps_stage2": 900})
+    c = claims["closer_to_qp_than_prop2"]
+    assert c["holds"] is True and "1/1 seeds differ" in c["evidence"]
+    end = frame[frame["step"] == frame["step"].max()].set_index("metric")["value"]
+    assert 1 - end["cos_wkq"] < 1 - end["cos_wkq_prop2"] and end["dist_wkq"] < end["dist_wkq_prop2"]
