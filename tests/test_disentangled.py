@@ -19,7 +19,8 @@ from stagewise.labs.disentangled.train import (
 )
 from stagewise.engine import Diverged
 from stagewise.orchestrate import execute, prepare
-from stagewise.runs import RunDirContext
+
+from resume_helpers import crash_then_resume
 
 LAB = get_lab("disentangled")
 TINY = {"n_seeds": 2, "data": {"d": 6, "prompt_len": 6, "n_train": 40, "n_test": 60},
@@ -103,21 +104,7 @@ def run_dir(tmp_path, name, config):
 def test_resume_across_groups_equals_uninterrupted(tmp_path, monkeypatch, crash_at_line):
     config = tiny(experiment={"kind": "ablations", "ablations": ["no-noise", "joint"]}, train={"optimizer": "sgd"})
     reference = pd.read_parquet(run_dir(tmp_path, "ref", config).metrics)
-    original = RunDirContext.log
-    count = {"n": 0}
-
-    def crashing(self, step, values, **kw):
-        original(self, step, values, **kw)
-        count["n"] += 1
-        if count["n"] == crash_at_line:
-            raise KeyboardInterrupt("simulated kill")
-
-    paths = prepare(LAB, config, tmp_path / "crash")
-    monkeypatch.setattr(RunDirContext, "log", crashing)
-    with pytest.raises(KeyboardInterrupt):
-        execute(LAB, config, paths, progress=False)
-    monkeypatch.setattr(RunDirContext, "log", original)
-    execute(LAB, config, paths, resume=True, progress=False)
+    paths = crash_then_resume(LAB, config, tmp_path / "crash", monkeypatch, crash_at_line)
     pd.testing.assert_frame_equal(pd.read_parquet(paths.metrics), reference, check_exact=True)
     pd.testing.assert_frame_equal(pd.read_parquet(paths.tables / "stages.parquet"),
                                   pd.read_parquet(tmp_path / "ref" / "tables" / "stages.parquet"), check_exact=True)

@@ -14,7 +14,8 @@ from stagewise.config import resolve
 from stagewise.labs import get_lab
 from stagewise.labs.ntp.compare import compare_claims, variant_frame
 from stagewise.orchestrate import execute, prepare
-from stagewise.runs import RunDirContext
+
+from resume_helpers import crash_then_resume
 
 LAB = replace(get_lab("ntp"), make_figures=lambda *a, **k: [])
 SMALL = {"n_seeds": 2, "data": {"vocab_size": 6}, "train": {"steps_stage1": 20, "steps_stage2": 40, "threads": 1,
@@ -73,19 +74,5 @@ def test_compare_without_a_variant_is_null(tmp_path):
 def test_resume_inside_a_variant_equals_uninterrupted(compared, tmp_path, monkeypatch, crash_at_line):
     config, ref_paths = compared
     reference = pd.read_parquet(ref_paths.metrics)
-    original = RunDirContext.log
-    count = {"n": 0}
-
-    def crashing(self, step, values, **kw):
-        original(self, step, values, **kw)
-        count["n"] += 1
-        if count["n"] == crash_at_line:
-            raise KeyboardInterrupt("simulated kill")
-
-    paths = prepare(LAB, config, tmp_path / "crash")
-    monkeypatch.setattr(RunDirContext, "log", crashing)
-    with pytest.raises(KeyboardInterrupt):
-        execute(LAB, config, paths, progress=False)
-    monkeypatch.setattr(RunDirContext, "log", original)
-    execute(LAB, config, paths, resume=True, progress=False)
+    paths = crash_then_resume(LAB, config, tmp_path / "crash", monkeypatch, crash_at_line)
     pd.testing.assert_frame_equal(pd.read_parquet(paths.metrics), reference, check_exact=True)

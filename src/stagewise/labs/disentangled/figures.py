@@ -112,14 +112,15 @@ def phase_diagram(config: Config, summary: dict[str, Any], folder: Path) -> list
             for (i, j), v in np.ndenumerate(grid):
                 ax.text(j, i, "-" if np.isnan(v) else f"{v:.2f}", ha="center", va="center", fontsize=7,
                         color="w" if not np.isnan(v) and v < 0.5 else "k")
-            ax.set_yticks(range(len(rows)), [f"{v:g}" for v in rows])
-            ax.set_ylabel(row_ax)
+            ax.set_yticks(range(len(rows)), [f"{v:g}" for v in rows] if c == 0 else [])
+            if c == 0:
+                ax.set_ylabel(row_ax)
             ax.set_xticks(range(len(cols)), [f"{v:g}" for v in cols] if col_ax else [""])
             ax.set_xlabel(col_ax or "")
             ax.grid(False)
             title = criterion.replace("_", " ") + ("" if not fixed else "\n" + ", ".join(f"{k}={v:g}" for k, v in fixed.items()))
             ax.set_title(title, fontsize=8, parse_math=False)
-    fig.colorbar(image, ax=axs, shrink=0.6, label="fraction of seeds passing")
+    fig.colorbar(image, ax=axs, shrink=0.6, pad=0.02, label="fraction of seeds passing")
     fig.suptitle("phase diagram: per-seed loss-level stage criteria (thresholds fixed before the runs)")
     return save(fig, folder, "phase_diagram")
 

@@ -21,7 +21,7 @@ import numpy as np
 from stagewise.errors import UserError
 from stagewise.labs.ntp.breaches import add_breaches
 from stagewise.labs.ntp.dataset import NTPDataset, Sample
-from stagewise.labs.ntp.tensors import to_tensors  # re-exported: the padded tensors of a dataset
+from stagewise.labs.ntp.tensors import to_tensors  # noqa: F401  (re-exported: the padded tensors of a dataset)
 from stagewise.labs.ntp.validate import (
     IncrementalChecker,
     Pair,
