@@ -6,16 +6,16 @@ the fraction and the per-seed values. All thresholds are config fields fixed bef
 runs (docs/disentangled.md section 4 says why each is what it is):
 
 - P learned at t1 / kept at the end: K1 on P-bearing test queries <= p_loss * log 2 and
-  P-only test accuracy >= p_learned.
+  P-only test accuracy >= p_learned (where the test split has P-only queries).
 - Q not learned at t1: K2 on Q-bearing test queries within q_flat * log 2 of log 2 (the Q
   part of the output is ~0 or noise), and the Q part's accuracy (sign(f^2) on Q-bearing
   test queries; on a Q-only query f = f^2, so this is Q-only accuracy there, and it also
-  exists when every token carries both features) not above the ``control_quantile``
-  quantile of the shuffled-label control's at t1 (pooled over the control's seeds: a V that
-  learned nothing scores anywhere in 0.3..0.8).
+  exists when every token carries both features) no farther from 1/2 than the
+  ``control_quantile`` quantile of the shuffled-label control's distances |acc - 1/2| at t1
+  (pooled over the control's seeds: a V that learned nothing scores anywhere in 0.3..0.8).
 - Q learned at the end: K2 on Q-bearing test queries <= q_loss * log 2 (loss level).
   ``q_accuracy_stage2`` keeps the accuracy-level reading (Q-part accuracy >= q_learned and
-  above the control's quantile at the end) as a secondary claim.
+  above the control's band at the end) as a secondary claim.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from ...report.claims import Claim, claim
 from .config import Config
 
 LOG2 = math.log(2.0)
+CHANCE = 0.5  # accuracy of a sign that knows nothing about the label
 Q_ACC = "test.acc.q_part"  # accuracy of sign(f^2) on Q-bearing test queries (= Q-only accuracy on Q-only queries)
 REVIEW_FLOOR = math.log1p(math.exp(-1.0))  # the reviewer's lower bound on K1, log(1 + e^-1)
 
@@ -77,10 +78,19 @@ def _verdict(config: Config, passed: np.ndarray) -> tuple[bool, str]:
 
 
 def control_bound(control: SeedValues, stage: str, quantile: float) -> float:
-    """The ``quantile`` of the control's Q-part test accuracies at a stage end (NaN without one)."""
+    """The ``quantile`` of the control's distances from chance |acc - 1/2| of the Q-part
+    test accuracy at a stage end (NaN without a control). Two-sided: a V trained on
+    shuffled targets can sit below chance as well as above it (it fits the permuted
+    targets), and a V that is reliably wrong has learned something too."""
     acc = control.get(stage, Q_ACC) if not control.empty else np.array([])
     acc = acc[np.isfinite(acc)]
-    return float(np.quantile(acc, quantile)) if acc.size else float("nan")
+    return float(np.quantile(np.abs(acc - CHANCE), quantile)) if acc.size else float("nan")
+
+
+def _at_least(acc: np.ndarray, threshold: float) -> np.ndarray:
+    """acc >= threshold per seed; True where the accuracy does not exist (NaN: no P-only
+    queries, e.g. composite labels with p0 = 0), so only the loss part of P's test applies."""
+    return np.where(np.isnan(acc), True, acc >= threshold)
 
 
 def stage_passes(config: Config, run: SeedValues, control: SeedValues) -> dict[str, np.ndarray]:
@@ -92,12 +102,13 @@ def stage_passes(config: Config, run: SeedValues, control: SeedValues) -> dict[s
     aq1, aq2 = run.get("stage1", Q_ACC), run.get("stage2", Q_ACC)
     bound1 = control_bound(control, "stage1", th.control_quantile)
     bound2 = control_bound(control, "stage2", th.control_quantile)
+    p_acc1, p_acc2 = _at_least(ap1, th.p_learned), _at_least(ap2, th.p_learned)
     return {
-        "p_learned_stage1": (k1_1 <= th.p_loss * LOG2) & (ap1 >= th.p_learned),
-        "q_not_learned_stage1": (np.abs(k2_1 - LOG2) <= th.q_flat * LOG2) & (aq1 <= bound1),
+        "p_learned_stage1": (k1_1 <= th.p_loss * LOG2) & p_acc1,
+        "q_not_learned_stage1": (np.abs(k2_1 - LOG2) <= th.q_flat * LOG2) & (np.abs(aq1 - CHANCE) <= bound1),
         "q_learned_stage2": k2_2 <= th.q_loss * LOG2,
-        "p_kept_stage2": (k1_2 <= th.p_loss * LOG2) & (ap2 >= th.p_learned),
-        "q_accuracy_stage2": (aq2 >= th.q_learned) & (aq2 > bound2),
+        "p_kept_stage2": (k1_2 <= th.p_loss * LOG2) & p_acc2,
+        "q_accuracy_stage2": (aq2 >= th.q_learned) & (aq2 - CHANCE > bound2),
     }
 
 
@@ -135,9 +146,10 @@ def stage_claims(config: Config, stages: pd.DataFrame, variant: str = "") -> lis
         holds, frac = _verdict(config, passes["q_not_learned_stage1"])
         out.append(claim("q_not_learned_stage1", f"Q is not learned in stage 1, per seed: K2 on Q-bearing test queries at t1 "
                          f"within {th.q_flat:g} log 2 of log 2 ({(1 - th.q_flat) * LOG2:.3f}..{(1 + th.q_flat) * LOG2:.3f}) and "
-                         f"Q-part accuracy at t1 <= the shuffled-label control's {th.control_quantile:g} quantile", holds,
+                         f"Q-part accuracy at t1 no farther from 1/2 than the shuffled-label control's {th.control_quantile:g} quantile "
+                         "of |acc - 1/2|", holds,
                          f"{frac}; K2 {_fmt(g('stage1', 'test.K2.q_queries'))}; Q-part acc {_fmt(g('stage1', Q_ACC), 2)}; "
-                         f"control quantile {bound1:.3f} (control Q-part acc {_fmt(control.get('stage1', Q_ACC), 2)})"))
+                         f"control band 0.5 +- {bound1:.3f} (control Q-part acc {_fmt(control.get('stage1', Q_ACC), 2)})"))
     holds, frac = _verdict(config, passes["q_learned_stage2"])
     out.append(claim("q_learned_stage2", f"Q is learned in stage 2 (loss level), per seed: K2 on Q-bearing test queries at the end "
                      f"(t = {end}) <= {th.q_loss:g} log 2 = {lq:.3f}", holds,
@@ -148,9 +160,9 @@ def stage_claims(config: Config, stages: pd.DataFrame, variant: str = "") -> lis
                      f"{frac}; K1 {_fmt(g('stage2', 'test.K1.p_queries'))}; P-only acc {_fmt(g('stage2', 'test.acc.p_only'), 2)}"))
     holds, frac = _verdict(config, passes["q_accuracy_stage2"])
     out.append(claim("q_accuracy_stage2", f"Q-part test accuracy at the end >= {th.q_learned:g} and above the control's "
-                     f"{th.control_quantile:g} quantile, per seed (accuracy level only)", holds,
+                     f"band 1/2 + its {th.control_quantile:g} quantile of |acc - 1/2|, per seed (accuracy level only)", holds,
                      f"{frac}; Q-part acc at t1 {_fmt(g('stage1', Q_ACC), 2)}; at the end "
-                     f"{_fmt(g('stage2', Q_ACC), 2)}; control quantile at the end {bound2:.3f}"))
+                     f"{_fmt(g('stage2', Q_ACC), 2)}; control band at the end 0.5 +- {bound2:.3f}"))
     staged = np.logical_and.reduce([passes[k] for k in STAGED])
     holds, frac = _verdict(config, staged)
     out.append(claim("two_stage_per_seed", "the four loss-level stage criteria hold together, per seed", holds, frac))

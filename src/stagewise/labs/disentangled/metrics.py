@@ -23,6 +23,11 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum(-1) / mask.sum(-1)
 
 
+def _sign_score(f: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """1 where sign(f) = y, 1/2 where f = 0 (a tie), 0 otherwise: (M, N)."""
+    return 0.5 * (1.0 + torch.sign(f) * target)
+
+
 def block_matrices(weights: tuple[torch.Tensor, ...], d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(W, V, blockdiag(W, V)) of block weights, or the P-P block, Q-Q block and the whole
     matrix of full weights; (M, d, d), (M, d, d), (M, 2d, 2d)."""
@@ -59,9 +64,10 @@ def evaluate(weights: tuple[torch.Tensor, ...], batch: Batch, l2: torch.Tensor, 
         # without the queries that carry no such feature (their branch output is 0: loss log 2)
         f"{split}.K1.p_queries": _masked_mean(part1, batch.kind != KINDS["q_only"]),
         f"{split}.K2.q_queries": _masked_mean(part2, batch.kind != KINDS["p_only"]),
-        # the sign of one part alone on the queries carrying that feature (f^b = 0 counts as wrong)
-        f"{split}.acc.p_part": _masked_mean((torch.sign(f1) == batch.target).to(loss.dtype), batch.kind != KINDS["q_only"]),
-        f"{split}.acc.q_part": _masked_mean((torch.sign(f2) == batch.target).to(loss.dtype), batch.kind != KINDS["p_only"]),
+        # the sign of one part alone on the queries carrying that feature; f^b = 0 (every ReLU
+        # of the branch off: the part says nothing) scores 1/2, chance, not "wrong"
+        f"{split}.acc.p_part": _masked_mean(_sign_score(f1, batch.target), batch.kind != KINDS["q_only"]),
+        f"{split}.acc.q_part": _masked_mean(_sign_score(f2, batch.target), batch.kind != KINDS["p_only"]),
     }
     if bool((batch.kind == P_FLIPPED).any()):  # composite labels: the queries only Q can decide
         mask = batch.kind == P_FLIPPED

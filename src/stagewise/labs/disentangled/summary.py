@@ -39,7 +39,7 @@ def stage_table(config: Config, stages: pd.DataFrame, variant: str = "", control
         out[f"per_seed.{stage}.acc.q_part"] = run.get(stage, Q_ACC).tolist()
         out[f"{stage}.acc.q_part"] = _nanmean(run.get(stage, Q_ACC))
         if not control.empty:
-            out[f"control.{stage}.acc.q_part.q{config.thresholds.control_quantile:g}"] = control_bound(
+            out[f"control.{stage}.acc.q_part.band"] = control_bound(
                 control, stage, config.thresholds.control_quantile)
             out[f"control.{stage}.K2.q_queries"] = _nanmean(control.get(stage, "test.K2.q_queries"))
     if not run.empty:
