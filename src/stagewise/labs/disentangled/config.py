@@ -165,8 +165,8 @@ class ExperimentConfig(ConfigModel):
 
 
 class Config(RunBase):
-    n_seeds: int = Field(8, ge=1, le=1024, description="[run] seeds per variant, batched as one ensemble (--seeds K); 8 keeps the mean Q-only accuracy\n"
-                         "of an unlearned Q within about +-0.06 of chance")
+    n_seeds: int = Field(8, ge=1, le=1024, description="[run] seeds per variant, batched as one ensemble (--seeds K), each with its\n"
+                         "shuffled-label control; the stage claims are tested per seed")
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
@@ -175,7 +175,8 @@ class Config(RunBase):
 
     @model_validator(mode="after")
     def _cross_checks(self):
-        """Checks across sections: truncation ks against 2d, grid t1 values against train.steps."""
+        """Checks across sections: truncation ks against 2d, grid axes against the data and
+        optimizer they need, grid t1 values against train.steps."""
         width = 2 * self.data.d
         ks = self.experiment.truncation_ks
         if ks is not None and any(not 0 <= k <= width for k in ks):
