@@ -249,15 +249,39 @@ def _parse_overrides(cls: type[BaseModel], sets: list[str],
         if problem or bad_value:
             errors.append(problem or bad_value)
             continue
-        parts = key.split(".")
-        node, known = out, base or {}
-        for depth, part in enumerate(parts[:-1]):
-            known = known.get(part) if isinstance(known, dict) else None
-            if part not in node and depth == len(parts) - 2 and mapping_default is not None and known is None:
-                node[part] = copy.deepcopy(mapping_default)
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
+        _place(out, key, value, mapping_default, base)
     return out, errors
+
+
+def _place(out: dict[str, Any], key: str, value: Any, mapping_default: Any, base: dict[str, Any] | None) -> None:
+    """Put ``value`` at dotted ``key`` of ``out``; one entry of a mapping-valued field starts
+    from that field's default when neither ``out`` nor ``base`` holds the mapping yet."""
+    parts = key.split(".")
+    node, known = out, base or {}
+    for depth, part in enumerate(parts[:-1]):
+        known = known.get(part) if isinstance(known, dict) else None
+        if part not in node and depth == len(parts) - 2 and mapping_default is not None and known is None:
+            node[part] = copy.deepcopy(mapping_default)
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+
+
+def dotted_overrides(cls: type[BaseModel], items: dict[str, Any], base: dict[str, Any] | None = None,
+                     what: str = "--set") -> dict[str, Any]:
+    """Nested overrides from already-typed ``{"train.eta": 0.01, ...}`` (a sweep's ``set`` and
+    axes), with the keys checked as ``--set`` checks them; one UserError line per bad key,
+    ``what`` naming the source instead of ``--set``."""
+    out: dict[str, Any] = {}
+    errors: list[str] = []
+    for key, value in items.items():
+        problem, mapping_default = _check_key(cls, str(key))
+        if problem:
+            errors.append(problem.replace("--set ", f"{what} ", 1))
+            continue
+        _place(out, str(key), value, mapping_default, base)
+    if errors:
+        raise UserError(*errors)
+    return out
 
 
 def _format_error(err: dict[str, Any]) -> str:

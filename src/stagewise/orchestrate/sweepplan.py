@@ -1,0 +1,203 @@
+"""Sweep specifications: a YAML file naming a lab, a base and axes, expanded into RunSpecs.
+
+Format (axes are dotted config keys, as with ``--set``)::
+
+    lab: ntp
+    preset: paper
+    config: null                      # optional YAML config file, as with --config
+    set: {train.steps_stage1: 300}    # fixed overrides, as with --set
+    axes:
+      train.eta: [0.005, 0.01, 0.02]  # a list
+      seed: {range: [0, 2]}           # 0, 1 (Python's range); also [a, b, step]
+      train.eta0: {logrange: [0.01, 1.0, 3]}             # 3 log-spaced values, ends included
+      train.noise: {random: loguniform, low: 1e-3, high: 1e-1, n: 4, seed: 0}
+    zip: [[train.eta, train.eta0]]    # axes that vary together (equal lengths)
+
+The points are the product over the axis groups (a zip group counts as one axis, at the
+place of its first member), in the order the axes are written. Every point becomes one
+:class:`~stagewise.labs.RunSpec`; :func:`plan` validates every expanded config (and runs
+the lab's own checks) before anything starts, so a bad axis or value is one line naming
+the point's axes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..config import config_hash, deep_merge, dotted_overrides, validate
+from ..errors import UserError
+from ..labs import RunSpec, get_lab
+from ..yamlio import load_yaml
+
+MAX_POINTS = 100_000  # a sweep larger than this is a typo, not a plan
+
+
+class RandomAxis(BaseModel):
+    """``{random: uniform | loguniform | int, low, high, n, seed}``: n draws, seeded."""
+
+    model_config = ConfigDict(extra="forbid")
+    random: Literal["uniform", "loguniform", "int"]
+    low: float
+    high: float
+    n: int = Field(ge=1)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.high <= self.low:
+            raise ValueError(f"need finite low < high (got low={self.low:g}, high={self.high:g})")
+        if self.random == "loguniform" and self.low <= 0:
+            raise ValueError(f"loguniform needs low > 0 (got {self.low:g})")
+        return self
+
+    def values(self) -> list[float | int]:
+        rng = np.random.default_rng(self.seed)
+        if self.random == "int":
+            return [int(v) for v in rng.integers(math.ceil(self.low), math.floor(self.high) + 1, self.n)]
+        if self.random == "loguniform":
+            return [float(v) for v in np.exp(rng.uniform(math.log(self.low), math.log(self.high), self.n))]
+        return [float(v) for v in rng.uniform(self.low, self.high, self.n)]
+
+
+def axis_values(name: str, spec: Any) -> list[Any]:
+    """The values of one axis from its YAML form; one-line UserError naming the axis."""
+    where = f"sweep axis {name}"
+    if isinstance(spec, list):
+        if not spec:
+            raise UserError(f"{where}: empty list; give at least one value")
+        return list(spec)
+    if not isinstance(spec, dict) or len(spec) < 1:
+        raise UserError(f"{where}={spec!r}: expected a list, {{range: [a, b(, step)]}}, {{logrange: [lo, hi, n]}} "
+                        "or {random: uniform|loguniform|int, low, high, n, seed}")
+    if "random" in spec:
+        try:
+            return RandomAxis.model_validate(spec).values()
+        except ValidationError as err:
+            first = err.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"])
+            raise UserError(f"{where}: {loc + ': ' if loc else ''}{first['msg'].removeprefix('Value error, ')}") from None
+    if set(spec) == {"range"}:
+        args = spec["range"]
+        if (not isinstance(args, list) or not 2 <= len(args) <= 3
+                or not all(isinstance(a, int) and not isinstance(a, bool) for a in args) or (len(args) == 3 and args[2] == 0)):
+            raise UserError(f"{where}: range={args!r}: expected [start, stop] or [start, stop, step] of integers, step != 0")
+        values = list(range(*args))
+        if not values:
+            raise UserError(f"{where}: range={args!r} is empty")
+        return values
+    if set(spec) == {"logrange"}:
+        args = spec["logrange"]
+        ok = (isinstance(args, list) and len(args) == 3 and all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)
+              and args[0] > 0 and args[1] > 0 and isinstance(args[2], int) and args[2] >= 1)
+        if not ok:
+            raise UserError(f"{where}: logrange={args!r}: expected [low > 0, high > 0, n >= 1 (integer)]")
+        return [float(v) for v in np.geomspace(args[0], args[1], args[2])]
+    raise UserError(f"{where}: unknown form {sorted(spec)}; allowed: range, logrange, random (or a list)")
+
+
+class SweepSpec(BaseModel):
+    """The parsed sweep file (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    lab: str
+    preset: str | None = None
+    config: Path | None = None
+    set_: dict[str, Any] = Field(default_factory=dict, alias="set")
+    axes: dict[str, Any] = Field(default_factory=dict)
+    zip: list[list[str]] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One run of a sweep: its axis values, its RunSpec and its config hash."""
+
+    values: dict[str, Any]
+    spec: RunSpec
+    hash: str
+
+    @property
+    def label(self) -> str:
+        return ",".join(f"{k}={_shown(v)}" for k, v in self.values.items())
+
+
+def _shown(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    """Read and check a sweep file's shape (one-line UserError on any problem)."""
+    data = load_yaml(path)
+    try:
+        spec = SweepSpec.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise UserError(f"sweep {path}: {loc}: {first['msg']}") from None
+    if spec.config is not None and not spec.config.is_absolute():
+        spec = spec.model_copy(update={"config": (Path(path).parent / spec.config).resolve()})
+    return spec
+
+
+def expand(spec: SweepSpec) -> list[dict[str, Any]]:
+    """The points (axis -> value) of a sweep, in order: the product over the axis groups."""
+    values = {name: axis_values(name, form) for name, form in spec.axes.items()}
+    zipped: dict[str, list[str]] = {}
+    for group in spec.zip:
+        for name in group:
+            if name not in values:
+                raise UserError(f"sweep zip {group}: {name!r} is not an axis; axes: {', '.join(values) or 'none'}")
+            if name in zipped:
+                raise UserError(f"sweep zip: axis {name!r} is in two zip groups")
+            zipped[name] = group
+        lengths = {name: len(values[name]) for name in group}
+        if len(set(lengths.values())) > 1:
+            raise UserError(f"sweep zip {group}: axes must have equal lengths, got "
+                            + ", ".join(f"{k}: {v}" for k, v in lengths.items()))
+    groups: list[list[dict[str, Any]]] = []
+    placed: set[int] = set()
+    for name in values:
+        group = zipped.get(name, [name])
+        if id(group) in placed:
+            continue
+        placed.add(id(group))
+        groups.append([dict(zip(group, row)) for row in zip(*(values[g] for g in group))])
+    count = math.prod(len(g) for g in groups)
+    if count > MAX_POINTS:
+        raise UserError(f"sweep: {count} points; at most {MAX_POINTS} (split the sweep)")
+    return [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*groups)]
+
+
+def plan(spec: SweepSpec) -> list[SweepPoint]:
+    """Every point as a validated RunSpec (config file < set < axes over the preset), after
+    the lab's own checks; UserError with one line per bad point (at most 5 shown)."""
+    lab = get_lab(spec.lab)
+    base = lab.preset_overrides(spec.preset)
+    if spec.config is not None:
+        base = deep_merge(base, load_yaml(spec.config))
+    base = deep_merge(base, dotted_overrides(lab.Config, spec.set_, base, what="sweep set"))
+    points = expand(spec)
+    for name in spec.axes:  # key errors once, not once per point
+        dotted_overrides(lab.Config, {name: None}, base, what="sweep axis")
+    out, problems = [], []
+    for values in points:
+        overrides = deep_merge(base, dotted_overrides(lab.Config, values, base, what="sweep axis"))
+        label = ",".join(f"{k}={_shown(v)}" for k, v in values.items()) or "(no axes)"
+        try:
+            config = validate(lab.Config, overrides)
+            lab.check(config)
+        except UserError as err:
+            problems.append(f"sweep point {label}: {err.messages[0]}")
+            continue
+        run = RunSpec(lab=spec.lab, preset=None, overrides=overrides, name=label)
+        out.append(SweepPoint(values, run, config_hash(config)))
+    if problems:
+        shown = problems[:5] + ([f"... and {len(problems) - 5} more bad points"] if len(problems) > 5 else [])
+        raise UserError(*shown)
+    return out
