@@ -234,6 +234,45 @@ def reproduce_cmd(
         raise typer.Exit(3 if all(run["status"] == "diverged" for run in failed) else 1)
 
 
+@app.command("sweep")
+def sweep_cmd(
+    spec: Path = typer.Argument(..., help="sweep file (YAML: lab, preset, config, set, axes, zip)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="sweep folder (default sweeps/SPEC-NAME); rerun to continue"),
+    executor: str = typer.Option("local", "--executor", help="local (a process pool on this machine; Ray and SLURM: not yet)"),
+    max_parallel: Optional[int] = typer.Option(None, "--max-parallel", help="at most this many runs at once (default: the cores)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="list the runs (count and a few examples) and stop"),
+) -> None:
+    """Expand a sweep file into runs, validate every one, and run them (skipping done ones)."""
+    from .orchestrate.sweep import run_local, summary_lines
+    from .orchestrate.sweepplan import load_sweep, plan
+
+    if executor != "local":
+        raise UserError(f"--executor {executor}: unknown; allowed: local")
+    sweep = load_sweep(spec)
+    points = plan(sweep)
+    folder = out or Path("sweeps") / spec.stem
+    if dry_run:
+        out_console.print(f"{len(points)} runs of {sweep.lab} into {folder}/runs/HASH", highlight=False)
+        for p in points[:5]:
+            out_console.print(f"  {p.hash[:12]}  {p.label}", highlight=False)
+        if len(points) > 5:
+            out_console.print(f"  ... and {len(points) - 5} more", highlight=False)
+        return
+    done = {"n": 0}
+
+    def show(result) -> None:
+        done["n"] += 1
+        out_console.print(f"[{done['n']}/{len(points)}] {result.status:7s} {result.label}", highlight=False)
+
+    results = run_local(points, folder, sweep.lab, max_parallel=max_parallel, on_result=show)
+    lines = summary_lines(results, folder)
+    out_console.print(lines[0], highlight=False)
+    for line in lines[1:]:
+        err_console.print(line, highlight=False)
+    if len(lines) > 1:
+        raise typer.Exit(1)
+
+
 METRIC_COLUMNS = ("step", "seed", "metric", "value")
 """The columns `stages` reads from a run's metrics.parquet (others, e.g. a variant, are ignored)."""
 

@@ -1,0 +1,98 @@
+"""The local sweep executor: parallel == serial, re-runs skip done points, a held point is
+left to its holder, failures are recorded while the rest completes, a killed sweep resumes
+to the uninterrupted result; the CLI's dry run and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from stagewise.orchestrate.sweep import counts, run_local
+from stagewise.orchestrate.sweepplan import SweepSpec, plan
+from stagewise.runs import RunDirContext, RunLock
+
+NTP = {"lab": "ntp", "preset": "example1", "set": {"train.steps_stage1": 10, "train.steps_stage2": 20},
+       "axes": {"train.eta": [0.01, 0.02], "seed": {"range": [0, 2]}}}
+
+
+def points(**over):
+    return plan(SweepSpec.model_validate({**NTP, **over}))
+
+
+def metrics(out, p) -> pd.DataFrame:
+    return pd.read_parquet(out / "runs" / p.hash / "metrics.parquet")
+
+
+def test_parallel_equals_serial_and_reruns_skip(tmp_path):
+    pts = points()
+    serial = run_local(pts, tmp_path / "s", "ntp", max_parallel=1)
+    parallel = run_local(pts, tmp_path / "p", "ntp", max_parallel=2)
+    assert counts(serial)["done"] == counts(parallel)["done"] == 4
+    for p in pts:
+        pd.testing.assert_frame_equal(metrics(tmp_path / "s", p), metrics(tmp_path / "p", p), check_exact=True)
+    again = run_local(pts, tmp_path / "p", "ntp", max_parallel=2)
+    assert counts(again) == {"done": 0, "skipped": 4, "failed": 0, "held": 0}
+    index = json.loads((tmp_path / "p" / "sweep.json").read_text())
+    assert [q["hash"] for q in index["points"]] == [p.hash for p in pts]
+
+
+def test_a_held_point_is_left_to_its_holder(tmp_path):
+    pts = points()
+    (tmp_path / "locks" / pts[0].hash).mkdir(parents=True)
+    with RunLock(tmp_path / "locks" / pts[0].hash):
+        results = run_local(pts, tmp_path, "ntp", max_parallel=1)
+    assert [r.status for r in results] == ["held", "done", "done", "done"]
+    assert not (tmp_path / "runs" / pts[0].hash).exists()
+
+
+def test_failures_are_recorded_and_the_rest_completes(tmp_path):
+    spec = {"lab": "disentangled", "set": {"n_seeds": 1, "data.d": 4, "data.prompt_len": 4, "data.n_train": 10,
+                                           "data.n_test": 10, "train.steps": 6, "train.t1": 3, "model.init_scale": 1.0,
+                                           "train.noise": 0.0, "train.log_every": 1},
+            "axes": {"train.eta1": [0.1, 1e300], "train.eta2": [0.1]}}
+    pts = plan(SweepSpec.model_validate(spec))
+    results = run_local(pts, tmp_path, "disentangled", max_parallel=1)
+    assert [r.status for r in results] == ["done", "failed"]
+    assert "diverged" in results[1].error
+    manifest = json.loads((tmp_path / results[1].run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "diverged"
+
+
+def test_a_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    pts = points()
+    reference = run_local(pts, tmp_path / "ref", "ntp", max_parallel=1)
+    assert counts(reference)["done"] == 4
+    original = RunDirContext.log
+    seen = {"n": 0}
+
+    def crashing(self, step, values, **kw):
+        original(self, step, values, **kw)
+        seen["n"] += 1
+        if seen["n"] == 40:  # inside the second point
+            raise KeyboardInterrupt("simulated kill")
+
+    monkeypatch.setattr(RunDirContext, "log", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        run_local(pts, tmp_path / "k", "ntp", max_parallel=1)
+    monkeypatch.setattr(RunDirContext, "log", original)
+    results = run_local(pts, tmp_path / "k", "ntp", max_parallel=1)
+    assert [r.status for r in results] == ["skipped", "done", "done", "done"]
+    assert sorted(p.name for p in (tmp_path / "k" / "runs").iterdir()) == sorted(p.hash for p in pts)
+    for p in pts:
+        pd.testing.assert_frame_equal(metrics(tmp_path / "ref", p), metrics(tmp_path / "k", p), check_exact=True)
+
+
+def test_cli_dry_run_and_bad_axis(cli, tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("lab: ntp\npreset: example1\naxes:\n  train.eta: [0.01, -1]\n")
+    code, _, stderr = cli("sweep", str(path), "--out", str(tmp_path / "o"))
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "sweep point train.eta=-1" in lines[0], lines
+    assert not (tmp_path / "o").exists()
+    path.write_text("lab: ntp\npreset: example1\naxes:\n  seed: {range: [0, 12]}\n")
+    code, stdout, _ = cli("sweep", str(path), "--out", str(tmp_path / "o"), "--dry-run")
+    assert code == 0 and "12 runs of ntp" in stdout and "... and 7 more" in stdout and not (tmp_path / "o").exists()
+    code, _, stderr = cli("sweep", str(path), "--executor", "ray", "--out", str(tmp_path / "o"))
+    assert code == 2 and "--executor ray: unknown; allowed: local" in stderr
