@@ -124,11 +124,12 @@ class SweepPoint:
 
     @property
     def label(self) -> str:
-        return ",".join(f"{k}={_shown(v)}" for k, v in self.values.items())
+        return point_label(self.values)
 
 
-def _shown(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+def point_label(values: dict[str, Any]) -> str:
+    """``train.eta=0.01,seed=1``: a point's axis values, floats in %g."""
+    return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
@@ -188,7 +189,7 @@ def plan(spec: SweepSpec) -> list[SweepPoint]:
     out, problems = [], []
     for values in points:
         overrides = deep_merge(base, dotted_overrides(lab.Config, values, base, what="sweep axis"))
-        label = ",".join(f"{k}={_shown(v)}" for k, v in values.items()) or "(no axes)"
+        label = point_label(values) or "(no axes)"
         try:
             config = validate(lab.Config, overrides)
             lab.check(config)

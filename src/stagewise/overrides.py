@@ -1,0 +1,161 @@
+"""``--set a.b=value`` overrides and the schema walking behind them: dotted keys checked
+against a config model (unknown keys suggest the closest name), values parsed as YAML, and
+one entry of a mapping-valued field set on top of its default. Used by
+:mod:`stagewise.config` (``resolve``) and by sweep files (``dotted_overrides``)."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel
+
+from .errors import UserError
+from .yamlio import YamlLimit, safe_yaml
+
+
+def _members(annotation: Any) -> tuple[Any, ...]:
+    """The alternatives of a union (``X | Y``, ``Optional[X]``), Annotated unwrapped."""
+    if get_origin(annotation) is Annotated:
+        return _members(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        return tuple(m for arg in get_args(annotation) for m in _members(arg))
+    return (annotation,)
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    """The BaseModel class inside an annotation (``X`` or ``X | None``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) is not None:
+        for arg in get_args(annotation):
+            found = _submodel(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _did_you_mean(name: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _dict_keys(annotation: Any) -> list[str] | None:
+    """The allowed keys of a mapping-valued field (``[]``: any), or None if not a mapping."""
+    mappings = [m for m in _members(annotation) if get_origin(m) is dict]
+    if len(mappings) != 1:
+        return None
+    key_type = (get_args(mappings[0]) or (str,))[0]
+    return [str(k) for k in get_args(key_type)] if get_origin(key_type) is Literal else []
+
+
+def parse_overrides(cls: type[BaseModel], sets: list[str]) -> dict[str, Any]:
+    """Turn ``["train.eta=0.1", "data.file=x.json"]`` into a nested dict.
+
+    Keys are checked against the config schema (unknown keys suggest the closest name);
+    values are parsed as YAML scalars/lists (``0.1``, ``true``, ``[1, 3]``, ``null``); an
+    empty value is an error (write ``null``). A mapping-valued field takes one key at a time
+    (``experiment.grid.t1=[100, 300]``).
+    """
+    out, errors = _parse_overrides(cls, sets)
+    if errors:
+        raise UserError(*errors)
+    return out
+
+
+def _check_key(cls: type[BaseModel], key: str) -> tuple[str | None, Any]:
+    """(error message or None, the mapping field's default when the key names one entry of
+    a mapping-valued field, else None)."""
+    parts = key.split(".")
+    model: type[BaseModel] | None = cls
+    for depth, part in enumerate(parts):
+        fields = list(model.model_fields)
+        if part not in model.model_fields:
+            where = ".".join(parts[:depth]) or "top level"
+            hint = _did_you_mean(part, fields)
+            return f"--set {key}: unknown key '{part}' in {where}{hint}; allowed: {', '.join(fields)}", None
+        if depth == len(parts) - 1:
+            return None, None
+        field = model.model_fields[part]
+        model = _submodel(field.annotation)
+        if model is None:
+            keys = _dict_keys(field.annotation)
+            section = ".".join(parts[:depth + 1])
+            if keys is None or depth != len(parts) - 2:
+                return f"--set {key}: '{section}' is a value, not a section", None
+            if keys and parts[-1] not in keys:
+                hint = _did_you_mean(parts[-1], keys)
+                return f"--set {key}: unknown key '{parts[-1]}' in {section}{hint}; allowed: {', '.join(keys)}", None
+            return None, field.get_default(call_default_factory=True)
+    return None, None
+
+
+def _parse_value(key: str, raw: str) -> tuple[Any, str | None]:
+    """(value, error message or None) of the text after ``KEY=``: YAML, a plain string if it
+    is not valid YAML; empty is an error (``null`` is written out)."""
+    if not raw.strip():
+        return None, f"--set {key}=: empty value; give a value or null"
+    try:
+        return safe_yaml(raw), None
+    except yaml.YAMLError:
+        return raw, None
+    except (YamlLimit, ValueError) as err:
+        return None, f"--set {key}: {str(err).split('; ')[0]}"
+
+
+def _parse_overrides(cls: type[BaseModel], sets: list[str],
+                     base: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """(overrides of the well-formed items, one message per bad item).
+
+    One entry of a mapping-valued field is set on top of that field's value in ``base``
+    (the preset and file so far), or on its default when ``base`` lacks it.
+    """
+    out: dict[str, Any] = {}
+    errors: list[str] = []
+    for item in sets:
+        if "=" not in item:
+            errors.append(f"--set {item!r}: expected KEY=VALUE, e.g. train.eta=0.05")
+            continue
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        problem, mapping_default = _check_key(cls, key)
+        value, bad_value = _parse_value(key, raw) if problem is None else (None, None)
+        if problem or bad_value:
+            errors.append(problem or bad_value)
+            continue
+        _place(out, key, value, mapping_default, base)
+    return out, errors
+
+
+def _place(out: dict[str, Any], key: str, value: Any, mapping_default: Any, base: dict[str, Any] | None) -> None:
+    """Put ``value`` at dotted ``key`` of ``out``; one entry of a mapping-valued field starts
+    from that field's default when neither ``out`` nor ``base`` holds the mapping yet."""
+    parts = key.split(".")
+    node, known = out, base or {}
+    for depth, part in enumerate(parts[:-1]):
+        known = known.get(part) if isinstance(known, dict) else None
+        if part not in node and depth == len(parts) - 2 and mapping_default is not None and known is None:
+            node[part] = copy.deepcopy(mapping_default)
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+
+
+def dotted_overrides(cls: type[BaseModel], items: dict[str, Any], base: dict[str, Any] | None = None,
+                     what: str = "--set") -> dict[str, Any]:
+    """Nested overrides from already-typed ``{"train.eta": 0.01, ...}`` (a sweep's ``set`` and
+    axes), with the keys checked as ``--set`` checks them; one UserError line per bad key,
+    ``what`` naming the source instead of ``--set``."""
+    out: dict[str, Any] = {}
+    errors: list[str] = []
+    for key, value in items.items():
+        problem, mapping_default = _check_key(cls, str(key))
+        if problem:
+            errors.append(problem.replace("--set ", f"{what} ", 1))
+            continue
+        _place(out, str(key), value, mapping_default, base)
+    if errors:
+        raise UserError(*errors)
+    return out
