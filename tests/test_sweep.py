@@ -42,7 +42,7 @@ def test_a_held_point_is_left_to_its_holder(tmp_path):
     pts = points()
     (tmp_path / "locks" / pts[0].hash).mkdir(parents=True)
     with RunLock(tmp_path / "locks" / pts[0].hash):
-        results = run_local(pts, tmp_path, "ntp", max_parallel=1)
+        results = run_local(pts, tmp_path, "ntp", max_parallel=1, wait_held=False)
     assert [r.status for r in results] == ["held", "done", "done", "done"]
     assert not (tmp_path / "runs" / pts[0].hash).exists()
 
@@ -94,5 +94,5 @@ def test_cli_dry_run_and_bad_axis(cli, tmp_path):
     path.write_text("lab: ntp\npreset: example1\naxes:\n  seed: {range: [0, 12]}\n")
     code, stdout, _ = cli("sweep", str(path), "--out", str(tmp_path / "o"), "--dry-run")
     assert code == 0 and "12 runs of ntp" in stdout and "... and 7 more" in stdout and not (tmp_path / "o").exists()
-    code, _, stderr = cli("sweep", str(path), "--executor", "ray", "--out", str(tmp_path / "o"))
-    assert code == 2 and "--executor ray: unknown; allowed: local" in stderr
+    code, _, stderr = cli("sweep", str(path), "--executor", "dask", "--out", str(tmp_path / "o"))
+    assert code == 2 and "--executor dask: unknown; allowed: local, ray, slurm" in stderr

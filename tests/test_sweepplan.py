@@ -87,6 +87,12 @@ def test_bad_points_fail_before_anything_runs(kw, needle):
 
 def test_bad_sweep_file(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text("lab: ntp\naxes: {seed: [0]}\nexecutor: ray\n")
-    with pytest.raises(UserError, match="executor: Extra inputs are not permitted"):
+    path.write_text("lab: ntp\naxes: {seed: [0]}\nengine: ray\n")
+    with pytest.raises(UserError, match="engine: Extra inputs are not permitted"):
+        load_sweep(path)
+    path.write_text("lab: ntp\naxes: {seed: [0]}\nexecutor: {kind: dask}\n")
+    with pytest.raises(UserError, match="executor.kind: Input should be 'local', 'ray' or 'slurm'"):
+        load_sweep(path)
+    path.write_text("lab: ntp\naxes: {seed: [0]}\nexecutor: {kind: slurm, gpus_per_run: 0.5}\n")
+    with pytest.raises(UserError, match="fractional GPUs need kind=ray"):
         load_sweep(path)

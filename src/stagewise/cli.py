@@ -18,12 +18,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from .cli_lm import eval_app, lm_app
+from .cli_sweep import report_cmd, reproduce_cmd, sweep_app
 from .errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate, measure and reproduce staged training dynamics in transformers.")
 app.add_typer(eval_app, name="eval")
 app.add_typer(lm_app, name="lm")
+app.add_typer(sweep_app, name="sweep")
+app.command("report")(report_cmd)
+app.command("reproduce")(reproduce_cmd)
 out_console = Console()
 err_console = Console(stderr=True)
 
@@ -73,13 +77,17 @@ def run_cmd(
     resume: Optional[Path] = typer.Option(None, "--resume", help="resume the run in this directory"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     allow_large: bool = typer.Option(False, "--allow-large", help="run even when the size estimate exceeds memory or disk"),
+    sink: Optional[List[str]] = typer.Option(None, "--sink", help="also log to tensorboard or wandb (offline; extras "
+                                             "'.[tensorboard]', '.[wandb]'; repeatable; STAGEWISE_SINKS too)"),
 ) -> None:
     """Run a lab: validate the config, train, write metrics, tables, summary and figures."""
     from .config import resolve
     from .labs import get_lab
     from .orchestrate import load_for_resume, start_run
     from .runs import RunPaths
+    from .runs.sinks import resolve_sinks
 
+    resolve_sinks(sink)  # before anything is made
     if resume is not None:
         if lab or preset or config_file or sets or seeds or out:
             raise UserError("--resume DIR takes no lab, preset, config, --set, --seeds or --out: the run's own config is used")
@@ -93,17 +101,17 @@ def run_cmd(
             raise UserError(f"--seeds {seeds}: must be >= 1")
         config = resolve(value.Config, value.preset_overrides(preset), config_file, sets or [],
                          {"n_seeds": seeds} if seeds is not None else None)
-        paths = start_run(value, config, out or _default_out(lab, preset), allow_large)
-    _execute(value, config, paths, resume is not None, not quiet)
+        paths = start_run(value, config, out or _default_out(lab, preset), allow_large, sink)
+    _execute(value, config, paths, resume is not None, not quiet, sink)
 
 
-def _execute(lab, config, paths, resume: bool, progress: bool) -> None:
+def _execute(lab, config, paths, resume: bool, progress: bool, sinks=None) -> None:
     from .engine import Diverged
     from .orchestrate import execute
     from .runs import Interrupted
 
     try:
-        execute(lab, config, paths, resume=resume, progress=progress)
+        execute(lab, config, paths, resume=resume, progress=progress, sinks=sinks)
     except Diverged as err:
         note = getattr(err, "stagewise_note", None)
         err_console.print(f"[red]run diverged[/]: {err}; metrics so far kept in {paths.root}"
@@ -198,79 +206,6 @@ def stages_cmd(
                       fmt(report.min[name]), fmt(report.max[name]), per_seed)
     out_console.print(table)
     out_console.print(f"order (by median step): {' -> '.join(report.order)}", highlight=False)
-
-
-@app.command("reproduce")
-def reproduce_cmd(
-    lab: str = typer.Argument(..., help="lab name"),
-    quick: bool = typer.Option(False, "--quick", help="fewer runs and seeds (about a minute on a laptop)"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="report folder (default reports/LAB[-quick]); "
-                                       "rerun with the same folder to continue a stopped reproduce"),
-    allow_large: bool = typer.Option(False, "--allow-large", help="run even when a size estimate exceeds memory or disk"),
-) -> None:
-    """Run a lab's reproduction set and write one report folder (figures, claims, HTML)."""
-    from .labs import get_lab
-    from .orchestrate import reproduce
-    from .runs import Interrupted
-
-    value = get_lab(lab)
-    folder = out or Path("reports") / f"{lab}{'-quick' if quick else ''}"
-    try:
-        report = reproduce(value, folder, quick=quick, progress=True, allow_large=allow_large)
-    except KeyboardInterrupt as err:
-        signum = err.signum if isinstance(err, Interrupted) else 2
-        err_console.print(f"interrupted ({signal_name(signum)}); continue with: stagewise reproduce {lab}"
-                          f"{' --quick' if quick else ''} --out {folder}", highlight=False)
-        raise typer.Exit(128 + int(signum))
-    claims = [c for run in report["runs"] for c in run["claims"]]
-    holds = sum(c["holds"] is True for c in claims)
-    untestable = sum(c["holds"] is None for c in claims)
-    out_console.print(f"report: {folder / 'report.html'}  ({len(report['runs'])} runs, {holds}/{len(claims)} claims hold"
-                      + (f", {untestable} not testable" if untestable else "") + ")", highlight=False)
-    failed = [run for run in report["runs"] if run["status"] != "done"]
-    for run in failed:
-        err_console.print(f"run {run['name']} {run['status']}: {run['error']} ({folder / run['run_dir']})", highlight=False)
-    if failed:
-        raise typer.Exit(3 if all(run["status"] == "diverged" for run in failed) else 1)
-
-
-@app.command("sweep")
-def sweep_cmd(
-    spec: Path = typer.Argument(..., help="sweep file (YAML: lab, preset, config, set, axes, zip)"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="sweep folder (default sweeps/SPEC-NAME); rerun to continue"),
-    executor: str = typer.Option("local", "--executor", help="local (a process pool on this machine; Ray and SLURM: not yet)"),
-    max_parallel: Optional[int] = typer.Option(None, "--max-parallel", help="at most this many runs at once (default: the cores)"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="list the runs (count and a few examples) and stop"),
-) -> None:
-    """Expand a sweep file into runs, validate every one, and run them (skipping done ones)."""
-    from .orchestrate.sweep import run_local, summary_lines
-    from .orchestrate.sweepplan import load_sweep, plan
-
-    if executor != "local":
-        raise UserError(f"--executor {executor}: unknown; allowed: local")
-    sweep = load_sweep(spec)
-    points = plan(sweep)
-    folder = out or Path("sweeps") / spec.stem
-    if dry_run:
-        out_console.print(f"{len(points)} runs of {sweep.lab} into {folder}/runs/HASH", highlight=False)
-        for p in points[:5]:
-            out_console.print(f"  {p.hash[:12]}  {p.label}", highlight=False)
-        if len(points) > 5:
-            out_console.print(f"  ... and {len(points) - 5} more", highlight=False)
-        return
-    done = {"n": 0}
-
-    def show(result) -> None:
-        done["n"] += 1
-        out_console.print(f"[{done['n']}/{len(points)}] {result.status:7s} {result.label}", highlight=False)
-
-    results = run_local(points, folder, sweep.lab, max_parallel=max_parallel, on_result=show)
-    lines = summary_lines(results, folder)
-    out_console.print(lines[0], highlight=False)
-    for line in lines[1:]:
-        err_console.print(line, highlight=False)
-    if len(lines) > 1:
-        raise typer.Exit(1)
 
 
 METRIC_COLUMNS = ("step", "seed", "metric", "value")

@@ -135,6 +135,8 @@ class Lab:
     estimate: Callable[[Any], Resources] = _no_estimate
     smoke: Mapping[str, Any] = field(default_factory=dict)
     """Overrides for a seconds-long run with several checkpoints (the conformance test's run)."""
+    key_metrics: tuple[str, ...] = ()
+    """Names in ``summary.per_seed`` that sweeps plot by default against each axis (most telling first)."""
 
     def preset_overrides(self, preset: str | None) -> dict[str, Any]:
         """The overrides of a named preset (None: the lab's defaults); one-line error otherwise."""

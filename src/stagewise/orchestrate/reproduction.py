@@ -7,9 +7,12 @@ Folder layout::
     figures/<name>-<fig>.png|pdf
     claims.json  claims.md  report.html (self-contained: figures embedded)
 
-Every run goes through :func:`~stagewise.orchestrate.runner.execute_spec`, so a killed
-reproduce rerun with the same ``--out`` continues where it stopped: finished runs are
-kept, unfinished ones resumed from their checkpoints, and the report is written at the end.
+The runs go through the sweep machinery (:func:`~stagewise.orchestrate.sweep.run_runs`:
+an executor, one lock per run, :func:`~stagewise.orchestrate.runner.execute_spec` per run),
+so they run in parallel and a killed reproduce rerun with the same ``--out`` continues
+where it stopped: finished runs are kept, unfinished ones resumed from their checkpoints,
+and the report is written at the end. A lab value that is not the registry's (a test's
+modified lab) cannot be shipped to worker processes and runs here, one run after another.
 """
 
 from __future__ import annotations
@@ -18,16 +21,20 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..config import config_hash
 from ..errors import UserError
-from ..labs import Lab, RunSpec
+from ..labs import Lab, RunSpec, get_lab
 from ..report.claims import read_summary
-from ..report.html import reproduce_html, reproduce_markdown
+from ..report.html import reproduce_markdown
 from ..runs import read_manifest
 from ..runs.store import atomic_write_json, atomic_write_text
-from .runner import writable_dir, check_size, execute_spec
+from .executors import ExecutorOptions
+from .reporting import reproduce_page
+from .runner import check_size, execute_spec, writable_dir
+from .sweep import PointResult, run_runs
+from .sweepplan import SweepPoint, SweepRun
 
 PLAN = "reproduce.json"
 
@@ -53,9 +60,11 @@ def _open_folder(folder: Path, plan: dict[str, Any]) -> None:
 
 
 def reproduce(lab: Lab, folder: str | Path, *, quick: bool = False, progress: bool = False,
-              allow_large: bool = False) -> dict[str, Any]:
-    """Run every spec of ``lab.reproduce`` (quick: the quick set) into ``folder``; returns
-    the report also written to ``claims.json``."""
+              allow_large: bool = False, opts: ExecutorOptions | None = None,
+              on_result: Callable[[PointResult], None] | None = None) -> dict[str, Any]:
+    """Run every spec of ``lab.reproduce`` (quick: the quick set) into ``folder`` with the
+    executor ``opts`` (default: local, a worker per core); returns the report also written
+    to ``claims.json``."""
     folder = Path(folder)
     specs = lab.reproduce.specs(quick)
     configs = [spec.config() for spec in specs]
@@ -63,18 +72,40 @@ def reproduce(lab: Lab, folder: str | Path, *, quick: bool = False, progress: bo
         check_size(lab, config, folder, allow_large)
         lab.check(config)
     _open_folder(folder, _plan(lab, quick))
-    runs = [_run_one(lab, spec, config, folder, progress, allow_large) for spec, config in zip(specs, configs)]
-    report = {"lab": lab.name, "quick": quick, "runs": runs}
+    registered = get_lab(lab.name)
+    seconds: dict[str, float | None] = {spec.name: None for spec in specs}
+    if lab.run is registered.run and lab.Config is registered.Config:
+        runs = [SweepRun(spec.name, spec, (SweepPoint({}, spec, config_hash(config)),), (tuple(config.seed_list()),))
+                for spec, config in zip(specs, configs)]
+        opts = opts or ExecutorOptions()
+        run_runs(runs, folder, opts.model_copy(update={"allow_large": allow_large}), on_result)
+    else:
+        for spec in specs:
+            start = time.perf_counter()
+            execute_spec(spec, folder / "runs" / spec.name, progress=progress, allow_large=allow_large, lab=lab,
+                         sinks=opts.sinks if opts else None)
+            seconds[spec.name] = round(time.perf_counter() - start, 2)
+    runs_out = [_run_one(spec, config, folder, seconds[spec.name]) for spec, config in zip(specs, configs)]
+    report = {"lab": lab.name, "quick": quick, "runs": runs_out}
     atomic_write_json(folder / "claims.json", report)
     atomic_write_text(folder / "claims.md", reproduce_markdown(report))
-    atomic_write_text(folder / "report.html", reproduce_html(report, folder))
+    reproduce_page(report, folder)
     return report
 
 
-def _run_one(lab: Lab, spec: RunSpec, config: Any, folder: Path, progress: bool, allow_large: bool) -> dict[str, Any]:
-    start = time.perf_counter()
+def _seconds(manifest: dict[str, Any]) -> float | None:
+    """Wall seconds of the run's last start (its manifest's started/resumed .. ended)."""
+    from datetime import datetime
+
+    try:
+        start = manifest.get("resumed") or manifest["started"]
+        return round((datetime.fromisoformat(manifest["ended"]) - datetime.fromisoformat(start)).total_seconds(), 2)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _run_one(spec: RunSpec, config: Any, folder: Path, seconds: float | None) -> dict[str, Any]:
     run_dir = folder / "runs" / spec.name
-    manifest = execute_spec(spec, run_dir, progress=progress, allow_large=allow_large, lab=lab)
     summary = read_summary(run_dir / "summary.json") if (run_dir / "summary.json").exists() else None
     figures = []
     for png in sorted((run_dir / "figures").glob("*.png")):
@@ -84,9 +115,46 @@ def _run_one(lab: Lab, spec: RunSpec, config: Any, folder: Path, progress: bool,
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)
         figures.append(f"figures/{spec.name}-{png.stem}.png")
-    manifest = read_manifest(run_dir) if manifest is None else manifest
+    manifest = read_manifest(run_dir) if (run_dir / "manifest.json").is_file() else \
+        {"status": "missing", "error": "the run never started", "seeds": config.seed_list()}
     return {"name": spec.name, "preset": spec.preset, "status": manifest["status"], "error": manifest.get("error"),
             "config_hash": config_hash(config), "seeds": manifest["seeds"],
-            "seconds": round(time.perf_counter() - start, 2),
+            "seconds": seconds if seconds is not None else _seconds(manifest),
             "claims": [c.model_dump() for c in summary.claims] if summary else [], "figures": figures,
             "run_dir": f"runs/{spec.name}"}
+
+
+def reproduce_all(labs: list[Lab], folder: str | Path, *, quick: bool = False, allow_large: bool = False,
+                  opts: ExecutorOptions | None = None,
+                  on_result: Callable[[PointResult], None] | None = None) -> dict[str, Any]:
+    """Every lab's reproduction into ``folder/LAB`` (each a reproduce folder), then one
+    report at ``folder``: the first table lists every claim of every lab."""
+    folder = Path(folder)
+    plan = {"lab": "all", "quick": quick, "labs": [lab.name for lab in labs]}
+    for lab in labs:  # every lab's inputs are validated before any work
+        for spec in lab.reproduce.specs(quick):
+            config = spec.config()
+            check_size(lab, config, folder, allow_large)
+            lab.check(config)
+    if folder.is_dir() and any(folder.iterdir()):
+        try:
+            old = json.loads((folder / PLAN).read_text())
+        except (OSError, json.JSONDecodeError):
+            raise UserError(f"--out {folder}: folder exists, is not empty and is not a reproduce folder; choose another") from None
+        if old != plan:
+            raise UserError(f"--out {folder}: holds a reproduce of another plan (lab {old.get('lab')}, quick "
+                            f"{old.get('quick')}); choose another folder")
+    else:
+        writable_dir(folder, "--out")
+        atomic_write_json(folder / PLAN, plan)
+    runs: list[dict[str, Any]] = []
+    for lab in labs:
+        part = reproduce(lab, folder / lab.name, quick=quick, allow_large=allow_large, opts=opts, on_result=on_result)
+        for run in part["runs"]:
+            runs.append({**run, "name": f"{lab.name}/{run['name']}", "run_dir": f"{lab.name}/{run['run_dir']}",
+                         "figures": [f"{lab.name}/{f}" for f in run["figures"]]})
+    report = {"lab": "all", "quick": quick, "runs": runs}
+    atomic_write_json(folder / "claims.json", report)
+    atomic_write_text(folder / "claims.md", reproduce_markdown(report))
+    reproduce_page(report, folder)
+    return report

@@ -23,7 +23,7 @@ import threading
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import yaml
 
@@ -32,6 +32,7 @@ from ..engine import Diverged
 from ..errors import UserError
 from ..labs import Lab, RunSpec, get_lab
 from ..runs import Interrupted, RunDirContext, RunLock, RunPaths, read_manifest, update_manifest
+from ..runs.sinks import resolve_sinks
 from ..runs.store import atomic_write_json, atomic_write_text, git_sha, now_iso, package_versions, write_parquet
 
 SIZE_MARGIN = 0.9  # refuse runs estimated above this fraction of the available memory
@@ -104,9 +105,12 @@ def prepare(lab: Lab, config: Any, out: str | Path) -> RunPaths:
     return paths
 
 
-def start_run(lab: Lab, config: Any, out: str | Path, allow_large: bool = False) -> RunPaths:
-    """Every check before any work (size estimate, then the lab's input checks), then a
-    fresh run directory: what `stagewise run` and :func:`execute_spec` do for a new run."""
+def start_run(lab: Lab, config: Any, out: str | Path, allow_large: bool = False,
+              sinks: Sequence[str] | None = None) -> RunPaths:
+    """Every check before any work (the metric sinks, the size estimate, then the lab's
+    input checks), then a fresh run directory: what `stagewise run` and
+    :func:`execute_spec` do for a new run."""
+    resolve_sinks(sinks)  # a bad sink name or a missing package: one line, nothing made
     check_size(lab, config, Path(out), allow_large)
     lab.check(config)
     return prepare(lab, config, out)
@@ -169,7 +173,8 @@ def _keep_metrics(ctx: RunDirContext, paths: RunPaths) -> None:
         pass
 
 
-def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, progress: bool = True,
+            sinks: Sequence[str] | None = None) -> dict[str, Any]:
     """Run (or resume) ``lab`` with ``config`` in ``paths``; returns the final manifest.
 
     Holds the directory's lock throughout (a second writer gets a one-line error). On
@@ -191,7 +196,7 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
             update_manifest(paths.root, notes=notes)
 
         checkpoint_every = int(getattr(getattr(config, "train", None), "checkpoint_every", 0) or 0)
-        ctx = RunDirContext(paths, config.seed_list(), checkpoint_every, progress, on_table, on_note)
+        ctx = RunDirContext(paths, config.seed_list(), checkpoint_every, progress, on_table, on_note, sinks=sinks)
         if resume:
             ctx.prepare_resume()
             manifest_tables = {k: v for k, v in manifest_tables.items() if k in ctx.tables.names()}
@@ -221,6 +226,12 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
             stop = err if isinstance(err, Interrupted) else Interrupted(signum)
             stop.stagewise_note = note
             raise stop from None
+        except SystemExit as err:  # a scheduler's requeue (submitit exits on SLURM's timeout signal)
+            _keep_metrics(ctx, paths)
+            err.stagewise_note = _record(paths, status="interrupted", ended=now_iso(),
+                                         error=f"stopped by SystemExit({err.code}) (a requeue or timeout); it resumes "
+                                               f"from its last checkpoint with: stagewise run --resume {paths.root}")
+            raise
         except BaseException as err:
             _keep_metrics(ctx, paths)
             message = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
@@ -236,7 +247,8 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
 
 
 def execute_spec(spec: RunSpec, run_dir: str | Path, *, progress: bool = False, allow_large: bool = False,
-                 raise_on_failure: bool = False, lab: Lab | None = None) -> dict[str, Any]:
+                 raise_on_failure: bool = False, lab: Lab | None = None,
+                 sinks: Sequence[str] | None = None) -> dict[str, Any]:
     """Run ``spec`` into ``run_dir`` and return its manifest: a fresh directory is created,
     a finished run with the same config hash is returned as it is, an unfinished one is
     resumed. A failed, diverged or interrupted run returns its manifest (or raises with
@@ -248,6 +260,7 @@ def execute_spec(spec: RunSpec, run_dir: str | Path, *, progress: bool = False, 
     if lab is not None and (lab.name != registered.name or lab.Config is not registered.Config):
         raise ValueError(f"lab {lab.name!r} does not match the spec's lab {spec.lab!r}")
     lab = lab or registered
+    resolve_sinks(sinks)
     config = spec.config()
     paths = RunPaths(Path(run_dir))
     resume = (paths.manifest).is_file()
@@ -260,9 +273,9 @@ def execute_spec(spec: RunSpec, run_dir: str | Path, *, progress: bool = False, 
             return manifest
         _, config = load_for_resume(paths.root)
     else:
-        paths = start_run(lab, config, paths.root, allow_large)
+        paths = start_run(lab, config, paths.root, allow_large, sinks)
     try:
-        return execute(lab, config, paths, resume=resume, progress=progress)
+        return execute(lab, config, paths, resume=resume, progress=progress, sinks=sinks)
     except (KeyboardInterrupt, UserError):  # a stop request; bad input or a held lock: nothing was run
         raise
     except Exception:

@@ -1,39 +1,40 @@
-"""Run a sweep's points with the local executor: one code path, `execute_spec` per point.
+"""Run a sweep: its runs go to an executor (local pool, Ray, SLURM), one code path per run.
 
 Layout of a sweep folder::
 
-    OUT/sweep.json            the points (label, axis values, config hash, run folder), rewritten at each start
-    OUT/runs/HASH/            one run directory per point, named by its config hash
-    OUT/locks/HASH/.lock      held while a process works on that point (flock: dies with the process)
+    OUT/sweep.json            lab, axes, fold, report spec and every point (label, axis values,
+                              hash, run folder, the seeds of that run that are the point's)
+    OUT/runs/KEY/             one run directory per run (KEY: the run's config hash)
+    OUT/locks/KEY/.lock       held while a process works on that run (flock: dies with the process)
+    OUT/slurm/                submitit's job files and logs (executor slurm)
 
-Re-running the same sweep skips points whose manifest says done, resumes unfinished ones
-(`execute_spec`), and never runs a point twice at once: a point whose lock is held by
-another sweep process is reported ``held`` and left to it. A point that fails records its
-error in its own run folder and the sweep goes on.
+Re-running the same sweep skips runs whose manifest says done, resumes unfinished ones
+(:func:`~stagewise.orchestrate.runner.execute_spec`), and never runs a run twice at once: a
+run whose lock another sweep process holds is waited for (``executor.wait_held``) and then
+skipped or resumed, so two sweep processes started on one folder both end with every run
+done exactly once. A run that fails records its error in its own folder and the sweep goes on.
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import UserError
-from ..labs import RunSpec
-from ..runs import RunLock, atomic_write_json, read_manifest
-from .runner import execute_spec, writable_dir
-from .sweepplan import SweepPoint
+from ..runs import atomic_write_json
+from .executors import RUNNERS, ExecutorOptions, Task, check_available
+from .runner import writable_dir
+from .sweepplan import SweepPoint, SweepRun, fold_points
 
-STATUSES = ("done", "skipped", "failed", "held")  # ran now / was done before / failed or diverged / another process has it
+STATUSES = ("done", "skipped", "failed", "held", "interrupted")
+# ran now / was done before / failed or diverged / another process has it / stopped (resumable)
 
 
 @dataclass(frozen=True)
 class PointResult:
-    """What happened to one point in this sweep process."""
+    """What happened to one point's run in this sweep process."""
 
     label: str
     hash: str
@@ -42,88 +43,92 @@ class PointResult:
     error: str | None = None
 
 
-def _run_point(spec_json: str, root: str, point_hash: str) -> tuple[str, str | None]:
-    """(status, error) of one point; runs in a worker process (or inline)."""
-    spec = RunSpec.from_json(spec_json)
-    run_dir = Path(root) / "runs" / point_hash
-    lock_dir = Path(root) / "locks" / point_hash
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    lock = RunLock(lock_dir)
-    try:
-        lock.acquire()
-    except UserError:
-        return "held", None
-    try:
-        if (run_dir / "manifest.json").is_file() and read_manifest(run_dir).get("status") == "done":
-            return "skipped", None
-        manifest = execute_spec(spec, run_dir)
-        if manifest.get("status") == "done":
-            return "done", None
-        return "failed", f"{manifest.get('status')}: {manifest.get('error')}"
-    except UserError as err:
-        return "failed", "; ".join(err.messages)
-    finally:
-        lock.release()
+def index_entry(run: SweepRun) -> list[dict[str, Any]]:
+    """The ``sweep.json`` entries of one run's points."""
+    return [{"label": p.label, "values": p.values, "hash": p.hash, "run_dir": f"runs/{run.key}", "seeds": list(seeds)}
+            for p, seeds in zip(run.points, run.seeds)]
 
 
-def write_index(points: list[SweepPoint], out: Path, lab: str) -> None:
-    """``OUT/sweep.json``: the lab and every point (label, values, hash, run folder)."""
-    atomic_write_json(out / "sweep.json", {
-        "lab": lab,
-        "points": [{"label": p.label, "values": p.values, "hash": p.hash, "run_dir": f"runs/{p.hash}"} for p in points],
-    })
+def write_index(runs: list[SweepRun], out: Path, lab: str, *, axes: list[str] | None = None, fold: str = "none",
+                report: dict[str, Any] | None = None) -> None:
+    """``OUT/sweep.json`` (the layout above)."""
+    points = [entry for run in runs for entry in index_entry(run)]
+    atomic_write_json(out / "sweep.json", {"lab": lab, "axes": list(axes or []), "fold": fold,
+                                           "report": dict(report or {}), "points": points})
+
+
+def run_runs(runs: list[SweepRun], out: str | Path, opts: ExecutorOptions,
+             on_result: Callable[[PointResult], None] | None = None) -> list[PointResult]:
+    """Run every run into ``out`` with the executor ``opts.kind``; one result per point, in
+    point order. Held runs are waited for at the end (``opts.wait_held``), then skipped or
+    resumed. ``on_result`` is called for each point as its run ends (a progress bar)."""
+    out = Path(out)
+    keys = [r.key for r in runs]
+    if len(set(keys)) < len(keys):
+        raise UserError(f"sweep: {len(keys) - len(set(keys))} runs repeat another run's config (same hash); "
+                        "remove the repeated axis values")
+    check_available(opts)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    by_key = {r.key: r for r in runs}
+    results: dict[str, list[PointResult]] = {}
+
+    def report(key: str, status: str, error: str | None) -> None:
+        results[key] = [PointResult(p.label, p.hash, status, f"runs/{key}", error) for p in by_key[key].points]
+        if on_result and not (status == "held" and opts.wait_held):
+            for result in results[key]:
+                on_result(result)
+
+    runner = RUNNERS[opts.kind]
+    runner([Task(r.key, r.spec.to_json()) for r in runs], out, opts, report)
+    held = [r for r in runs if results[r.key][0].status == "held"]
+    if held and opts.wait_held:
+        runner([Task(r.key, r.spec.to_json()) for r in held], out, opts, report, block=True)
+    return [result for r in runs for result in results[r.key]]
+
+
+def run_sweep(points: list[SweepPoint], out: str | Path, lab: str, *, opts: ExecutorOptions | None = None,
+              fold: str = "none", fold_max_seeds: int = 64, axes: list[str] | None = None,
+              report: dict[str, Any] | None = None,
+              on_result: Callable[[PointResult], None] | None = None) -> list[PointResult]:
+    """Fold the points into runs, write ``sweep.json`` and run them (:func:`run_runs`)."""
+    out = Path(out)
+    writable_dir(out, "--out")
+    opts = opts or ExecutorOptions()
+    hashes = [p.hash for p in points]
+    if len(set(hashes)) < len(hashes):
+        raise UserError(f"sweep: {len(hashes) - len(set(hashes))} points repeat another point's config (same hash); "
+                        "remove the repeated axis values")
+    runs = fold_points(points, fold, fold_max_seeds)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    write_index(runs, out, lab, axes=axes if axes is not None else list(points[0].values) if points else [],
+                fold=fold, report=report)
+    by_hash = {r.hash: r for r in run_runs(runs, out, opts, on_result)}
+    return [by_hash[p.hash] for p in points]
 
 
 def run_local(points: list[SweepPoint], out: str | Path, lab: str, *, max_parallel: int | None = None,
-              on_result: Callable[[PointResult], None] | None = None) -> list[PointResult]:
-    """Run every point into ``out`` (the layout above) with up to ``max_parallel`` worker
-    processes (default: the cores; 1 runs in this process). Results come back in point
-    order; ``on_result`` is called as each point ends (a progress bar)."""
-    out = Path(out)
-    writable_dir(out, "--out")
+              on_result: Callable[[PointResult], None] | None = None, wait_held: bool = True) -> list[PointResult]:
+    """Unfolded points on the local executor (``max_parallel`` workers; 1 runs in this process)."""
     if max_parallel is not None and max_parallel < 1:
         raise UserError(f"--max-parallel {max_parallel}: must be >= 1")
-    unique = {p.hash: p for p in points}
-    if len(unique) < len(points):
-        raise UserError(f"sweep: {len(points) - len(unique)} points repeat another point's config (same hash); "
-                        "remove the repeated axis values")
-    (out / "runs").mkdir(parents=True, exist_ok=True)
-    write_index(points, out, lab)
-    workers = max_parallel or os.cpu_count() or 1
-    results: dict[str, PointResult] = {}
-
-    def record(point: SweepPoint, status: str, error: str | None) -> None:
-        result = PointResult(point.label, point.hash, status, f"runs/{point.hash}", error)
-        results[point.hash] = result
-        if on_result:
-            on_result(result)
-
-    if workers == 1 or len(points) == 1:
-        for p in points:
-            record(p, *_run_point(p.spec.to_json(), str(out), p.hash))
-    else:
-        context = multiprocessing.get_context("spawn")  # no forked torch state in the workers
-        with ProcessPoolExecutor(max_workers=min(workers, len(points)), mp_context=context) as pool:
-            futures = {pool.submit(_run_point, p.spec.to_json(), str(out), p.hash): p for p in points}
-            for future in as_completed(futures):
-                point = futures[future]
-                try:
-                    record(point, *future.result())
-                except Exception as err:  # a worker that died (killed, out of memory)
-                    record(point, "failed", f"worker died: {type(err).__name__}: {err}")
-    return [results[p.hash] for p in points]
+    opts = ExecutorOptions(kind="local", max_parallel=max_parallel, wait_held=wait_held)
+    return run_sweep(points, out, lab, opts=opts, on_result=on_result)
 
 
 def counts(results: list[PointResult]) -> dict[str, int]:
-    """How many points ended in each status."""
-    return {s: sum(r.status == s for r in results) for s in STATUSES}
+    """How many points ended in each status (``interrupted`` only when some did)."""
+    c = {s: sum(r.status == s for r in results) for s in STATUSES}
+    if not c["interrupted"]:
+        del c["interrupted"]
+    return c
 
 
 def summary_lines(results: list[PointResult], out: Path) -> list[str]:
     """The end-of-sweep lines: the counts, then one line per failed point with its folder."""
     c = counts(results)
-    lines = [", ".join(f"{c[s]} {s}" for s in STATUSES) + f" ({len(results)} points, {out})"]
-    lines += [f"failed {r.label}: {r.error} ({out / r.run_dir})" for r in results if r.status == "failed"]
+    lines = [", ".join(f"{n} {s}" for s, n in c.items()) + f" ({len(results)} points, {out})"]
+    lines += [f"{r.status} {r.label}: {r.error} ({out / r.run_dir})" for r in results
+              if r.status in ("failed", "interrupted")]
     return lines
 
 

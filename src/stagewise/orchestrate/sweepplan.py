@@ -12,12 +12,21 @@ Format (axes are dotted config keys, as with ``--set``)::
       train.eta0: {logrange: [0.01, 1.0, 3]}             # 3 log-spaced values, ends included
       train.noise: {random: loguniform, low: 1e-3, high: 1e-1, n: 4, seed: 0}
     zip: [[train.eta, train.eta0]]    # axes that vary together (equal lengths)
+    fold: none                        # seeds: fold points that differ only in their seeds into batched runs
+    executor: {kind: local}           # see orchestrate.executors.ExecutorOptions
+    report: {}                        # figures of `sweep collect` (orchestrate.collect)
 
 The points are the product over the axis groups (a zip group counts as one axis, at the
 place of its first member), in the order the axes are written. Every point becomes one
 :class:`~stagewise.labs.RunSpec`; :func:`plan` validates every expanded config (and runs
 the lab's own checks) before anything starts, so a bad axis or value is one line naming
 the point's axes.
+
+Folding (``fold: seeds``): points whose configs differ only in ``seed`` (and ``n_seeds``)
+and whose seed ranges are adjacent run as one batched ensemble (member i of an ensemble
+equals a single run with its seed, the engine's seed-stream rule), at most
+``fold_max_seeds`` seeds per run. Per-seed results are the same as unfolded; run-level
+claims are then computed over the folded run's seeds (``sweep collect`` records how many).
 """
 
 from __future__ import annotations
@@ -112,6 +121,10 @@ class SweepSpec(BaseModel):
     set_: dict[str, Any] = Field(default_factory=dict, alias="set")
     axes: dict[str, Any] = Field(default_factory=dict)
     zip: list[list[str]] = Field(default_factory=list)
+    fold: Literal["none", "seeds"] = "none"
+    fold_max_seeds: int = Field(64, ge=1)
+    executor: dict[str, Any] = Field(default_factory=dict)
+    report: dict[str, Any] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -125,6 +138,68 @@ class SweepPoint:
     @property
     def label(self) -> str:
         return point_label(self.values)
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One run folder of a sweep (``runs/KEY``) and the points it serves; ``seeds[i]`` are
+    the seeds of that run that belong to ``points[i]``."""
+
+    key: str
+    spec: RunSpec
+    points: tuple[SweepPoint, ...]
+    seeds: tuple[tuple[int, ...], ...]
+
+
+def _seed_range(spec: RunSpec) -> tuple[int, int]:
+    config = spec.config()
+    return int(config.seed), int(config.n_seeds)
+
+
+def fold_points(points: list[SweepPoint], fold: str = "none", max_seeds: int = 64) -> list[SweepRun]:
+    """The runs of a sweep: one per point, or (``fold="seeds"``) points differing only in
+    their seeds merged into batched runs of adjacent seed ranges, at most ``max_seeds`` each.
+    Runs come in the order of their first point."""
+    if fold == "none":
+        return [SweepRun(p.hash, p.spec, (p,), (tuple(range(*_span(p.spec))),)) for p in points]
+    groups: dict[str, list[tuple[int, int, SweepPoint]]] = {}
+    for p in points:
+        first, n = _seed_range(p.spec)
+        rest = deep_merge(p.spec.overrides, {"seed": 0, "n_seeds": 1})
+        key = config_hash(validate(p.spec.lab_value().Config, rest))  # the config without its seeds
+        groups.setdefault(key, []).append((first, n, p))
+    runs: list[tuple[int, SweepRun]] = []
+    order = {p.hash: i for i, p in enumerate(points)}
+    for members in groups.values():
+        members.sort(key=lambda m: m[0])
+        chunk: list[tuple[int, int, SweepPoint]] = []
+        for member in members + [None]:  # None flushes the last chunk
+            start, total = (chunk[0][0], sum(m[1] for m in chunk)) if chunk else (0, 0)
+            if member is not None and chunk and member[0] == start + total and total + member[1] <= max_seeds:
+                chunk.append(member)
+                continue
+            if chunk:
+                runs.append((min(order[m[2].hash] for m in chunk), _folded(chunk, start, total)))
+            chunk = [member] if member is not None else []
+    return [run for _, run in sorted(runs, key=lambda r: r[0])]
+
+
+def _span(spec: RunSpec) -> tuple[int, int]:
+    first, n = _seed_range(spec)
+    return first, first + n
+
+
+def _folded(chunk: list[tuple[int, int, SweepPoint]], start: int, total: int) -> SweepRun:
+    if len(chunk) == 1:
+        p = chunk[0][2]
+        return SweepRun(p.hash, p.spec, (p,), (tuple(range(start, start + total)),))
+    head = chunk[0][2].spec
+    spec = RunSpec(lab=head.lab, overrides=deep_merge(head.overrides, {"seed": start, "n_seeds": total}),
+                   name=f"{chunk[0][2].label} .. ({total} seeds)")
+    config = spec.config()
+    head.lab_value().check(config)
+    return SweepRun(config_hash(config), spec, tuple(m[2] for m in chunk),
+                    tuple(tuple(range(m[0], m[0] + m[1])) for m in chunk))
 
 
 def point_label(values: dict[str, Any]) -> str:
@@ -141,6 +216,14 @@ def load_sweep(path: str | Path) -> SweepSpec:
         first = err.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
         raise UserError(f"sweep {path}: {loc}: {first['msg']}") from None
+    from .executors import ExecutorOptions
+
+    try:
+        ExecutorOptions.model_validate(spec.executor)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise UserError(f"sweep {path}: executor{'.' + loc if loc else ''}: {first['msg'].removeprefix('Value error, ')}") from None
     if spec.config is not None and not spec.config.is_absolute():
         spec = spec.model_copy(update={"config": (Path(path).parent / spec.config).resolve()})
     return spec
@@ -175,6 +258,15 @@ def expand(spec: SweepSpec) -> list[dict[str, Any]]:
     return [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*groups)]
 
 
+def _config_value(config: BaseModel, dotted: str, raw: Any) -> Any:
+    """The validated config's value at ``dotted`` (so YAML's ``1e308``, a string, is recorded
+    as the float the run used); ``raw`` where the path does not lead to a plain value."""
+    node: Any = config
+    for part in dotted.split("."):
+        node = node.get(part, raw) if isinstance(node, dict) else getattr(node, part, raw)
+    return node if isinstance(node, (int, float, str, bool, type(None), list)) else raw
+
+
 def plan(spec: SweepSpec) -> list[SweepPoint]:
     """Every point as a validated RunSpec (config file < set < axes over the preset), after
     the lab's own checks; UserError with one line per bad point (at most 5 shown)."""
@@ -197,7 +289,8 @@ def plan(spec: SweepSpec) -> list[SweepPoint]:
             problems.append(f"sweep point {label}: {err.messages[0]}")
             continue
         run = RunSpec(lab=spec.lab, preset=None, overrides=overrides, name=label)
-        out.append(SweepPoint(values, run, config_hash(config)))
+        typed = {name: _config_value(config, name, value) for name, value in values.items()}
+        out.append(SweepPoint(typed, run, config_hash(config)))
     if problems:
         shown = problems[:5] + ([f"... and {len(problems) - 5} more bad points"] if len(problems) > 5 else [])
         raise UserError(*shown)

@@ -1,14 +1,179 @@
-"""Rendering of a reproduce report: claims.md and a self-contained report.html (figures
-embedded as data URIs)."""
+"""HTML building blocks for self-contained reports, and the claims.md / report.html of a
+reproduce folder.
+
+A report page is one file: CSS inline, every figure embedded as a
+``data:image/png;base64,...`` URI, no script and no external URL (links to files next to
+the page are relative hrefs). All text goes through :func:`esc`; numbers through
+:func:`number` (``SIGNIFICANT`` significant digits). The pages themselves are built in
+:mod:`stagewise.report.pages`.
+"""
 
 from __future__ import annotations
 
 import base64
 import html
+import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+SIGNIFICANT = 4
+"""Significant digits of every float shown in a report (``f"{x:.4g}"``)."""
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+"""First bytes of every PNG file; a figure without them is reported missing, not embedded."""
+
+NONE_TEXT = "–"
+"""How a missing value (None, NaN) is shown in a table."""
+
+CSS = (
+    "body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;background:#fff}"
+    "h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}h3{font-size:1em}"
+    "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 7px;font-size:13px;"
+    "vertical-align:top;text-align:left}th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}"
+    ".held{background:#d9f2d9;color:#145214}.notheld{background:#f8d7d7;color:#8a0000}.untestable{background:#eee;color:#555}"
+    ".partial{background:#fdf0cc;color:#6b4e00}tr.failed td{background:#fbe3e3}.error,.missing{color:#b00000}"
+    ".scroll{overflow-x:auto}pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:12px}"
+    "figure{margin:.8em 0}figure img{max-width:100%;border:1px solid #eee}"
+    "figcaption{font-size:12px;color:#555}.counts span{margin-right:1em}a{color:#0645ad}"
+)
 
 
+def esc(text: Any) -> str:
+    """``text`` as HTML text (quotes escaped too, so it is safe inside attributes)."""
+    return html.escape(str(text), quote=True)
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds; anything else unchanged."""
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        try:
+            return value.item()
+        except (ValueError, TypeError):
+            return value
+    return value
+
+
+def number(value: Any) -> str:
+    """A compact text for a table cell: floats to ``SIGNIFICANT`` digits, bools yes/no,
+    None and NaN as ``NONE_TEXT``; anything else ``str``. Not escaped."""
+    value = _plain(value)
+    if value is None or value is pd.NA or value is pd.NaT:
+        return NONE_TEXT
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return NONE_TEXT if math.isnan(value) else f"{value:.{SIGNIFICANT}g}"
+    return str(value)
+
+
+def is_number(value: Any) -> bool:
+    """Whether a cell is numeric (then right-aligned)."""
+    value = _plain(value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How a claim's ``holds`` is shown: css class and words."""
+
+    css: str
+    text: str
+
+
+def verdict(holds: bool | None, words: tuple[str, str, str] = ("yes", "no", "not testable")) -> Verdict:
+    """True / False / None -> held / not held / untestable, with the given words."""
+    if holds is None:
+        return Verdict("untestable", words[2])
+    return Verdict("held", words[0]) if holds else Verdict("notheld", words[1])
+
+
+def td(value: Any, css: str = "") -> str:
+    """One escaped cell; numbers right-aligned."""
+    classes = " ".join(c for c in (css, "num" if is_number(value) else "") if c)
+    return f"<td class='{classes}'>{esc(number(value))}</td>" if classes else f"<td>{esc(number(value))}</td>"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]], row_css: Sequence[str] | None = None) -> str:
+    """A table from escaped header names and rows of ready ``<td>`` strings (see :func:`td`)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = []
+    for i, row in enumerate(rows):
+        css = row_css[i] if row_css is not None and i < len(row_css) and row_css[i] else ""
+        body.append(f"<tr class='{css}'>" + "".join(row) + "</tr>" if css else "<tr>" + "".join(row) + "</tr>")
+    return f"<div class='scroll'><table><tr>{head}</tr>{''.join(body)}</table></div>"
+
+
+def link(href: str, text: Any) -> str:
+    """A relative link (``href`` escaped as an attribute)."""
+    return f"<a href='{esc(href)}'>{esc(text)}</a>"
+
+
+def details(summary: str, body: str, is_open: bool = False) -> str:
+    """A collapsible block (plain HTML: readable without script)."""
+    return f"<details{' open' if is_open else ''}><summary>{esc(summary)}</summary>{body}</details>"
+
+
+def pre(text: str) -> str:
+    return f"<pre>{esc(text)}</pre>"
+
+
+def png_data_uri(path: Path) -> str | None:
+    """``data:image/png;base64,...`` of a PNG file; None when it cannot be read or is no PNG."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    if not data.startswith(PNG_SIGNATURE):
+        return None
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+@dataclass(frozen=True)
+class FigureEntry:
+    """One figure to show: its name, its PNG and (optionally) a relative href to its PDF."""
+
+    name: str
+    png: Path
+    pdf_href: str | None = None
+
+
+@dataclass(frozen=True)
+class FigureBlock:
+    """The rendered figures: the HTML, the PNGs embedded (page order) and the names missing."""
+
+    html: str
+    embedded: tuple[Path, ...]
+    missing: tuple[str, ...]
+
+
+def figures(entries: Sequence[FigureEntry]) -> FigureBlock:
+    """Every figure embedded; one that cannot be read becomes a visible 'missing figure NAME'."""
+    parts, embedded, missing = [], [], []
+    for entry in entries:
+        uri = png_data_uri(entry.png)
+        if uri is None:
+            missing.append(entry.name)
+            parts.append(f"<p class='missing'>missing figure {esc(entry.name)}</p>")
+            continue
+        embedded.append(entry.png)
+        pdf = f" · {link(entry.pdf_href, 'PDF')}" if entry.pdf_href else ""
+        parts.append(f"<figure><img alt='{esc(entry.name)}' src='{uri}'><figcaption>{esc(entry.name)}{pdf}"
+                     "</figcaption></figure>")
+    return FigureBlock("\n".join(parts), tuple(embedded), tuple(missing))
+
+
+def page(title: str, body: Iterable[str]) -> str:
+    """A whole self-contained document."""
+    return "\n".join([f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{esc(title)}</title>"
+                      f"<style>{CSS}</style></head><body>", *body, "</body></html>"])
+
+
+# ----------------------------------------------------------------- reproduce claims.md
 def _mark(holds: bool | None) -> str:
     return "untestable" if holds is None else "yes" if holds else "no"
 
@@ -28,23 +193,21 @@ def reproduce_markdown(report: dict[str, Any]) -> str:
 
 
 def reproduce_html(report: dict[str, Any], folder: Path) -> str:
-    parts = [f"<!doctype html><meta charset='utf-8'><title>stagewise {report['lab']}</title>",
-             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;vertical-align:top}.yes{color:#167a16}"
-             ".no{color:#b00}.untestable{color:#777}img{max-width:100%}</style>",
-             f"<h1>stagewise reproduce {html.escape(report['lab'])}{' --quick' if report['quick'] else ''}</h1>"]
+    """The former reproduce page (per run: claims and figures). Superseded by
+    :func:`stagewise.orchestrate.reporting.reproduce_page`, which puts every claim in one
+    table first and links each run's own report; kept until reproduction.py switches."""
+    parts = [f"<h1>stagewise reproduce {esc(report['lab'])}{' --quick' if report['quick'] else ''}</h1>"]
     for run in report["runs"]:
-        parts.append(f"<h2>{html.escape(run['name'])}</h2><p>preset <code>{html.escape(str(run['preset']))}</code>, seeds "
-                     f"{run['seeds']}, status {run['status']}, {run['seconds']} s, config {run['config_hash']}</p>")
+        parts.append(f"<h2>{esc(run['name'])}</h2><p>preset <code>{esc(run['preset'])}</code>, seeds "
+                     f"{esc(run['seeds'])}, status {esc(run['status'])}, {esc(run['seconds'])} s, config "
+                     f"{esc(run['config_hash'])}</p>")
         if run["error"]:
-            parts.append(f"<p class='no'>{html.escape(run['error'])}</p>")
-        parts.append("<table><tr><th>claim</th><th>holds</th><th>evidence</th></tr>")
+            parts.append(f"<p class='error'>{esc(run['error'])}</p>")
+        rows = []
         for c in run["claims"]:
-            cls = _mark(c["holds"])
-            parts.append(f"<tr><td><b>{html.escape(c['id'])}</b>: {html.escape(c['statement'])}</td>"
-                         f"<td class='{cls}'>{cls}</td><td>{html.escape(c['evidence'])}</td></tr>")
-        parts.append("</table>")
-        for fig in run["figures"]:
-            data = base64.b64encode((folder / fig).read_bytes()).decode()
-            parts.append(f"<p><img alt='{html.escape(fig)}' src='data:image/png;base64,{data}'></p>")
-    return "\n".join(parts)
+            v = verdict(c["holds"], ("yes", "no", "untestable"))
+            rows.append([f"<td><b>{esc(c['id'])}</b>: {esc(c['statement'])}</td>", f"<td class='{v.css}'>{v.text}</td>",
+                         td(c["evidence"])])
+        parts.append(table(["claim", "holds", "evidence"], rows))
+        parts.append(figures([FigureEntry(Path(f).stem, Path(folder) / f) for f in run["figures"]]).html)
+    return page(f"stagewise {report['lab']}", parts)

@@ -14,12 +14,13 @@ import signal
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pandas as pd
 import torch
 
 from .store import Checkpoints, MetricSink, TableStore, atomic_write_text, safe_csv, save_snapshot
+from .sinks import open_sinks, resolve_sinks
 
 
 class Interrupted(KeyboardInterrupt):
@@ -89,6 +90,10 @@ class Checkpoint:
 class RunDirContext:
     """What a lab sees of a run directory while it runs (implements ``RunContext``).
 
+    ``sinks`` (with the names in ``STAGEWISE_SINKS``) selects extra sinks fed from the same
+    metric records (``tensorboard``, ``wandb``: :mod:`stagewise.runs.sinks`); a bad name or
+    a missing package is a UserError here.
+
     Attributes:
         seeds: the ensemble's seeds, in the order of the ensemble axis.
         paths: the run directory's paths.
@@ -96,11 +101,11 @@ class RunDirContext:
 
     def __init__(self, paths: RunPaths, seeds: list[int], checkpoint_every: int, progress: bool,
                  on_table: Callable[[str, dict[str, Any]], None] | None = None,
-                 on_note: Callable[[str, Any], None] | None = None):
+                 on_note: Callable[[str, Any], None] | None = None, *, sinks: Sequence[str] | None = None):
         self.paths = paths
         self.seeds = list(seeds)
         self.checkpoint_every = checkpoint_every
-        self.sink = MetricSink(paths.metrics_jsonl, seeds)
+        self.sink = MetricSink(paths.metrics_jsonl, seeds, extra=open_sinks(resolve_sinks(sinks), paths.root, seeds))
         self.checkpoints = Checkpoints(paths.checkpoints)
         self.tables = TableStore(paths.tables)
         self.show_progress = progress

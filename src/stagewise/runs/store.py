@@ -182,10 +182,11 @@ class MetricSink:
     set), value (float64).
     """
 
-    def __init__(self, path: str | Path, seeds: Sequence[int]):
+    def __init__(self, path: str | Path, seeds: Sequence[int], extra: Any = None):
         self.path = Path(path)
         self.seeds = list(seeds)
         self._handle = None
+        self.extra = extra  # also gets every record, flush and close (stagewise.runs.sinks.SinkFanout), or None
         self.lines = len(self.read_lines())  # complete lines written so far
 
     def _open(self):
@@ -203,6 +204,8 @@ class MetricSink:
                            "f8": base64.b64encode(values.tobytes()).decode("ascii")})
         self._open().write(line + "\n")
         self.lines += 1
+        if self.extra is not None:
+            self.extra.write(int(step), variant, list(names), values)
 
     def log(self, step: int, values: Mapping[str, Sequence[float]], variant: str = "") -> None:
         """Append one step from ``{metric: one value per seed}``."""
@@ -214,12 +217,16 @@ class MetricSink:
         if self._handle is not None:
             self._handle.flush()
             os.fsync(self._handle.fileno())
+        if self.extra is not None:
+            self.extra.flush()
 
     def close(self) -> None:
         if self._handle is not None:
             self._handle.flush()
             self._handle.close()
             self._handle = None
+        if self.extra is not None:
+            self.extra.close()
 
     def read_lines(self) -> list[dict[str, Any]]:
         """All complete, parseable lines (a torn last line from a kill is skipped)."""

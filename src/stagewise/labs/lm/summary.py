@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...measure import detect_stages
 from ...report.claims import Claim, Stats, Summary, claim
 from ..contract import RunResult, Tables
 from .categories import CATEGORIES
@@ -143,8 +144,63 @@ def syntax_claim(config: Config, frame: pd.DataFrame) -> tuple[Claim, dict[str, 
     return claim("syntax_before_semantics", statement, holds, evidence), found
 
 
+def _at_evaluations(frame: pd.DataFrame, metric: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """{seed: (steps, values)} of an evaluation metric, by step."""
+    rows = frame[frame["metric"] == metric].sort_values("step")
+    return {int(seed): (g["step"].to_numpy(float), g["value"].to_numpy(float)) for seed, g in rows.groupby("seed")}
+
+
+def stage_detection(config: Config, frame: pd.DataFrame) -> dict[str, Any] | None:
+    """Per-seed stage boundaries in optimizer steps, in the shape of
+    :meth:`~stagewise.measure.StageReport.as_dict`, from the evaluations (epoch ends and
+    ``train.eval_every``), with the claims' own conditions (h = ``thresholds.half``):
+
+    * answer framing: ``type_wrong_halved`` (type-wrong count <= h x its first count),
+      ``type_correct_majority`` (type-correct >= h of the wrong predictions, some wrong),
+      ``semantic_half`` (semantic-correct >= h x its last count): the steps of the epochs
+      ``type_before_fact`` compares (left out when its count is 0 at the reference point);
+    * both blimp and sick trained: ``blimp_loss_half_drop`` / ``sick_loss_half_drop`` (the
+      task's evaluation loss has fallen by h of its total drop), as ``syntax_before_semantics``
+      reads them at epoch resolution.
+
+    None when no stage applies. Each condition is logged as a derived value that is >= 0
+    exactly when it holds, so a crossing is the first evaluation where the claim's test passes."""
+    h = config.thresholds.half
+    derived: list[pd.DataFrame] = []
+
+    def add(name: str, metric: str, value) -> None:
+        for seed, (steps, values) in _at_evaluations(frame, metric).items():
+            v = value(values)
+            if v is not None:
+                derived.append(pd.DataFrame({"step": steps, "seed": seed, "metric": name, "value": v}))
+
+    if config.task.framing == "answer":
+        counts = {c: _at_evaluations(frame, f"train.{c}") for c in ("type_wrong", "type_correct", "semantic_correct")}
+        for seed, (steps, tw) in counts["type_wrong"].items():
+            tc, sem = counts["type_correct"][seed][1], counts["semantic_correct"][seed][1]
+            wrong = tc + tw
+            rows = {"type_wrong_halved": h * tw[0] - tw if tw[0] > 0 else None,
+                    "type_correct_majority": np.where(wrong > 0, tc - h * wrong, np.nan),
+                    "semantic_half": sem - h * sem[-1] if sem[-1] > 0 else None}
+            derived += [pd.DataFrame({"step": steps, "seed": seed, "metric": n, "value": v})
+                        for n, v in rows.items() if v is not None]
+    if {"blimp", "sick"} <= set(config.task.tasks()):
+        def half_drop(loss: np.ndarray) -> np.ndarray | None:
+            drop = loss[0] - np.nanmin(loss)
+            return (loss[0] - loss) - h * drop if np.isfinite(drop) and drop > 0 else None
+
+        for task in ("blimp", "sick"):
+            add(f"{task}_loss_half_drop", f"train.loss.{task}", half_drop)
+    if not derived:
+        return None
+    table = pd.concat(derived, ignore_index=True)
+    names = list(dict.fromkeys(table["metric"]))
+    return detect_stages(table, {n: (n, 0.0, "above") for n in names}).as_dict()
+
+
 def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunResult) -> Summary:
-    """The Summary: final epoch metrics, the per-epoch category counts, and the claims."""
+    """The Summary: final epoch metrics, the per-epoch category counts, the claims and
+    ``stage_detection`` (:func:`stage_detection`)."""
     extras = result.extras
     half = config.thresholds.half
     epoch_rows = frame[frame["metric"] == "epoch"]
@@ -177,4 +233,7 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
         syntax, found = syntax_claim(config, frame)
         details["syntax_before_semantics"] = found
         claims.append(syntax)
+    stages = stage_detection(config, frame)
+    if stages is not None:
+        details["stage_detection"] = stages
     return Summary(lab="lm", seeds=config.seed_list(), final=final, per_seed={}, claims=claims, details=details)

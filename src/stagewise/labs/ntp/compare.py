@@ -33,7 +33,7 @@ from ...report.claims import Claim, Stats, Summary, claim
 from ..contract import RunContext, RunResult, Tables
 from .config import Config
 from .horizon import horizon_claims
-from .summary import FINAL_METRICS, claims, rate_fits, summarize
+from .summary import FINAL_METRICS, claims, rate_fits, stage_detection, summarize
 from .problem import Problem
 from .train import Params, train_two_stage
 
@@ -161,6 +161,8 @@ def summarize_compare(config: Config, frame: pd.DataFrame, extras: dict[str, Any
                "steps": {"stage1": config.train.steps_stage1, "stage2": config.train.steps_stage2},
                **{k: extras["targets"][0][k] for k in ("wov_star_norm", "wkq_star_norm_sq", "prop2_wkq_norm_sq", "prop2_gap")},
                "figures_variant": main, "rates": rates[main], "rates_by_variant": rates, "compare": table,
+               "stage_detection_by_variant": {v: {"stage_detection": stage_detection(variant_frame(frame, v))}
+                                              for v in config.compare},
                **horizon_claims(variant_config(config, main), sub, extras)[1]}
     return Summary(lab="ntp", seeds=seeds, final={m: Stats.of(v) for m, v in finals.items() if len(v)},
                    per_seed={str(s): {**extras["targets"][i], "n_samples": extras["n_samples"][i]} for i, s in enumerate(seeds)},

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...measure import linear_fit, log_linear_rate, power_exponent, series, values_at
+from ...measure import detect_stages, linear_fit, log_linear_rate, power_exponent, series, values_at
 from ...report.claims import Claim, Stats, Summary, claim
 from ..contract import RunResult, Tables
 from .config import Config
@@ -17,6 +17,24 @@ from .horizon import horizon_claims
 
 FINAL_METRICS = ("loss", "loss_stage1", "loss_floor", "loss_gap", "cos_wov", "cos_wkq", "cos_wkq_prop2", "norm_wov", "norm_wkq",
                  "opt_attn_min", "opt_attn_mean", "train_acc", "gen_acc", "grad_norm_wkq")
+
+
+ALIGNED = 0.99  # cos(W, W*) from which a matrix counts as aligned with its max-margin direction (stage detection)
+STAGE_CRITERIA = {"stage2_start": ("stage", 2.0, "above"),  # the schedule's stage 2 begins (logged stage = 2: step T + 1)
+                  "wov_aligned": ("cos_wov", ALIGNED, "above"),
+                  "wkq_aligned": ("cos_wkq", ALIGNED, "above")}
+
+
+def stage_detection(frame: pd.DataFrame) -> dict[str, Any]:
+    """Per-seed stage boundaries (:meth:`~stagewise.measure.StageReport.as_dict`) of one
+    training's records (no variant prefix): ``stage2_start``, the first logged step of the
+    schedule's stage 2 (the configured T + 1; for ``algorithm=joint`` the same split of the
+    step count); ``wov_aligned`` / ``wkq_aligned``, the first logged step where
+    cos(W_ov, W_ov*) / cos(W_kq, W_kq*) >= ALIGNED (the first crossing; null where never
+    reached). Criteria whose metric was not logged are left out."""
+    logged = set(frame["metric"].unique())
+    criteria = {name: c for name, c in STAGE_CRITERIA.items() if c[0] in logged}
+    return detect_stages(frame, criteria).as_dict() if criteria else {"order": [], "stages": {}}
 
 
 def _window(t: np.ndarray, start: int, end: int) -> np.ndarray:
@@ -171,7 +189,8 @@ def outside_theory(c: Claim, reason: str) -> Claim:
 
 def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunResult) -> Summary:
     """The Summary: final values and per-seed values; details hold the targets (first
-    seed), stage-1 values, rate fits, generalization by category and the named cases."""
+    seed), stage-1 values, rate fits, generalization by category, the named cases and
+    ``stage_detection`` (:func:`stage_detection`: per-seed stage boundaries)."""
     extras = result.extras
     T, total = config.train.steps_stage1, config.train.steps_stage1 + config.train.steps_stage2
     seeds = extras["seeds"]
@@ -197,6 +216,7 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
         **long_horizon,
         "generalization": by_category,
         "named_cases": extras["named_cases"],
+        "stage_detection": stage_detection(frame),
     }
     return Summary(
         lab="ntp", seeds=seeds,

@@ -1,0 +1,248 @@
+"""`stagewise sweep SPEC` / `stagewise sweep collect DIR` and `stagewise report DIR`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .errors import UserError
+
+try:
+    from typer.core import TyperGroup
+except ImportError:  # pragma: no cover - older typer
+    from typer.main import TyperGroup  # type: ignore[attr-defined,no-redef]
+
+out_console = Console()
+err_console = Console(stderr=True)
+EXAMPLES_SHOWN = 5  # --dry-run lists this many points
+
+
+class _DefaultRun(TyperGroup):
+    """``stagewise sweep SPEC ...`` means ``stagewise sweep run SPEC ...``."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+sweep_app = typer.Typer(cls=_DefaultRun, no_args_is_help=True,
+                        help="Run a sweep file (`stagewise sweep SPEC`), or collect a sweep folder into one table.")
+
+
+def _split_sets(sets: List[str]) -> tuple[dict, list[str]]:
+    """``--set executor.KEY=V`` -> executor options; every other ``--set`` -> config overrides."""
+    from .orchestrate.executors import ExecutorOptions
+    from .overrides import parse_overrides
+
+    class SweepSets(BaseModel):
+        executor: ExecutorOptions
+
+    executor = [s for s in sets if s.strip().startswith("executor.")]
+    rest = [s for s in sets if not s.strip().startswith("executor.")]
+    parsed = parse_overrides(SweepSets, executor).get("executor", {}) if executor else {}
+    return parsed, rest
+
+
+def _dotted(nested: dict, prefix: str = "") -> dict:
+    """``{"train": {"eta": 1}}`` -> ``{"train.eta": 1}`` (the sweep file's ``set`` form)."""
+    out = {}
+    for key, value in nested.items():
+        if isinstance(value, dict) and value:
+            out.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _executor_options(file_options: dict, sets: dict, kind: Optional[str], max_parallel: Optional[int],
+                      sinks: Optional[List[str]] = None):
+    from pydantic import ValidationError
+
+    from .config import deep_merge
+    from .orchestrate.executors import ExecutorOptions
+
+    merged = deep_merge(file_options, sets)
+    if kind is not None:
+        merged["kind"] = kind
+    if max_parallel is not None:
+        merged["max_parallel"] = max_parallel
+    if sinks:
+        merged["sinks"] = list(dict.fromkeys([*merged.get("sinks", []), *sinks]))
+    try:
+        return ExecutorOptions.model_validate(merged)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        value = merged.get(first["loc"][0]) if first["loc"] else merged
+        raise UserError(f"executor.{where}={value!r}: {first['msg'].removeprefix('Value error, ')}") from None
+
+
+@sweep_app.command("run")
+def sweep_run_cmd(
+    spec: Path = typer.Argument(..., help="sweep file (YAML: lab, preset, config, set, axes, zip, fold, executor, report)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="sweep folder (default sweeps/SPEC-NAME); rerun to continue"),
+    executor: Optional[str] = typer.Option(None, "--executor", help="local (process pool), ray, or slurm (submitit); "
+                                           "default: the file's executor.kind, else local"),
+    max_parallel: Optional[int] = typer.Option(None, "--max-parallel", help="at most this many runs at once"),
+    sets: List[str] = typer.Option([], "--set", "-s", help="executor.KEY=VALUE (e.g. executor.address=auto, "
+                                   "executor.gpus_per_run=0.25) or a config override KEY=VALUE for every point"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="list the runs (count and a few examples) and stop"),
+    no_collect: bool = typer.Option(False, "--no-collect", help="do not collect the table and figures at the end"),
+    sink: List[str] = typer.Option([], "--sink", help="every run also logs to tensorboard or wandb (repeatable)"),
+) -> None:
+    """Expand a sweep file into runs, validate every one, and run them (skipping done ones)."""
+    from .orchestrate.executors import ExecutorOptions
+    from .orchestrate.sweep import run_sweep, summary_lines
+    from .orchestrate.sweepplan import fold_points, load_sweep, plan
+
+    if executor is not None and executor not in ("local", "ray", "slurm"):
+        raise UserError(f"--executor {executor}: unknown; allowed: local, ray, slurm")
+    if max_parallel is not None and max_parallel < 1:
+        raise UserError(f"--max-parallel {max_parallel}: must be >= 1")
+    sweep = load_sweep(spec)
+    executor_sets, config_sets = _split_sets(sets)
+    if config_sets:  # typed and key-checked against the lab's config when the points are planned
+        from .labs import get_lab
+        from .overrides import parse_overrides
+
+        extra = _dotted(parse_overrides(get_lab(sweep.lab).Config, config_sets))
+        sweep = sweep.model_copy(update={"set_": {**sweep.set_, **extra}})
+    opts = _executor_options(sweep.executor, executor_sets, executor, max_parallel, sink)
+    assert isinstance(opts, ExecutorOptions)
+    points = plan(sweep)
+    _check_report(sweep)
+    folder = out or Path("sweeps") / spec.stem
+    runs = fold_points(points, sweep.fold, sweep.fold_max_seeds)
+    if dry_run:
+        folded = f" in {len(runs)} runs (fold: {sweep.fold})" if len(runs) != len(points) else ""
+        out_console.print(f"{len(points)} runs of {sweep.lab}{folded} into {folder}/runs/HASH, executor {opts.kind}",
+                          highlight=False)
+        for p in points[:EXAMPLES_SHOWN]:
+            out_console.print(f"  {p.hash[:12]}  {p.label}", highlight=False)
+        if len(points) > EXAMPLES_SHOWN:
+            out_console.print(f"  ... and {len(points) - EXAMPLES_SHOWN} more", highlight=False)
+        return
+    with _progress(len(points), "sweep") as bar:
+        task = bar.add_task("", total=len(points))
+
+        def show(result) -> None:
+            bar.update(task, advance=1, description=f"{result.status} {result.label}")
+            if result.status in ("failed", "interrupted"):
+                bar.console.print(f"{result.status} {result.label}: {result.error}", highlight=False, markup=False)
+
+        results = run_sweep(points, folder, sweep.lab, opts=opts, fold=sweep.fold, fold_max_seeds=sweep.fold_max_seeds,
+                            axes=list(sweep.axes), report=sweep.report, on_result=show)
+    lines = summary_lines(results, folder)
+    out_console.print(lines[0], highlight=False)
+    for line in lines[1:]:
+        err_console.print(line, highlight=False, markup=False)
+    if not no_collect:
+        _collect(folder)
+    if len(lines) > 1:
+        raise typer.Exit(1)
+
+
+def _check_report(sweep) -> None:
+    if not sweep.report:
+        return
+    from .orchestrate.collect import check_report_spec
+
+    check_report_spec(sweep.report, list(sweep.axes))
+
+
+def _collect(folder: Path) -> None:
+    from .orchestrate.collect import collect
+
+    result = collect(folder)
+    out_console.print(f"table: {result.table} ({len(result.frame)} rows: {result.n_points} points, "
+                      f"{result.n_failed} failed); {len(result.figures)} figures in {result.table.parent / 'figures'}",
+                      highlight=False)
+    for line in result.warnings:
+        err_console.print(f"warning: {line}", highlight=False, markup=False)
+
+
+@sweep_app.command("collect")
+def sweep_collect_cmd(folder: Path = typer.Argument(..., help="a sweep folder (has sweep.json)")) -> None:
+    """One Parquet table (a row per run and seed: axes, final metrics, stage boundaries, claims) and figures."""
+    from .orchestrate.sweep import index
+
+    index(folder)
+    _collect(folder)
+
+
+def report_cmd(folder: Path = typer.Argument(..., help="a run, sweep or reproduce folder")) -> None:
+    """Write FOLDER/report.html: one self-contained file (figures embedded, config, manifest, claims, stages, links)."""
+    from .orchestrate.reporting import write_report
+
+    result = write_report(folder)
+    out_console.print(f"report: {result.html} ({result.kind}, {len(result.figures)} figures)", highlight=False)
+
+
+def _progress(total: int, what: str):
+    return Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("{task.description}"), console=err_console, transient=False)
+
+
+def reproduce_cmd(
+    lab: str = typer.Argument(..., help="lab name (ntp, disentangled, lm) or all"),
+    quick: bool = typer.Option(False, "--quick", help="fewer runs and seeds (a few minutes on a laptop)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="report folder (default reports/LAB[-quick]); "
+                                       "rerun with the same folder to continue a stopped reproduce"),
+    allow_large: bool = typer.Option(False, "--allow-large", help="run even when a size estimate exceeds memory or disk"),
+    executor: Optional[str] = typer.Option(None, "--executor", help="local (default), ray or slurm, as for `sweep`"),
+    max_parallel: Optional[int] = typer.Option(None, "--max-parallel", help="at most this many runs at once"),
+    sets: List[str] = typer.Option([], "--set", "-s", help="executor.KEY=VALUE, as for `sweep`"),
+    sink: List[str] = typer.Option([], "--sink", help="every run also logs to tensorboard or wandb (repeatable)"),
+) -> None:
+    """Run a lab's reproduction set through the sweep machinery and write one report folder."""
+    import signal
+
+    from .labs import REGISTRY, get_lab
+    from .orchestrate.reproduction import reproduce, reproduce_all
+    from .runs import Interrupted
+
+    if executor is not None and executor not in ("local", "ray", "slurm"):
+        raise UserError(f"--executor {executor}: unknown; allowed: local, ray, slurm")
+    if max_parallel is not None and max_parallel < 1:
+        raise UserError(f"--max-parallel {max_parallel}: must be >= 1")
+    executor_sets, rest = _split_sets(sets)
+    if rest:
+        raise UserError(f"--set {rest[0]}: reproduce takes executor.KEY=VALUE only (the runs are the lab's own)")
+    opts = _executor_options({}, executor_sets, executor, max_parallel, sink)
+    labs = [get_lab(name) for name in REGISTRY] if lab == "all" else [get_lab(lab)]
+    folder = out or Path("reports") / f"{lab}{'-quick' if quick else ''}"
+    total = sum(len(value.reproduce.specs(quick)) for value in labs)
+    try:
+        with _progress(total, f"reproduce {lab}") as bar:
+            task = bar.add_task("", total=total)
+
+            def show(result) -> None:
+                bar.update(task, advance=1, description=f"{result.status} {result.label}")
+
+            if lab == "all":
+                report = reproduce_all(labs, folder, quick=quick, allow_large=allow_large, opts=opts, on_result=show)
+            else:
+                report = reproduce(labs[0], folder, quick=quick, progress=True, allow_large=allow_large, opts=opts,
+                                   on_result=show)
+    except KeyboardInterrupt as err:
+        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        err_console.print(f"interrupted ({signal.Signals(signum).name}); continue with: stagewise reproduce {lab}"
+                          f"{' --quick' if quick else ''} --out {folder}", highlight=False)
+        raise typer.Exit(128 + int(signum))
+    claims = [c for run in report["runs"] for c in run["claims"]]
+    holds = sum(c["holds"] is True for c in claims)
+    untestable = sum(c["holds"] is None for c in claims)
+    out_console.print(f"report: {folder / 'report.html'}  ({len(report['runs'])} runs, {holds}/{len(claims)} claims hold"
+                      + (f", {untestable} not testable" if untestable else "") + ")", highlight=False)
+    failed = [run for run in report["runs"] if run["status"] != "done"]
+    for run in failed:
+        err_console.print(f"run {run['name']} {run['status']}: {run['error']} ({folder / run['run_dir']})",
+                          highlight=False, markup=False)
+    if failed:
+        raise typer.Exit(3 if all(run["status"] == "diverged" for run in failed) else 1)

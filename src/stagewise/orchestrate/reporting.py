@@ -1,0 +1,242 @@
+"""`stagewise report DIR`: one self-contained ``DIR/report.html`` for a run directory, a
+sweep folder or a reproduce folder.
+
+What a folder is, checked in this order::
+
+    reproduce.json                -> "reproduce"  (stagewise reproduce --out DIR)
+    sweep.json                    -> "sweep"      (stagewise sweep --out DIR)
+    manifest.json + config.yaml   -> "run"        (stagewise run --out DIR)
+
+Files written::
+
+    DIR/report.html               the page: CSS inline, figures embedded as data URIs, no script,
+                                  no external URL; links to other pages are relative hrefs
+    DIR/runs/<x>/report.html      (sweep, reproduce) each run's own page, linking back to DIR's
+    DIR/report/figures/NAME.png|pdf  figures that lie outside DIR, copied next to the page;
+                                  figures already inside DIR (a run's figures/, a reproduce
+                                  folder's figures/) are referenced where they are, not copied
+
+A sweep's table comes from :func:`stagewise.orchestrate.collect.collect` (or the
+``collect_fn`` given: ``collect_fn(folder)`` returning an object with ``.frame`` (DataFrame:
+point, hash, run_dir, status, error, seed, axes, final.*, stage.*, claim.*), ``.figures``
+(PNG paths) and ``.warnings``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from ..errors import UserError
+from ..report.claims import read_summary
+from ..report.html import FigureEntry
+from ..report.pages import Page, SweepPointView, reproduce_html_page, run_page, sweep_page
+from ..runs import read_manifest
+from ..runs.store import atomic_write_text
+
+KINDS = ("run", "sweep", "reproduce")
+REPORT = "report.html"
+COPIED_FIGURES = Path("report") / "figures"
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """A written report: the page, the PNGs it embeds (page order), what the folder is, the
+    run pages written for it, figures that could not be read, and collect's warnings."""
+
+    html: Path
+    figures: tuple[Path, ...]
+    kind: str
+    run_reports: tuple[Path, ...] = ()
+    missing: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def folder_kind(folder: str | Path) -> str:
+    """"run", "sweep" or "reproduce"; UserError (one line) for anything else."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(f"{folder}: not a directory; give a run, sweep or reproduce folder")
+    if (folder / "reproduce.json").is_file():
+        return "reproduce"
+    if (folder / "sweep.json").is_file():
+        return "sweep"
+    if (folder / "manifest.json").is_file() and (folder / "config.yaml").is_file():
+        return "run"
+    raise UserError(f"{folder}: not a run, sweep or reproduce folder (expected manifest.json and config.yaml, "
+                    "sweep.json or reproduce.json)")
+
+
+def write_report(folder: str | Path, *, collect_fn: Callable[[Path], Any] | None = None) -> ReportResult:
+    """Write ``folder/report.html`` (and the run pages of a sweep or reproduce folder)."""
+    folder = Path(folder)
+    kind = folder_kind(folder)
+    if kind == "run":
+        return write_run_report(folder)
+    if kind == "sweep":
+        return _write_sweep(folder, collect_fn)
+    return reproduce_page(_reproduce_report(folder), folder)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        atomic_write_text(path, text)
+    except OSError as err:
+        raise UserError(f"{path}: cannot write the report ({type(err).__name__}: {err.strerror or err})") from None
+
+
+def _href(target: Path, start: Path) -> str:
+    """``target`` relative to the folder ``start``, with forward slashes."""
+    return Path(os.path.relpath(target, start)).as_posix()
+
+
+def _inside(folder: Path, path: Path) -> Path | None:
+    """``path`` resolved when it lies inside ``folder``, else None."""
+    resolved, root = path.resolve(), folder.resolve()
+    return resolved if resolved == root or root in resolved.parents else None
+
+
+def _result(page: Page, html: Path, kind: str, **more: Any) -> ReportResult:
+    _write(html, page.html)
+    return ReportResult(html, page.figures, kind, missing=page.missing, **more)
+
+
+def write_run_report(run_dir: str | Path, *, preset: str | None = None,
+                     back: tuple[Path, str] | None = None) -> ReportResult:
+    """``run_dir/report.html``; ``back``: (page, words) of the report that holds this run (linked)."""
+    run_dir = Path(run_dir)
+    link = (_href(back[0], run_dir), back[1]) if back else None
+    return _result(run_page(run_dir, preset=preset, back=link), run_dir / REPORT, "run")
+
+
+def _run_reports(folder: Path, run_dirs: dict[str, str | None], back: str) -> tuple[
+        dict[str, Path], dict[str, tuple[str, str | None]], list[str]]:
+    """Write the page of every run folder (key -> relative run dir, preset) that has a
+    manifest; returns key -> page, key -> (status, error), warnings."""
+    pages, states, warnings = {}, {}, []
+    for key, preset in run_dirs.items():
+        run_dir = _inside(folder, folder / key)
+        if run_dir is None:
+            states[key] = ("outside the folder", None)
+            warnings.append(f"{key}: run folder outside {folder}; not reported")
+        elif not (run_dir / "manifest.json").is_file():
+            states[key] = ("not started", None)
+        else:
+            try:
+                manifest = read_manifest(run_dir)
+            except UserError as err:
+                states[key] = ("unreadable", err.messages[0])
+                warnings.append(err.messages[0])
+                continue
+            states[key] = (manifest["status"], manifest.get("error"))
+            try:
+                pages[key] = write_run_report(run_dir, preset=preset, back=(folder / REPORT, back)).html
+            except UserError as err:  # a run folder that cannot be written: the page goes on without its link
+                warnings.append(err.messages[0])
+    return pages, states, warnings
+
+
+# ---------------------------------------------------------------------------- sweep
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{path}: unreadable {what} ({type(err).__name__})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a {what} (expected an object, got {type(data).__name__})")
+    return data
+
+
+def _default_collect(folder: Path) -> Any:
+    from .collect import collect
+
+    return collect(folder)
+
+
+def _figure_entries(folder: Path, pngs: list[Path]) -> list[FigureEntry]:
+    """Figures inside ``folder`` as they are; others copied (with their PDF) to report/figures."""
+    out = []
+    for png in map(Path, pngs):
+        if not png.is_absolute() and not png.exists() and (folder / png).exists():
+            png = folder / png
+        pdf = png.with_suffix(".pdf")
+        if png.is_file() and _inside(folder, png) is None:
+            copied = folder / COPIED_FIGURES / png.name
+            copied.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(png, copied)
+            if pdf.is_file():
+                shutil.copyfile(pdf, copied.with_suffix(".pdf"))
+            png, pdf = copied, copied.with_suffix(".pdf")
+        out.append(FigureEntry(png.stem, png, _href(pdf, folder) if pdf.is_file() else None))
+    return out
+
+
+def _write_sweep(folder: Path, collect_fn: Callable[[Path], Any] | None) -> ReportResult:
+    index = _read_json(folder / "sweep.json", "sweep index")
+    points = index.get("points")
+    if not isinstance(points, list) or not all(isinstance(p, dict) and {"label", "hash", "run_dir"} <= p.keys()
+                                               for p in points):
+        raise UserError(f"{folder / 'sweep.json'}: not a sweep index (points need label, hash and run_dir)")
+    pages, states, warnings = _run_reports(folder, {str(p["run_dir"]): None for p in points},
+                                           "back to the sweep report")
+    links: dict[str, str] = {}
+    views = []
+    for p in points:
+        key = str(p["run_dir"])
+        href = _href(pages[key], folder) if key in pages else None
+        if href:
+            for alias in (key, str(p["hash"]), Path(key).name, str(folder / key), str((folder / key).resolve())):
+                links[alias] = href
+        views.append(SweepPointView(str(p["label"]), str(p["hash"]), key, *states[key], href))
+    try:
+        collected = (collect_fn or _default_collect)(folder)
+        frame, pngs, warnings = collected.frame, list(collected.figures), warnings + list(collected.warnings)
+    except UserError as err:
+        frame, pngs, warnings = pd.DataFrame(), [], warnings + [f"collect: {m}" for m in err.messages]
+    page = sweep_page(index, views, frame, _figure_entries(folder, pngs), warnings, links)
+    return _result(page, folder / REPORT, "sweep", run_reports=tuple(pages.values()), warnings=tuple(warnings))
+
+
+# ------------------------------------------------------------------------ reproduce
+def _reproduce_report(folder: Path) -> dict[str, Any]:
+    """``claims.json`` when reproduce finished; else the same dict rebuilt from the plan and
+    the run folders (an interrupted reproduce)."""
+    claims = folder / "claims.json"
+    if claims.is_file():
+        report = _read_json(claims, "reproduce report")
+        if isinstance(report.get("runs"), list) and "lab" in report:
+            return report
+    plan = _read_json(folder / "reproduce.json", "reproduce plan")
+    runs = []
+    for spec in plan.get("specs", []):
+        name = str(spec.get("name", ""))
+        run_dir = folder / "runs" / name
+        run = {"name": name, "preset": spec.get("preset"), "status": "not started", "error": None, "config_hash": None,
+               "seeds": [], "seconds": None, "claims": [], "figures": [], "run_dir": f"runs/{name}"}
+        if (run_dir / "manifest.json").is_file():
+            manifest = read_manifest(run_dir)
+            run.update(status=manifest["status"], error=manifest.get("error"), config_hash=manifest["config_hash"],
+                       seeds=manifest["seeds"])
+        if (run_dir / "summary.json").is_file():
+            run["claims"] = [c.model_dump() for c in read_summary(run_dir / "summary.json").claims]
+        run["figures"] = [_href(png, folder) for png in sorted((run_dir / "figures").glob("*.png"))]
+        runs.append(run)
+    return {"lab": plan.get("lab", "?"), "quick": bool(plan.get("quick")), "runs": runs}
+
+
+def reproduce_page(report: dict[str, Any], folder: str | Path) -> ReportResult:
+    """Write a reproduce folder's ``report.html`` from its report dict (``claims.json``) and
+    each run's own page (``runs/<name>/report.html``), linked both ways."""
+    folder = Path(folder)
+    runs = {str(r.get("run_dir") or f"runs/{r['name']}"): r for r in report["runs"]}
+    pages, _, warnings = _run_reports(folder, {key: r.get("preset") for key, r in runs.items()},
+                                         "back to the reproduce report")
+    links = {r["name"]: _href(pages[key], folder) for key, r in runs.items() if key in pages}
+    page = reproduce_html_page(report, folder, links)
+    return _result(page, folder / REPORT, "reproduce", run_reports=tuple(pages.values()), warnings=tuple(warnings))
