@@ -74,6 +74,8 @@ def test_smoke_run_finishes_with_valid_summary_and_figures(smoke_run):
     summary = Summary.model_validate(json.loads((root / "summary.json").read_text()))
     assert summary.lab == lab.name and summary.seeds == manifest["seeds"]
     assert summary.claims and all(c.evidence for c in summary.claims)
+    for name in lab.key_metrics:  # what sweeps plot by default must be in the summary (per seed, or final)
+        assert all(name in values for values in summary.per_seed.values()) if summary.per_seed else name in summary.final, name
     pngs = sorted((root / "figures").glob("*.png"))
     assert pngs and all(p.stat().st_size > 1000 and p.with_suffix(".pdf").exists() for p in pngs)
     frame = pd.read_parquet(root / "metrics.parquet")

@@ -96,3 +96,66 @@ def test_cli_dry_run_and_bad_axis(cli, tmp_path):
     assert code == 0 and "12 runs of ntp" in stdout and "... and 7 more" in stdout and not (tmp_path / "o").exists()
     code, _, stderr = cli("sweep", str(path), "--executor", "dask", "--out", str(tmp_path / "o"))
     assert code == 2 and "--executor dask: unknown; allowed: local, ray, slurm" in stderr
+
+
+def test_cli_sweep_then_collect_and_report(cli, tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("lab: ntp\npreset: example1\nset: {train.steps_stage1: 10, train.steps_stage2: 20}\n"
+                    "axes:\n  train.eta: [0.01, 0.02]\n  seed: {range: [0, 2]}\nfold: seeds\n"
+                    "report: {metrics: [loss], phase: [{x: train.eta, y: seed, value: claims_all_hold}]}\n")
+    code, stdout, stderr = cli("sweep", str(path), "--out", str(tmp_path / "o"), "--max-parallel", "1",
+                               "--set", "train.steps_stage2=25")
+    assert code == 0, stderr
+    assert "4 done, 0 skipped, 0 failed, 0 held (4 points" in stdout and "table:" in stdout
+    runs = list((tmp_path / "o" / "runs").iterdir())
+    assert len(runs) == 2  # the two seeds of each eta folded into one run
+    assert all(json.loads((r / "summary.json").read_text())["seeds"] == [0, 1] for r in runs)
+    frame = pd.read_parquet(tmp_path / "o" / "collect" / "sweep.parquet")
+    assert len(frame) == 4 and sorted(frame["train.eta"].unique()) == [0.01, 0.02]
+    steps = pd.read_parquet(runs[0] / "metrics.parquet").step.max()
+    assert steps == 10 + 25  # the command line's --set reached every point
+    code, stdout, _ = cli("sweep", "collect", str(tmp_path / "o"))
+    assert code == 0 and "4 rows" in stdout
+    code, stdout, stderr = cli("report", str(tmp_path / "o"))
+    assert code == 0 and (tmp_path / "o" / "report.html").is_file(), stderr
+    code, _, stderr = cli("sweep", "collect", str(tmp_path))
+    assert code == 2 and "not a sweep folder" in stderr
+
+
+def test_cli_executor_and_sink_errors(cli, tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("lab: ntp\npreset: example1\naxes:\n  seed: [0, 1]\n")
+    cases = [(["--executor", "slurm", "--set", "executor.gpus_per_run=0.5"], "fractional GPUs need kind=ray"),
+             (["--set", "executor.adress=auto"], "unknown key 'adress'"),
+             (["--sink", "neptune"], "neptune"),
+             (["--report-me"], "No such option")]
+    for extra, needle in cases:
+        code, _, stderr = cli("sweep", str(path), "--out", str(tmp_path / "o"), *extra)
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1 and needle in lines[0], (extra, stderr)
+        assert not (tmp_path / "o").exists()
+
+
+def test_reproduce_all_writes_one_report_over_the_labs(tmp_path):
+    from dataclasses import replace
+
+    from stagewise.labs import Reproduction, RunSpec, get_lab
+    from stagewise.orchestrate.reproduction import reproduce_all
+
+    small = {"ntp": ("example1", {"train": {"steps_stage1": 10, "steps_stage2": 20}}),
+             "disentangled": (None, {"n_seeds": 1, "experiment": {"control": False},
+                                     "data": {"d": 4, "prompt_len": 4, "n_train": 10, "n_test": 10},
+                                     "train": {"steps": 6, "t1": 3, "log_every": 1}})}
+    labs = []
+    for name, (preset, over) in small.items():
+        specs = (RunSpec(lab=name, preset=preset, overrides=over, name="one"),)
+        labs.append(replace(get_lab(name), reproduce=Reproduction(full=specs, quick=specs)))
+    report = reproduce_all(labs, tmp_path / "all", quick=True)
+    assert [r["name"] for r in report["runs"]] == ["ntp/one", "disentangled/one"]
+    assert all(r["status"] == "done" for r in report["runs"])
+    assert (tmp_path / "all" / "ntp" / "runs" / "one" / "manifest.json").is_file()
+    html = (tmp_path / "all" / "report.html").read_text()
+    claims = json.loads((tmp_path / "all" / "claims.json").read_text())
+    assert len(claims["runs"]) == 2 and "stage1_direction" in html  # an NTP claim on the one page
+    for href in ("ntp/runs/one/report.html", "disentangled/runs/one/report.html"):
+        assert href in html and (tmp_path / "all" / href).is_file()
