@@ -1,9 +1,9 @@
 """Sweep benchmarks (issue 9), by hand: ``python benchmarks/bench_sweep.py [--quick] [--only NAME]``.
 
-1. overhead: per-run overhead of each executor on a trivial NTP run (2 + 2 steps):
-   ``(wall x workers - sum of the runs' own durations) / runs``, the runs' durations read
-   from their manifests (started .. ended), so worker start-up, imports, scheduling and
-   idle gaps all count as overhead. Target: local < 0.5 s.
+1. overhead: what each executor adds to a trivial NTP run (2 + 2 steps): ``wall x workers -
+   sum of the runs' own durations`` (read from their manifests, started .. ended), for two
+   sweep sizes; the slope is the per-run overhead (target: local < 0.5 s), the intercept
+   the fixed start-up (spawning and importing the workers, starting Ray).
 2. speedup: 24 NTP runs (the kill-test sweep) with the local executor, 2 workers vs 1.
    Target >= 1.7x on 2 cores.
 3. folding: a 64-point disentangled grid (8 noise values x 8 seeds), one process per point
@@ -55,8 +55,10 @@ def timed_sweep(spec: dict, opts: ExecutorOptions, fold: str = "none") -> tuple[
 
 
 def overhead(quick: bool) -> None:
-    n = 8 if quick else 16
-    spec = {**TRIVIAL, "axes": {"seed": {"range": [0, n]}}}
+    """Overhead O(n) = wall x workers - time inside the runs, for n1 and n2 runs: the slope
+    is the per-run overhead, the intercept the executor's fixed start-up (pool spawn and
+    imports, a Ray cluster, ...)."""
+    n1, n2 = (4, 12) if quick else (6, 24)
     cases = [("local", ExecutorOptions(kind="local", max_parallel=2), 2)]
     try:
         import ray  # noqa: F401
@@ -68,11 +70,15 @@ def overhead(quick: bool) -> None:
         cases.append(("submitit-local", ExecutorOptions(kind="slurm", cluster="local", max_parallel=2), 2))
     except ImportError:
         print("submitit: not installed, skipped")
-    print(f"\n1. per-run overhead, {n} trivial NTP runs (2 + 2 steps), 2 at a time")
-    print(f"{'executor':22s} {'wall s':>8s} {'in runs s':>10s} {'overhead/run s':>15s}")
+    print(f"\n1. executor overhead, trivial NTP runs (2 + 2 steps), 2 at a time; sweeps of {n1} and {n2} runs")
+    print(f"{'executor':22s} {'wall s':>14s} {'in runs s':>14s} {'per run s':>10s} {'fixed s':>8s}")
     for name, opts, workers in cases:
-        wall, inside, points, runs = timed_sweep(spec, opts)
-        print(f"{name:22s} {wall:8.2f} {inside:10.2f} {(wall * workers - inside) / runs:15.3f}")
+        rows = [timed_sweep({**TRIVIAL, "axes": {"seed": {"range": [0, n]}}}, opts) for n in (n1, n2)]
+        over = [wall * workers - inside for wall, inside, _, _ in rows]
+        per_run = (over[1] - over[0]) / (n2 - n1)
+        fixed = over[0] - n1 * per_run
+        print(f"{name:22s} {rows[0][0]:6.1f} /{rows[1][0]:6.1f} {rows[0][1]:6.1f} /{rows[1][1]:6.1f} "
+              f"{per_run:10.3f} {fixed:8.1f}")
 
 
 def speedup(quick: bool) -> None:

@@ -94,7 +94,7 @@ def _json_default(obj: Any) -> Any:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def write_parquet(frame: pd.DataFrame, path: str | Path) -> None:
