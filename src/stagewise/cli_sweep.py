@@ -49,6 +49,14 @@ def _split_sets(sets: List[str]) -> tuple[dict, list[str]]:
     return parsed, rest
 
 
+def _check_flags(executor: Optional[str], max_parallel: Optional[int]) -> None:
+    """One-line errors for ``--executor`` and ``--max-parallel`` (shared by sweep and reproduce)."""
+    if executor is not None and executor not in ("local", "ray", "slurm"):
+        raise UserError(f"--executor {executor}: unknown; allowed: local, ray, slurm")
+    if max_parallel is not None and max_parallel < 1:
+        raise UserError(f"--max-parallel {max_parallel}: must be >= 1")
+
+
 def _dotted(nested: dict, prefix: str = "") -> dict:
     """``{"train": {"eta": 1}}`` -> ``{"train.eta": 1}`` (the sweep file's ``set`` form)."""
     out = {}
@@ -101,10 +109,7 @@ def sweep_run_cmd(
     from .orchestrate.sweep import run_sweep, summary_lines
     from .orchestrate.sweepplan import fold_points, load_sweep, plan
 
-    if executor is not None and executor not in ("local", "ray", "slurm"):
-        raise UserError(f"--executor {executor}: unknown; allowed: local, ray, slurm")
-    if max_parallel is not None and max_parallel < 1:
-        raise UserError(f"--max-parallel {max_parallel}: must be >= 1")
+    _check_flags(executor, max_parallel)
     sweep = load_sweep(spec)
     executor_sets, config_sets = _split_sets(sets)
     if config_sets:  # typed and key-checked against the lab's config when the points are planned
@@ -207,10 +212,7 @@ def reproduce_cmd(
     from .orchestrate.reproduction import reproduce, reproduce_all
     from .runs import Interrupted
 
-    if executor is not None and executor not in ("local", "ray", "slurm"):
-        raise UserError(f"--executor {executor}: unknown; allowed: local, ray, slurm")
-    if max_parallel is not None and max_parallel < 1:
-        raise UserError(f"--max-parallel {max_parallel}: must be >= 1")
+    _check_flags(executor, max_parallel)
     executor_sets, rest = _split_sets(sets)
     if rest:
         raise UserError(f"--set {rest[0]}: reproduce takes executor.KEY=VALUE only (the runs are the lab's own)")

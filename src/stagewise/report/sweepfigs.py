@@ -183,22 +183,38 @@ def metric_vs_axis(frame: pd.DataFrame, metric: str, axis: str, *, by: list[str]
     the min..max band and every seed (dots); one line per combination of the ``by`` columns
     (pooled when there are more than MAX_GROUPS). The title counts failed rows and finished
     rows without a value."""
+    return _line_plot(frame, metric, axis, by, ylabel=metric, title=f"{metric} vs {axis}",
+                      missing_note="finished without a value")
+
+
+def _line_plot(frame: pd.DataFrame, column: str, axis: str, by: list[str] | None, *, ylabel: str, title: str,
+               missing_note: str, mark_missing: bool = False):
+    """The figure of :func:`metric_vs_axis` and :func:`onset_vs_axis`: ``column`` against
+    ``axis`` over the finished rows, grouped by ``by``; ``mark_missing`` marks the finished
+    rows without a value (a stage never reached) at the top, with their count per axis value."""
     frame = frame.reset_index(drop=True)
-    _require(frame, metric, axis, "status")
+    _require(frame, column, axis, "status")
     done = frame["status"].astype(str).to_numpy() == DONE
     x, levels, log = _positions(frame[axis])
-    y = _numeric(frame, metric)
+    y = _numeric(frame, column)
+    missing = done & ~np.isfinite(y)
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(5.5, 3.8))
         groups, pooled = _groups(frame[done], by)
         for i, (label, rows) in enumerate(groups):
             pos = frame.index.get_indexer(rows)
             _spread(ax, x[pos], y[pos], f"C{i}", label)
+        if mark_missing:
+            marker = ax.get_xaxis_transform()  # x in data, y in axes fraction
+            for xv in np.unique(x[missing & np.isfinite(x)]):
+                count = int((missing & (x == xv)).sum())
+                ax.scatter([xv], [0.97], marker="v", color="C3", s=28, transform=marker, clip_on=False, zorder=5)
+                ax.text(xv, 0.90, f"{count} never", transform=marker, ha="center", va="top", fontsize=7, color="C3")
         _finish_axis(ax, axis, levels, log, _is_numeric_axis(frame[axis]))
-        ax.set_ylabel(metric)
-        note = _title_counts(int((~done).sum()), int((done & ~np.isfinite(y)).sum()), "finished without a value")
+        ax.set_ylabel(ylabel)
+        note = _title_counts(int((~done).sum()), int(missing.sum()), missing_note)
         pooled_note = f"; pooled over {', '.join(by or [])}" if pooled else ""
-        ax.set_title(f"{metric} vs {axis}" + (f"\n{note}" if note else "") + pooled_note, fontsize=9)
+        ax.set_title(title + (f"\n{note}" if note else "") + pooled_note, fontsize=9)
         if len(groups) > 1 and ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, frameon=False)
         fig.tight_layout()
@@ -269,32 +285,8 @@ def onset_vs_axis(frame: pd.DataFrame, stage: str, axis: str, *, by: list[str] |
     ``axis``: mean over the finished seeds that reach it, min..max band, every seed as a dot;
     seeds that never reach it are marked with a triangle at the top with their count per axis
     value, and counted in the title."""
-    frame = frame.reset_index(drop=True)
-    _require(frame, stage, axis, "status")
-    done = frame["status"].astype(str).to_numpy() == DONE
-    x, levels, log = _positions(frame[axis])
-    step = _numeric(frame, stage)
-    never = done & ~np.isfinite(step)
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(5.5, 3.8))
-        groups, pooled = _groups(frame[done], by)
-        for i, (label, rows) in enumerate(groups):
-            pos = frame.index.get_indexer(rows)
-            _spread(ax, x[pos], step[pos], f"C{i}", label)
-        marker = ax.get_xaxis_transform()  # x in data, y in axes fraction
-        for xv in np.unique(x[never & np.isfinite(x)]):
-            count = int((never & (x == xv)).sum())
-            ax.scatter([xv], [0.97], marker="v", color="C3", s=28, transform=marker, clip_on=False, zorder=5)
-            ax.text(xv, 0.90, f"{count} never", transform=marker, ha="center", va="top", fontsize=7, color="C3")
-        _finish_axis(ax, axis, levels, log, _is_numeric_axis(frame[axis]))
-        ax.set_ylabel(f"onset step ({stage})")
-        note = _title_counts(int((~done).sum()), int(never.sum()), "finished rows never reach it (marked at the top)")
-        pooled_note = f"; pooled over {', '.join(by or [])}" if pooled else ""
-        ax.set_title(f"onset of {stage} vs {axis}" + (f"\n{note}" if note else "") + pooled_note, fontsize=9)
-        if len(groups) > 1 and ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, frameon=False)
-        fig.tight_layout()
-    return fig
+    return _line_plot(frame, stage, axis, by, ylabel=f"onset step ({stage})", title=f"onset of {stage} vs {axis}",
+                      missing_note="finished rows never reach it (marked at the top)", mark_missing=True)
 
 
 # ---------------------------------------------------------------------- report spec
