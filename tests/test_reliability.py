@@ -145,6 +145,7 @@ def test_killed_reproduce_continues_where_it_stopped(tmp_path, monkeypatch):
 
     from stagewise.labs import Reproduction, RunSpec, get_lab
     from stagewise.orchestrate import reproduce
+    from stagewise.orchestrate.executors import ExecutorOptions
     from stagewise.runs import RunDirContext
 
     specs = (RunSpec(lab="ntp", preset="example1", overrides={"train": {"steps_stage2": 30}}, name="a"),
@@ -159,12 +160,13 @@ def test_killed_reproduce_continues_where_it_stopped(tmp_path, monkeypatch):
             raise KeyboardInterrupt("simulated Ctrl-C")
 
     monkeypatch.setattr(RunDirContext, "log", killed_in_b)
+    inline = ExecutorOptions(max_parallel=1)  # the simulated Ctrl-C is patched into this process, not into workers
     with pytest.raises(KeyboardInterrupt):
-        reproduce(lab, tmp_path / "rep", quick=True)
+        reproduce(lab, tmp_path / "rep", quick=True, opts=inline)
     assert json.loads((tmp_path / "rep" / "runs" / "b" / "manifest.json").read_text())["status"] == "interrupted"
     a_mtime = (tmp_path / "rep" / "runs" / "a" / "metrics.parquet").stat().st_mtime_ns
     monkeypatch.setattr(RunDirContext, "log", original)
-    report = reproduce(lab, tmp_path / "rep", quick=True)
+    report = reproduce(lab, tmp_path / "rep", quick=True)  # the rest in worker processes
     assert [r["status"] for r in report["runs"]] == ["done", "done"]
     assert (tmp_path / "rep" / "runs" / "a" / "metrics.parquet").stat().st_mtime_ns == a_mtime  # kept, not rerun
     assert json.loads((tmp_path / "rep" / "runs" / "b" / "manifest.json").read_text()).get("resumed")

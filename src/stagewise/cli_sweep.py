@@ -133,14 +133,7 @@ def sweep_run_cmd(
         if len(points) > EXAMPLES_SHOWN:
             out_console.print(f"  ... and {len(points) - EXAMPLES_SHOWN} more", highlight=False)
         return
-    with _progress(len(points), "sweep") as bar:
-        task = bar.add_task("", total=len(points))
-
-        def show(result) -> None:
-            bar.update(task, advance=1, description=f"{result.status} {result.label}")
-            if result.status in ("failed", "interrupted"):
-                bar.console.print(f"{result.status} {result.label}: {result.error}", highlight=False, markup=False)
-
+    with _LazyProgress(len(points), "sweep") as show:
         results = run_sweep(points, folder, sweep.lab, opts=opts, fold=sweep.fold, fold_max_seeds=sweep.fold_max_seeds,
                             axes=list(sweep.axes), report=sweep.report, on_result=show)
     lines = summary_lines(results, folder)
@@ -189,9 +182,30 @@ def report_cmd(folder: Path = typer.Argument(..., help="a run, sweep or reproduc
     out_console.print(f"report: {result.html} ({result.kind}, {len(result.figures)} figures)", highlight=False)
 
 
-def _progress(total: int, what: str):
-    return Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("{task.description}"), console=err_console, transient=False)
+class _LazyProgress:
+    """A progress bar over a sweep's points that appears with the first finished point, so
+    an error raised before any run (a bad --out, a missing package) stays one line."""
+
+    def __init__(self, total: int, what: str):
+        self.total, self.what = total, what
+        self.bar: Progress | None = None
+
+    def __call__(self, result) -> None:
+        if self.bar is None:
+            self.bar = Progress(TextColumn(self.what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                TextColumn("{task.description}"), console=err_console, transient=False)
+            self.bar.start()
+            self.task = self.bar.add_task("", total=self.total)
+        self.bar.update(self.task, advance=1, description=f"{result.status} {result.label}")
+        if result.status in ("failed", "interrupted"):
+            self.bar.console.print(f"{result.status} {result.label}: {result.error}", highlight=False, markup=False)
+
+    def __enter__(self) -> "_LazyProgress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def reproduce_cmd(
@@ -221,12 +235,7 @@ def reproduce_cmd(
     folder = out or Path("reports") / f"{lab}{'-quick' if quick else ''}"
     total = sum(len(value.reproduce.specs(quick)) for value in labs)
     try:
-        with _progress(total, f"reproduce {lab}") as bar:
-            task = bar.add_task("", total=total)
-
-            def show(result) -> None:
-                bar.update(task, advance=1, description=f"{result.status} {result.label}")
-
+        with _LazyProgress(total, f"reproduce {lab}") as show:
             if lab == "all":
                 report = reproduce_all(labs, folder, quick=quick, allow_large=allow_large, opts=opts, on_result=show)
             else:
