@@ -73,7 +73,7 @@ def run_runs(runs: list[SweepRun], out: str | Path, opts: ExecutorOptions,
     results: dict[str, list[PointResult]] = {}
 
     def report(key: str, status: str, error: str | None) -> None:
-        results[key] = [PointResult(p.label, p.hash, status, f"runs/{key}", error) for p in by_key[key].points]
+        results[key] = [PointResult(p.label or key, p.hash, status, f"runs/{key}", error) for p in by_key[key].points]
         if on_result and not (status == "held" and opts.wait_held):
             for result in results[key]:
                 on_result(result)
