@@ -43,6 +43,22 @@ def _plan(lab: Lab, quick: bool) -> dict[str, Any]:
     return {"lab": lab.name, "quick": quick, "specs": [json.loads(s.to_json()) for s in lab.reproduce.specs(quick)]}
 
 
+def _check_all(lab: Lab, specs: tuple[RunSpec, ...], folder: Path, allow_large: bool) -> list[Any]:
+    """The specs' configs, each size-checked and checked by the lab (UserError before any work)."""
+    configs = [spec.config() for spec in specs]
+    for config in configs:
+        check_size(lab, config, folder, allow_large)
+        lab.check(config)
+    return configs
+
+
+def _write_report(report: dict[str, Any], folder: Path) -> None:
+    """``claims.json``, ``claims.md`` and ``report.html`` (with each run's own page)."""
+    atomic_write_json(folder / "claims.json", report)
+    atomic_write_text(folder / "claims.md", reproduce_markdown(report))
+    reproduce_page(report, folder)
+
+
 def _open_folder(folder: Path, plan: dict[str, Any]) -> None:
     """A new folder, or one this same plan started (then it continues)."""
     if folder.is_dir() and any(folder.iterdir()):
@@ -67,10 +83,7 @@ def reproduce(lab: Lab, folder: str | Path, *, quick: bool = False, progress: bo
     to ``claims.json``."""
     folder = Path(folder)
     specs = lab.reproduce.specs(quick)
-    configs = [spec.config() for spec in specs]
-    for spec, config in zip(specs, configs):  # validate every input before any work
-        check_size(lab, config, folder, allow_large)
-        lab.check(config)
+    configs = _check_all(lab, specs, folder, allow_large)  # every input validated before any work
     _open_folder(folder, _plan(lab, quick))
     registered = get_lab(lab.name)
     seconds: dict[str, float | None] = {spec.name: None for spec in specs}
@@ -87,9 +100,7 @@ def reproduce(lab: Lab, folder: str | Path, *, quick: bool = False, progress: bo
             seconds[spec.name] = round(time.perf_counter() - start, 2)
     runs_out = [_run_one(spec, config, folder, seconds[spec.name]) for spec, config in zip(specs, configs)]
     report = {"lab": lab.name, "quick": quick, "runs": runs_out}
-    atomic_write_json(folder / "claims.json", report)
-    atomic_write_text(folder / "claims.md", reproduce_markdown(report))
-    reproduce_page(report, folder)
+    _write_report(report, folder)
     return report
 
 
@@ -132,21 +143,8 @@ def reproduce_all(labs: list[Lab], folder: str | Path, *, quick: bool = False, a
     folder = Path(folder)
     plan = {"lab": "all", "quick": quick, "labs": [lab.name for lab in labs]}
     for lab in labs:  # every lab's inputs are validated before any work
-        for spec in lab.reproduce.specs(quick):
-            config = spec.config()
-            check_size(lab, config, folder, allow_large)
-            lab.check(config)
-    if folder.is_dir() and any(folder.iterdir()):
-        try:
-            old = json.loads((folder / PLAN).read_text())
-        except (OSError, json.JSONDecodeError):
-            raise UserError(f"--out {folder}: folder exists, is not empty and is not a reproduce folder; choose another") from None
-        if old != plan:
-            raise UserError(f"--out {folder}: holds a reproduce of another plan (lab {old.get('lab')}, quick "
-                            f"{old.get('quick')}); choose another folder")
-    else:
-        writable_dir(folder, "--out")
-        atomic_write_json(folder / PLAN, plan)
+        _check_all(lab, lab.reproduce.specs(quick), folder, allow_large)
+    _open_folder(folder, plan)
     runs: list[dict[str, Any]] = []
     for lab in labs:
         part = reproduce(lab, folder / lab.name, quick=quick, allow_large=allow_large, opts=opts, on_result=on_result)
@@ -154,7 +152,5 @@ def reproduce_all(labs: list[Lab], folder: str | Path, *, quick: bool = False, a
             runs.append({**run, "name": f"{lab.name}/{run['name']}", "run_dir": f"{lab.name}/{run['run_dir']}",
                          "figures": [f"{lab.name}/{f}" for f in run["figures"]]})
     report = {"lab": "all", "quick": quick, "runs": runs}
-    atomic_write_json(folder / "claims.json", report)
-    atomic_write_text(folder / "claims.md", reproduce_markdown(report))
-    reproduce_page(report, folder)
+    _write_report(report, folder)
     return report

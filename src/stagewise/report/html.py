@@ -1,5 +1,5 @@
-"""HTML building blocks for self-contained reports, and the claims.md / report.html of a
-reproduce folder.
+"""HTML building blocks for self-contained reports, and the claims.md of a reproduce folder
+(its report.html is :func:`stagewise.report.pages.reproduce_html_page`).
 
 A report page is one file: CSS inline, every figure embedded as a
 ``data:image/png;base64,...`` URI, no script and no external URL (links to files next to
@@ -190,24 +190,3 @@ def reproduce_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {c['id']}: {c['statement']} | {_mark(c['holds'])} | {c['evidence']} |")
         lines += [""] + [f"![{Path(f).stem}]({f})" for f in run["figures"]] + [""]
     return "\n".join(lines)
-
-
-def reproduce_html(report: dict[str, Any], folder: Path) -> str:
-    """The former reproduce page (per run: claims and figures). Superseded by
-    :func:`stagewise.orchestrate.reporting.reproduce_page`, which puts every claim in one
-    table first and links each run's own report; kept until reproduction.py switches."""
-    parts = [f"<h1>stagewise reproduce {esc(report['lab'])}{' --quick' if report['quick'] else ''}</h1>"]
-    for run in report["runs"]:
-        parts.append(f"<h2>{esc(run['name'])}</h2><p>preset <code>{esc(run['preset'])}</code>, seeds "
-                     f"{esc(run['seeds'])}, status {esc(run['status'])}, {esc(run['seconds'])} s, config "
-                     f"{esc(run['config_hash'])}</p>")
-        if run["error"]:
-            parts.append(f"<p class='error'>{esc(run['error'])}</p>")
-        rows = []
-        for c in run["claims"]:
-            v = verdict(c["holds"], ("yes", "no", "untestable"))
-            rows.append([f"<td><b>{esc(c['id'])}</b>: {esc(c['statement'])}</td>", f"<td class='{v.css}'>{v.text}</td>",
-                         td(c["evidence"])])
-        parts.append(table(["claim", "holds", "evidence"], rows))
-        parts.append(figures([FigureEntry(Path(f).stem, Path(folder) / f) for f in run["figures"]]).html)
-    return page(f"stagewise {report['lab']}", parts)
