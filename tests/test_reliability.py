@@ -89,7 +89,7 @@ def test_resume_without_config_yaml(cli, tmp_path, done_run):
     (["run", "disentangled", "--set", "data.d=100000"], "estimated peak memory"),
     (["run", "disentangled", "--set", "data.prompt_len=10000000"], "estimated peak memory"),
     (["run", "ntp", "--set", "train.steps_stage1=900000000", "--set", "train.log_every=1", "--seeds", "4096"],
-     "estimated metric stream"),
+     "estimated disk use"),
 ])
 def test_sizes_that_cannot_fit_are_refused_up_front(cli, tmp_path, args, needle):
     start = time.perf_counter()

@@ -103,10 +103,12 @@ def sweep_run_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="list the runs (count and a few examples) and stop"),
     no_collect: bool = typer.Option(False, "--no-collect", help="do not collect the table and figures at the end"),
     sink: List[str] = typer.Option([], "--sink", help="every run also logs to tensorboard or wandb (repeatable)"),
+    extend: bool = typer.Option(False, "--extend", help="--out holds another sweep of the same lab: add this sweep's "
+                                "points to it (sweep.json keeps both point sets)"),
 ) -> None:
     """Expand a sweep file into runs, validate every one, and run them (skipping done ones)."""
     from .orchestrate.executors import ExecutorOptions
-    from .orchestrate.sweep import run_sweep, summary_lines
+    from .orchestrate.sweep import check_folder, preflight, run_sweep, summary_lines
     from .orchestrate.sweepplan import fold_points, load_sweep, plan
 
     _check_flags(executor, max_parallel)
@@ -120,10 +122,12 @@ def sweep_run_cmd(
         sweep = sweep.model_copy(update={"set_": {**sweep.set_, **extra}})
     opts = _executor_options(sweep.executor, executor_sets, executor, max_parallel, sink)
     assert isinstance(opts, ExecutorOptions)
-    points = plan(sweep)
     _check_report(sweep)
     folder = out or Path("sweeps") / spec.stem
-    runs = fold_points(points, sweep.fold, sweep.fold_max_seeds)
+    points = plan(sweep, folder, opts.allow_large)
+    runs = fold_points(points, sweep.fold, sweep.fold_max_seeds, opts.allow_large)
+    check_folder(folder, sweep.lab, [p.hash for p in points], extend)
+    preflight(runs, folder, opts)
     if dry_run:
         folded = f" in {len(runs)} runs (fold: {sweep.fold})" if len(runs) != len(points) else ""
         out_console.print(f"{len(points)} runs of {sweep.lab}{folded} into {folder}/runs/HASH, executor {opts.kind}",
@@ -135,13 +139,13 @@ def sweep_run_cmd(
         return
     with _LazyProgress(len(points), "sweep") as show:
         results = run_sweep(points, folder, sweep.lab, opts=opts, fold=sweep.fold, fold_max_seeds=sweep.fold_max_seeds,
-                            axes=list(sweep.axes), report=sweep.report, on_result=show)
+                            axes=list(sweep.axes), report=sweep.report, extend=extend, on_result=show)
     lines = summary_lines(results, folder)
     out_console.print(lines[0], highlight=False)
     for line in lines[1:]:
         err_console.print(line, highlight=False, markup=False)
     if not no_collect:
-        _collect(folder)
+        _collect(folder, after_run=True)
     if len(lines) > 1:
         raise typer.Exit(1)
 
@@ -154,10 +158,19 @@ def _check_report(sweep) -> None:
     check_report_spec(sweep.report, list(sweep.axes))
 
 
-def _collect(folder: Path) -> None:
+def _collect(folder: Path, after_run: bool = False) -> None:
     from .orchestrate.collect import collect
+    from .orchestrate.executors import os_failure
 
-    result = collect(folder)
+    try:
+        result = collect(folder)
+    except OSError as err:  # a full disk: after a sweep its counts stand and the table waits for space
+        where = folder / "collect"
+        line = f"collect: {os_failure(err, f'writing {where}')}; run `stagewise sweep collect {folder}` later"
+        if not after_run:
+            raise UserError(line) from None
+        err_console.print(f"warning: {line}", highlight=False, markup=False)
+        raise typer.Exit(1)
     out_console.print(f"table: {result.table} ({len(result.frame)} rows: {result.n_points} points, "
                       f"{result.n_failed} failed); {len(result.figures)} figures in {result.table.parent / 'figures'}",
                       highlight=False)

@@ -48,12 +48,20 @@ import pandas as pd
 from ..errors import UserError
 from ..labs import get_lab
 from ..report.claims import Summary, read_summary
-from ..report.sweepfigs import DONE, check_report_spec, metric_vs_axis, onset_vs_axis, parse_condition, phase_diagram
+from ..report.sweepfigs import DONE, metric_vs_axis, onset_vs_axis, parse_condition, phase_diagram
 from ..runs import atomic_write_bytes, read_manifest, write_parquet
 from ..yamlio import load_yaml
 from .sweep import index
 
 __all__ = ["Collected", "check_report_spec", "collect", "collect_frame", "stage_columns"]
+
+def check_report_spec(report: Any, axes: list[str]) -> None:
+    """A sweep file's ``report`` section, checked before any run against this table's columns
+    (:func:`stagewise.report.sweepfigs.check_report_spec`)."""
+    from ..report.sweepfigs import check_report_spec as check
+
+    check(report, axes, fixed=(*BASE_COLUMNS, "claims_over_seeds", ALL_HOLD, HOLDING))
+
 
 TABLE = Path("collect") / "sweep.parquet"
 FIGURES = Path("collect") / "figures"

@@ -33,7 +33,7 @@ from ..runs.store import atomic_write_json, atomic_write_text
 from .executors import ExecutorOptions
 from .reporting import reproduce_page
 from .runner import check_size, execute_spec, writable_dir
-from .sweep import PointResult, run_runs
+from .sweep import PointResult, preflight, run_runs
 from .sweepplan import SweepPoint, SweepRun
 
 PLAN = "reproduce.json"
@@ -84,19 +84,20 @@ def reproduce(lab: Lab, folder: str | Path, *, quick: bool = False, progress: bo
     folder = Path(folder)
     specs = lab.reproduce.specs(quick)
     configs = _check_all(lab, specs, folder, allow_large)  # every input validated before any work
+    opts = (opts or ExecutorOptions()).model_copy(update={"allow_large": allow_large})
+    runs = [SweepRun(spec.name, spec, (SweepPoint({}, spec, config_hash(config), config),), (tuple(config.seed_list()),))
+            for spec, config in zip(specs, configs)]
+    preflight(runs, folder, opts)  # packages and the folder: nothing is made before every check passed
     _open_folder(folder, _plan(lab, quick))
     registered = get_lab(lab.name)
     seconds: dict[str, float | None] = {spec.name: None for spec in specs}
     if lab.run is registered.run and lab.Config is registered.Config:
-        runs = [SweepRun(spec.name, spec, (SweepPoint({}, spec, config_hash(config)),), (tuple(config.seed_list()),))
-                for spec, config in zip(specs, configs)]
-        opts = opts or ExecutorOptions()
-        run_runs(runs, folder, opts.model_copy(update={"allow_large": allow_large}), on_result)
+        run_runs(runs, folder, opts, on_result)
     else:
         for spec in specs:
             start = time.perf_counter()
             execute_spec(spec, folder / "runs" / spec.name, progress=progress, allow_large=allow_large, lab=lab,
-                         sinks=opts.sinks if opts else None)
+                         sinks=opts.sinks)
             seconds[spec.name] = round(time.perf_counter() - start, 2)
     runs_out = [_run_one(spec, config, folder, seconds[spec.name]) for spec, config in zip(specs, configs)]
     report = {"lab": lab.name, "quick": quick, "runs": runs_out}
@@ -144,6 +145,7 @@ def reproduce_all(labs: list[Lab], folder: str | Path, *, quick: bool = False, a
     plan = {"lab": "all", "quick": quick, "labs": [lab.name for lab in labs]}
     for lab in labs:  # every lab's inputs are validated before any work
         _check_all(lab, lab.reproduce.specs(quick), folder, allow_large)
+    preflight([], folder, opts or ExecutorOptions())
     _open_folder(folder, plan)
     runs: list[dict[str, Any]] = []
     for lab in labs:

@@ -54,31 +54,50 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.0f} MiB"
 
 
-def check_size(lab: Lab, config: Any, out: Path | None, allow_large: bool = False) -> None:
-    """Refuse, before any work, a run whose estimated memory or metric disk cannot fit."""
+def check_size(lab: Lab, config: Any, out: Path | None, allow_large: bool = False) -> Any:
+    """Refuse, before any work, a run whose estimated memory or disk cannot fit (disk only
+    when ``out`` is given); returns the lab's estimate."""
     est = lab.estimate(config)
     if allow_large:
-        return
+        return est
     avail = available_memory()
     if est.memory_bytes > SIZE_MARGIN * avail:
         raise UserError(f"estimated peak memory {_gib(est.memory_bytes)} ({est.detail}) exceeds the available "
                         f"memory {_gib(avail)}; make the run smaller or pass --allow-large to try anyway")
-    if out is not None and est.disk_bytes:
-        probe = next((p for p in [out, *out.parents] if p.exists()), Path("."))
-        usage = shutil.disk_usage(probe)
-        free = usage.free
-        if usage.total > 0 and est.disk_bytes > SIZE_MARGIN * free:  # total 0: a pseudo file system such as /proc
-            raise UserError(f"estimated metric stream {_gib(est.disk_bytes)} ({est.detail}) exceeds the free disk "
-                            f"{_gib(free)} at {probe}; log less often (train.log_every) or pass --allow-large")
+    if out is not None:
+        check_disk(est.disk_bytes, est.detail, out)
+    return est
+
+
+def check_disk(disk_bytes: int, detail: str, out: Path, allow_large: bool = False) -> None:
+    """Refuse ``disk_bytes`` (the estimated bytes a run, or all runs of a sweep, will write)
+    above :data:`SIZE_MARGIN` of the free disk at ``out`` (or its nearest existing parent)."""
+    if allow_large or not disk_bytes:
+        return
+    probe = next((p for p in [out, *out.parents] if p.exists()), Path("."))
+    usage = shutil.disk_usage(probe)
+    if usage.total > 0 and disk_bytes > SIZE_MARGIN * usage.free:  # total 0: a pseudo file system such as /proc
+        raise UserError(f"estimated disk use {_gib(disk_bytes)} ({detail}) exceeds the free disk "
+                        f"{_gib(usage.free)} at {probe}; log less often (train.log_every) or pass --allow-large")
 
 
 # -------------------------------------------------------------------- directories
-def writable_dir(path: Path, flag: str) -> None:
-    """Create ``path`` (a directory) or say in one line why it cannot be used."""
+def check_dir(path: Path, flag: str) -> None:
+    """Say in one line why ``path`` cannot be used as a directory, creating nothing: no part
+    of it may be a file, and it (or its nearest existing parent) must be a writable folder."""
     for parent in [path, *path.parents]:
         if parent.exists() and not parent.is_dir():
             what = "is a file" if parent == path else f"is under {parent}, which is a file"
             raise UserError(f"{flag} {path}: {what}; give a directory path")
+    existing = next((p for p in [path, *path.parents] if p.exists()), Path("."))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "directory is not writable" if existing == path else f"cannot create the directory ({existing} is not writable)"
+        raise UserError(f"{flag} {path}: {what}")
+
+
+def writable_dir(path: Path, flag: str) -> None:
+    """Create ``path`` (a directory) or say in one line why it cannot be used."""
+    check_dir(path, flag)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -8,6 +8,11 @@ Layout of a sweep folder::
     OUT/locks/KEY/.lock       held while a process works on that run (flock: dies with the process)
     OUT/slurm/                submitit's job files and logs (executor slurm)
 
+A folder holding another sweep (a point that is not in its ``sweep.json``, or another lab)
+is refused unless ``extend`` (``stagewise sweep --extend``): then ``sweep.json`` keeps both
+point sets (its points first, then the new ones), so ``sweep collect`` and ``report`` see all
+of them. Nothing is created before every check has passed (:func:`preflight`).
+
 Re-running the same sweep skips runs whose manifest says done, resumes unfinished ones
 (:func:`~stagewise.orchestrate.runner.execute_spec`), and never runs a run twice at once: a
 run whose lock another sweep process holds is waited for (``executor.wait_held``) and then
@@ -25,8 +30,8 @@ from typing import Any, Callable
 from ..errors import UserError
 from ..runs import atomic_write_json
 from .executors import RUNNERS, ExecutorOptions, Task, check_available
-from .runner import writable_dir
-from .sweepplan import SweepPoint, SweepRun, fold_points
+from .runner import check_dir, writable_dir
+from .sweepplan import SweepPoint, SweepRun, check_distinct, fold_points
 
 STATUSES = ("done", "skipped", "failed", "held", "interrupted")
 # ran now / was done before / failed or diverged / another process has it / stopped (resumable)
@@ -49,12 +54,63 @@ def index_entry(run: SweepRun) -> list[dict[str, Any]]:
             for p, seeds in zip(run.points, run.seeds)]
 
 
-def write_index(runs: list[SweepRun], out: Path, lab: str, *, axes: list[str] | None = None, fold: str = "none",
-                report: dict[str, Any] | None = None) -> None:
-    """``OUT/sweep.json`` (the layout above)."""
+def new_index(runs: list[SweepRun], lab: str, *, axes: list[str] | None = None, fold: str = "none",
+              report: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``sweep.json`` of these runs (the layout above)."""
     points = [entry for run in runs for entry in index_entry(run)]
-    atomic_write_json(out / "sweep.json", {"lab": lab, "axes": list(axes or []), "fold": fold,
-                                           "report": dict(report or {}), "points": points})
+    return {"lab": lab, "axes": list(axes or []), "fold": fold, "report": dict(report or {}), "points": points}
+
+
+def merge_index(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` added to the folder's ``old`` index: old points first (a point of both takes
+    its new entry, e.g. its run folder under another fold), then the new points; axes in
+    first-seen order; the new report section where it has one."""
+    if old is None:
+        return new
+    fresh = {p["hash"]: p for p in new["points"]}
+    points = [fresh.pop(p["hash"], p) for p in old["points"]] + list(fresh.values())
+    folds = {old.get("fold", "none"), new["fold"]}
+    return {"lab": new["lab"], "axes": list(dict.fromkeys([*old.get("axes", []), *new["axes"]])),
+            "fold": new["fold"] if len(folds) == 1 else "mixed", "report": new["report"] or old.get("report") or {},
+            "points": points}
+
+
+SWEEP_ENTRIES = {"sweep.json", "runs", "locks", "slurm", "collect", "report.html", "report"}  # what a sweep folder holds
+
+
+def check_folder(out: Path, lab: str, hashes: list[str], extend: bool = False) -> dict[str, Any] | None:
+    """The index already in ``out`` (None for a new or empty folder), after refusing, in one
+    line, a folder that is not a sweep folder or holds another sweep (unless ``extend``)."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return None
+    if not (out / "sweep.json").exists():
+        other = sorted(p.name for p in out.iterdir() if p.name not in SWEEP_ENTRIES)
+        if other or (out / "runs").is_dir() and any((out / "runs").iterdir()):
+            raise UserError(f"--out {out}: folder is not empty and is not a sweep folder (no sweep.json; holds "
+                            f"{(other or ['runs/'])[0]!r}); choose another folder")
+        return None
+    old = index(out)
+    if old["lab"] != lab:
+        raise UserError(f"--out {out}: holds a sweep of the {old['lab']} lab, not {lab}; choose another folder")
+    known = {p["hash"] for p in old["points"]}
+    added = [h for h in hashes if h not in known]
+    if added and not extend:
+        raise UserError(f"--out {out}: holds another sweep ({len(old['points'])} points; {len(added)} of this sweep's "
+                        f"{len(hashes)} points are not among them); pass --extend to add them to that sweep, "
+                        "or choose another folder")
+    return old
+
+
+def preflight(runs: list[SweepRun], out: Path, opts: ExecutorOptions) -> None:
+    """Every check of a set of runs that needs no file made: repeated configs, the
+    executor's and sinks' packages, the folder ``out`` (creatable and writable). The one
+    gate before anything is created, for sweeps and reproduce alike."""
+    keys = [r.key for r in runs]
+    if len(set(keys)) < len(keys):
+        raise UserError(f"sweep: {len(keys) - len(set(keys))} runs repeat another run's config (same hash); "
+                        "remove the repeated axis values")
+    check_available(opts)
+    check_dir(out, "--out")
 
 
 def run_runs(runs: list[SweepRun], out: str | Path, opts: ExecutorOptions,
@@ -63,11 +119,8 @@ def run_runs(runs: list[SweepRun], out: str | Path, opts: ExecutorOptions,
     point order. Held runs are waited for at the end (``opts.wait_held``), then skipped or
     resumed. ``on_result`` is called for each point as its run ends (a progress bar)."""
     out = Path(out)
-    keys = [r.key for r in runs]
-    if len(set(keys)) < len(keys):
-        raise UserError(f"sweep: {len(keys) - len(set(keys))} runs repeat another run's config (same hash); "
-                        "remove the repeated axis values")
-    check_available(opts)
+    preflight(runs, out, opts)
+    writable_dir(out, "--out")
     (out / "runs").mkdir(parents=True, exist_ok=True)
     by_key = {r.key: r for r in runs}
     results: dict[str, list[PointResult]] = {}
@@ -88,20 +141,23 @@ def run_runs(runs: list[SweepRun], out: str | Path, opts: ExecutorOptions,
 
 def run_sweep(points: list[SweepPoint], out: str | Path, lab: str, *, opts: ExecutorOptions | None = None,
               fold: str = "none", fold_max_seeds: int = 64, axes: list[str] | None = None,
-              report: dict[str, Any] | None = None,
+              report: dict[str, Any] | None = None, extend: bool = False,
               on_result: Callable[[PointResult], None] | None = None) -> list[PointResult]:
-    """Fold the points into runs, write ``sweep.json`` and run them (:func:`run_runs`)."""
+    """Fold the points into runs, check everything (:func:`check_folder`, :func:`preflight`),
+    then write ``sweep.json`` (merged with the folder's, :func:`merge_index`) and run them
+    (:func:`run_runs`)."""
     out = Path(out)
-    writable_dir(out, "--out")
     opts = opts or ExecutorOptions()
+    check_distinct(points)
     hashes = [p.hash for p in points]
-    if len(set(hashes)) < len(hashes):
-        raise UserError(f"sweep: {len(hashes) - len(set(hashes))} points repeat another point's config (same hash); "
-                        "remove the repeated axis values")
-    runs = fold_points(points, fold, fold_max_seeds)
+    runs = fold_points(points, fold, fold_max_seeds, opts.allow_large)
+    old = check_folder(out, lab, hashes, extend)
+    preflight(runs, out, opts)
+    writable_dir(out, "--out")
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    write_index(runs, out, lab, axes=axes if axes is not None else list(points[0].values) if points else [],
-                fold=fold, report=report)
+    fresh = new_index(runs, lab, axes=axes if axes is not None else list(points[0].values) if points else [],
+                      fold=fold, report=report)
+    atomic_write_json(out / "sweep.json", merge_index(old, fresh))
     by_hash = {r.hash: r for r in run_runs(runs, out, opts, on_result)}
     return [by_hash[p.hash] for p in points]
 
@@ -133,8 +189,18 @@ def summary_lines(results: list[PointResult], out: Path) -> list[str]:
 
 
 def index(out: str | Path) -> dict[str, Any]:
-    """The sweep folder's ``sweep.json``; one-line UserError when it is not a sweep folder."""
+    """The sweep folder's ``sweep.json``; one-line UserError when it is missing, unreadable
+    (e.g. a truncated write) or not a sweep index."""
     path = Path(out) / "sweep.json"
     if not path.is_file():
         raise UserError(f"{out}: not a sweep folder (no sweep.json)")
-    return json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{path}: unreadable sweep index ({type(err).__name__}: {err}); "
+                        "run the sweep again to rewrite it") from None
+    points = data.get("points") if isinstance(data, dict) else None
+    if (not isinstance(data, dict) or not isinstance(data.get("lab"), str) or not isinstance(points, list)
+            or not all(isinstance(p, dict) and {"label", "hash", "run_dir"} <= p.keys() for p in points)):
+        raise UserError(f"{path}: not a sweep index (needs lab and points with label, hash and run_dir)")
+    return data

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,6 +46,7 @@ from ..labs import RunSpec, get_lab
 from ..yamlio import load_yaml
 
 MAX_POINTS = 100_000  # a sweep larger than this is a typo, not a plan
+INT_BOUND = 2.0**63  # integer draws stay inside int64
 
 
 class RandomAxis(BaseModel):
@@ -64,6 +65,11 @@ class RandomAxis(BaseModel):
             raise ValueError(f"need finite low < high (got low={self.low:g}, high={self.high:g})")
         if self.random == "loguniform" and self.low <= 0:
             raise ValueError(f"loguniform needs low > 0 (got {self.low:g})")
+        if self.random == "int":
+            if math.ceil(self.low) > math.floor(self.high):
+                raise ValueError(f"int draws need an integer in [low, high] (got low={self.low:g}, high={self.high:g})")
+            if max(abs(self.low), abs(self.high)) >= INT_BOUND:
+                raise ValueError(f"int draws need |low|, |high| < 2**63 (got low={self.low:g}, high={self.high:g})")
         return self
 
     def values(self) -> list[float | int]:
@@ -75,40 +81,59 @@ class RandomAxis(BaseModel):
         return [float(v) for v in rng.uniform(self.low, self.high, self.n)]
 
 
-def axis_values(name: str, spec: Any) -> list[Any]:
-    """The values of one axis from its YAML form; one-line UserError naming the axis."""
+def axis_size(name: str, spec: Any) -> int:
+    """How many values the axis has, from its YAML form alone (nothing is built, so a
+    ``{range: [0, 1e9]}`` costs nothing); one-line UserError naming the axis on a bad form."""
     where = f"sweep axis {name}"
     if isinstance(spec, list):
         if not spec:
             raise UserError(f"{where}: empty list; give at least one value")
-        return list(spec)
+        return len(spec)
     if not isinstance(spec, dict) or len(spec) < 1:
         raise UserError(f"{where}={spec!r}: expected a list, {{range: [a, b(, step)]}}, {{logrange: [lo, hi, n]}} "
                         "or {random: uniform|loguniform|int, low, high, n, seed}")
     if "random" in spec:
-        try:
-            return RandomAxis.model_validate(spec).values()
-        except ValidationError as err:
-            first = err.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"])
-            raise UserError(f"{where}: {loc + ': ' if loc else ''}{first['msg'].removeprefix('Value error, ')}") from None
+        return _random_axis(where, spec).n
     if set(spec) == {"range"}:
         args = spec["range"]
         if (not isinstance(args, list) or not 2 <= len(args) <= 3
                 or not all(isinstance(a, int) and not isinstance(a, bool) for a in args) or (len(args) == 3 and args[2] == 0)):
             raise UserError(f"{where}: range={args!r}: expected [start, stop] or [start, stop, step] of integers, step != 0")
-        values = list(range(*args))
-        if not values:
+        size = len(range(*args))  # O(1): no list is made
+        if not size:
             raise UserError(f"{where}: range={args!r} is empty")
-        return values
+        return size
     if set(spec) == {"logrange"}:
         args = spec["logrange"]
-        ok = (isinstance(args, list) and len(args) == 3 and all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)
+        ok = (isinstance(args, list) and len(args) == 3
+              and all(isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a) for a in args)
               and args[0] > 0 and args[1] > 0 and isinstance(args[2], int) and args[2] >= 1)
         if not ok:
-            raise UserError(f"{where}: logrange={args!r}: expected [low > 0, high > 0, n >= 1 (integer)]")
-        return [float(v) for v in np.geomspace(args[0], args[1], args[2])]
+            raise UserError(f"{where}: logrange={args!r}: expected [low > 0, high > 0, n >= 1 (integer)], finite")
+        return args[2]
     raise UserError(f"{where}: unknown form {sorted(spec)}; allowed: range, logrange, random (or a list)")
+
+
+def _random_axis(where: str, spec: dict[str, Any]) -> RandomAxis:
+    try:
+        return RandomAxis.model_validate(spec)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise UserError(f"{where}: {loc + ': ' if loc else ''}{first['msg'].removeprefix('Value error, ')}") from None
+
+
+def axis_values(name: str, spec: Any) -> list[Any]:
+    """The values of one axis from its YAML form (checked by :func:`axis_size` first)."""
+    axis_size(name, spec)
+    if isinstance(spec, list):
+        return list(spec)
+    if "random" in spec:
+        return _random_axis(f"sweep axis {name}", spec).values()
+    if "range" in spec:
+        return list(range(*spec["range"]))
+    low, high, n = spec["logrange"]
+    return [float(v) for v in np.geomspace(low, high, n)]
 
 
 class SweepSpec(BaseModel):
@@ -134,6 +159,10 @@ class SweepPoint:
     values: dict[str, Any]
     spec: RunSpec
     hash: str
+    validated: Any = field(default=None, compare=False, repr=False)  # the spec's config, when already validated
+
+    def config(self) -> Any:
+        return self.validated if self.validated is not None else self.spec.config()
 
     @property
     def label(self) -> str:
@@ -151,20 +180,22 @@ class SweepRun:
     seeds: tuple[tuple[int, ...], ...]
 
 
-def _seed_range(spec: RunSpec) -> tuple[int, int]:
-    config = spec.config()
+def _seed_range(point: SweepPoint) -> tuple[int, int]:
+    config = point.config()
     return int(config.seed), int(config.n_seeds)
 
 
-def fold_points(points: list[SweepPoint], fold: str = "none", max_seeds: int = 64) -> list[SweepRun]:
+def fold_points(points: list[SweepPoint], fold: str = "none", max_seeds: int = 64,
+                allow_large: bool = False) -> list[SweepRun]:
     """The runs of a sweep: one per point, or (``fold="seeds"``) points differing only in
-    their seeds merged into batched runs of adjacent seed ranges, at most ``max_seeds`` each.
+    their seeds merged into batched runs of adjacent seed ranges, at most ``max_seeds`` each
+    (a folded run's memory estimate is checked as ``stagewise run`` checks it).
     Runs come in the order of their first point."""
     if fold == "none":
-        return [SweepRun(p.hash, p.spec, (p,), (tuple(range(*_span(p.spec))),)) for p in points]
+        return [SweepRun(p.hash, p.spec, (p,), (tuple(range(*_span(p))),)) for p in points]
     groups: dict[str, list[tuple[int, int, SweepPoint]]] = {}
     for p in points:
-        first, n = _seed_range(p.spec)
+        first, n = _seed_range(p)
         rest = deep_merge(p.spec.overrides, {"seed": 0, "n_seeds": 1})
         key = config_hash(validate(p.spec.lab_value().Config, rest))  # the config without its seeds
         groups.setdefault(key, []).append((first, n, p))
@@ -179,17 +210,19 @@ def fold_points(points: list[SweepPoint], fold: str = "none", max_seeds: int = 6
                 chunk.append(member)
                 continue
             if chunk:
-                runs.append((min(order[m[2].hash] for m in chunk), _folded(chunk, start, total)))
+                runs.append((min(order[m[2].hash] for m in chunk), _folded(chunk, start, total, allow_large)))
             chunk = [member] if member is not None else []
     return [run for _, run in sorted(runs, key=lambda r: r[0])]
 
 
-def _span(spec: RunSpec) -> tuple[int, int]:
-    first, n = _seed_range(spec)
+def _span(point: SweepPoint) -> tuple[int, int]:
+    first, n = _seed_range(point)
     return first, first + n
 
 
-def _folded(chunk: list[tuple[int, int, SweepPoint]], start: int, total: int) -> SweepRun:
+def _folded(chunk: list[tuple[int, int, SweepPoint]], start: int, total: int, allow_large: bool) -> SweepRun:
+    from .runner import check_size
+
     if len(chunk) == 1:
         p = chunk[0][2]
         return SweepRun(p.hash, p.spec, (p,), (tuple(range(start, start + total)),))
@@ -197,6 +230,7 @@ def _folded(chunk: list[tuple[int, int, SweepPoint]], start: int, total: int) ->
     spec = RunSpec(lab=head.lab, overrides=deep_merge(head.overrides, {"seed": start, "n_seeds": total}),
                    name=f"{chunk[0][2].label} .. ({total} seeds)")
     config = spec.config()
+    check_size(head.lab_value(), config, None, allow_large)
     head.lab_value().check(config)
     return SweepRun(config_hash(config), spec, tuple(m[2] for m in chunk),
                     tuple(tuple(range(m[0], m[0] + m[1])) for m in chunk))
@@ -205,6 +239,14 @@ def _folded(chunk: list[tuple[int, int, SweepPoint]], start: int, total: int) ->
 def point_label(values: dict[str, Any]) -> str:
     """``train.eta=0.01,seed=1``: a point's axis values, floats in %g."""
     return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+
+
+def check_distinct(points: list[SweepPoint]) -> None:
+    """One line when two points have the same config (same hash): they would share a run."""
+    repeated = len(points) - len({p.hash for p in points})
+    if repeated:
+        raise UserError(f"sweep: {repeated} points repeat another point's config (same hash); "
+                        "remove the repeated axis values")
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
@@ -230,20 +272,27 @@ def load_sweep(path: str | Path) -> SweepSpec:
 
 
 def expand(spec: SweepSpec) -> list[dict[str, Any]]:
-    """The points (axis -> value) of a sweep, in order: the product over the axis groups."""
-    values = {name: axis_values(name, form) for name, form in spec.axes.items()}
+    """The points (axis -> value) of a sweep, in order: the product over the axis groups.
+    The point count is checked against :data:`MAX_POINTS` from the axes' sizes, before any
+    value is built."""
+    sizes = {name: axis_size(name, form) for name, form in spec.axes.items()}
     zipped: dict[str, list[str]] = {}
     for group in spec.zip:
         for name in group:
-            if name not in values:
-                raise UserError(f"sweep zip {group}: {name!r} is not an axis; axes: {', '.join(values) or 'none'}")
+            if name not in sizes:
+                raise UserError(f"sweep zip {group}: {name!r} is not an axis; axes: {', '.join(sizes) or 'none'}")
             if name in zipped:
                 raise UserError(f"sweep zip: axis {name!r} is in two zip groups")
             zipped[name] = group
-        lengths = {name: len(values[name]) for name in group}
+        lengths = {name: sizes[name] for name in group}
         if len(set(lengths.values())) > 1:
             raise UserError(f"sweep zip {group}: axes must have equal lengths, got "
                             + ", ".join(f"{k}: {v}" for k, v in lengths.items()))
+    group_sizes = {zipped.get(name, [name])[0]: size for name, size in sizes.items()}  # a zip group counts once
+    count = math.prod(group_sizes.values())
+    if count > MAX_POINTS:
+        raise UserError(f"sweep: {count} points; at most {MAX_POINTS} (split the sweep)")
+    values = {name: axis_values(name, form) for name, form in spec.axes.items()}
     groups: list[list[dict[str, Any]]] = []
     placed: set[int] = set()
     for name in values:
@@ -252,9 +301,6 @@ def expand(spec: SweepSpec) -> list[dict[str, Any]]:
             continue
         placed.add(id(group))
         groups.append([dict(zip(group, row)) for row in zip(*(values[g] for g in group))])
-    count = math.prod(len(g) for g in groups)
-    if count > MAX_POINTS:
-        raise UserError(f"sweep: {count} points; at most {MAX_POINTS} (split the sweep)")
     return [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*groups)]
 
 
@@ -267,9 +313,21 @@ def _config_value(config: BaseModel, dotted: str, raw: Any) -> Any:
     return node if isinstance(node, (int, float, str, bool, type(None), list)) else raw
 
 
-def plan(spec: SweepSpec) -> list[SweepPoint]:
+SHAPE_FREE = ("seed",)  # axes that change neither a run's sizes nor what the lab's checks test
+
+
+def plan(spec: SweepSpec, out: str | Path | None = None, allow_large: bool = False) -> list[SweepPoint]:
     """Every point as a validated RunSpec (config file < set < axes over the preset), after
-    the lab's own checks; UserError with one line per bad point (at most 5 shown)."""
+    the lab's own checks and the size check ``stagewise run`` makes (memory per run; the
+    disk of all runs together at ``out`` when given); UserError with one line per bad point
+    (at most 5 shown).
+
+    Cost is proportional to the work: every point's config is validated (and hashed), but
+    the lab's checks and size estimate run once per *shape*, the point's axis values other
+    than :data:`SHAPE_FREE` (a lab's check tests its first member's data the same way).
+    """
+    from .runner import check_disk, check_size
+
     lab = get_lab(spec.lab)
     base = lab.preset_overrides(spec.preset)
     if spec.config is not None:
@@ -278,20 +336,35 @@ def plan(spec: SweepSpec) -> list[SweepPoint]:
     points = expand(spec)
     for name in spec.axes:  # key errors once, not once per point
         dotted_overrides(lab.Config, {name: None}, base, what="sweep axis")
-    out, problems = [], []
+    out_points, problems = [], []
+    shapes: dict[str, Any] = {}  # shape -> its size estimate, or the UserError its checks raised
+    disk = 0
     for values in points:
         overrides = deep_merge(base, dotted_overrides(lab.Config, values, base, what="sweep axis"))
         label = point_label(values) or "(no axes)"
         try:
             config = validate(lab.Config, overrides)
-            lab.check(config)
         except UserError as err:
             problems.append(f"sweep point {label}: {err.messages[0]}")
             continue
+        shape = repr(sorted((k, repr(v)) for k, v in values.items() if k not in SHAPE_FREE))
+        if shape not in shapes:
+            try:
+                shapes[shape] = check_size(lab, config, None, allow_large)  # memory: refused before the lab's checks
+                lab.check(config)
+            except UserError as err:
+                shapes[shape] = err
+        if isinstance(shapes[shape], UserError):
+            problems.append(f"sweep point {label}: {shapes[shape].messages[0]}")
+            continue
+        disk += shapes[shape].disk_bytes
         run = RunSpec(lab=spec.lab, preset=None, overrides=overrides, name=label)
         typed = {name: _config_value(config, name, value) for name, value in values.items()}
-        out.append(SweepPoint(typed, run, config_hash(config)))
+        out_points.append(SweepPoint(typed, run, config_hash(config), config))
     if problems:
         shown = problems[:5] + ([f"... and {len(problems) - 5} more bad points"] if len(problems) > 5 else [])
         raise UserError(*shown)
-    return out
+    check_distinct(out_points)
+    if out is not None:
+        check_disk(disk, f"{len(out_points)} runs", Path(out), allow_large)
+    return out_points

@@ -40,6 +40,7 @@ EMPTY_CELL = "0.85"  # grey of a phase-diagram cell without a finished row
 OPERATORS = {"<=": np.less_equal, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
              "<": np.less, ">": np.greater}
 _CONDITION = re.compile(r"^\s*(?P<column>.+?)\s*(?P<op><=|>=|==|!=|<|>)\s*(?P<rhs>[^<>=!\s]+)\s*$")
+TABLE_PREFIXES = ("final.", "stage.", "claim.")  # the per-run column families of the sweep table
 REPORT_KEYS = {"metrics": "a list of column names", "phase": "a list of {x, y, value}", "onsets": "a list of {stage, axis}"}
 
 
@@ -52,11 +53,16 @@ def parse_condition(value: str) -> tuple[str, str | None, float | None]:
         if not value.strip() or any(c in value for c in "<>=!"):
             raise ValueError(f"{value!r}: expected a column name or COLUMN OP NUMBER (OP one of {', '.join(OPERATORS)})")
         return value.strip(), None, None
+    if any(c in match["column"] for c in "<>=!"):
+        raise ValueError(f"{value!r}: the column {match['column']!r} holds an operator character; "
+                         f"operators: {', '.join(OPERATORS)} (e.g. final.loss<=0.3)")
     rhs = match["rhs"].lower()
     try:
         number = {"true": 1.0, "false": 0.0}[rhs] if rhs in ("true", "false") else float(rhs)
     except ValueError:
         raise ValueError(f"{value!r}: the right side {match['rhs']!r} is not a number (or true/false)") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r}: the right side {match['rhs']!r} is not finite; give a finite number")
     return match["column"], match["op"], number
 
 
@@ -290,10 +296,11 @@ def onset_vs_axis(frame: pd.DataFrame, stage: str, axis: str, *, by: list[str] |
 
 
 # ---------------------------------------------------------------------- report spec
-def check_report_spec(report: Any, axes: list[str]) -> None:
+def check_report_spec(report: Any, axes: list[str], fixed: tuple[str, ...] = ()) -> None:
     """Check a sweep file's ``report`` section before any run: keys ``metrics`` (list of
     column names), ``phase`` (list of {x, y, value}; x, y axes of the sweep, value a column or
-    COLUMN OP NUMBER) and ``onsets`` (list of {stage, axis}); one-line UserError otherwise.
+    COLUMN OP NUMBER, the column an axis, one of ``fixed`` or a ``final.``/``stage.``/``claim.``
+    column) and ``onsets`` (list of {stage, axis}); one-line UserError otherwise.
     Whether the named metrics and stages exist is known only after the runs (collect warns)."""
     if report is None:
         return
@@ -324,6 +331,10 @@ def check_report_spec(report: Any, axes: list[str]) -> None:
                 if item["x"] == item["y"]:
                     raise UserError(f"{where}: x and y are both {item['x']!r}; give two different axes")
                 try:
-                    parse_condition(item["value"])
+                    column = parse_condition(item["value"])[0]
                 except ValueError as err:
                     raise UserError(f"{where}.value={err}") from None
+                if column not in axes and column not in fixed and not column.startswith(TABLE_PREFIXES):
+                    raise UserError(f"{where}.value={item['value']!r}: {column!r} is not a column of the sweep table; "
+                                    f"use an axis ({known_axes}), {', '.join(p + 'NAME' for p in TABLE_PREFIXES)}"
+                                    + (f" or one of {', '.join(fixed)}" if fixed else ""))
