@@ -44,6 +44,16 @@ class UserError(Exception):
         return "; ".join(self.lines)
 
 
+class NotAvailable(UserError):
+    """A UserError for something the input needs that this machine does not have: an
+    optional package (a sink, an executor, a model package) or a model that is neither
+    cached nor reachable; ``needs`` names it. Tests skip with this message as the reason."""
+
+    def __init__(self, needs: str, message: str):
+        self.needs = needs
+        super().__init__(message)
+
+
 def cap_lines(messages: tuple[str, ...], limit: int = MAX_LINES) -> tuple[str, ...]:
     """The first ``limit`` messages, then ``... and N more problems (K kinds: ...)``."""
     if len(messages) <= limit:

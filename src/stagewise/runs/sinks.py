@@ -29,7 +29,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import UserError
+from ..errors import NotAvailable, UserError
 
 ENV_VAR = "STAGEWISE_SINKS"
 SINK_PACKAGES = {"tensorboard": ("tensorboard", "crc32c"), "wandb": ("wandb",)}
@@ -68,7 +68,7 @@ def resolve_sinks(requested: Sequence[str] | None = None, environ: Mapping[str, 
     for name in chosen:
         for package in SINK_PACKAGES[name]:
             if find_spec(package) is None:
-                raise UserError(f"sink {name!r} needs the {package} package, which is not installed: "
+                raise NotAvailable(package, f"sink {name!r} needs the {package} package, which is not installed: "
                                 f"pip install -e '.[{name}]'")
     return tuple(n for n in SINK_PACKAGES if n in chosen)
 
