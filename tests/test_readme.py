@@ -104,7 +104,7 @@ def _under(path: str, made: list[str]) -> bool:
 def inputs(args: list[str], made: list[str]) -> list[str]:
     """The paths a command reads (``RUN@EPOCH`` as RUN; a MODEL that is neither path-like
     nor made before is a hub id, not a path)."""
-    found = [_option(args, "--resume"), _option(args, "--config", "-c")]
+    found = [_option(args, "--resume"), _option(args, "--config", "-c")]  # always paths
     found += [s.split("=", 1)[1] for s in args if s.startswith("data.file=")]
     pos = _positionals(args)
     if args[:1] and args[0] in READS_FOLDER:
@@ -113,12 +113,10 @@ def inputs(args: list[str], made: list[str]) -> list[str]:
         found.append(pos[2] if len(pos) > 2 else None)
     elif args[:1] == ["sweep"]:
         found.append(pos[1])
-    if args[:2] == ["lm", "rank-curve"]:
-        found += pos[2:]
-    if args[:2] in (["lm", "reduce"], ["eval", "blimp"]):
-        found.append(pos[2] if len(pos) > 2 else None)
-    paths = [p.split("@")[0].rstrip("/") for p in found if p]
-    return [p for p in paths if p.startswith(PATH_PREFIXES) or p.endswith((".yaml", ".json", ".gguf")) or _under(p, made)]
+    models = pos[2:] if args[:2] == ["lm", "rank-curve"] else pos[2:3] if args[:2] in (["lm", "reduce"], ["eval", "blimp"]) else []
+    models = [m.split("@")[0] for m in models]
+    found += [m for m in models if m.startswith(PATH_PREFIXES) or m.endswith(".gguf") or _under(m, made)]
+    return [p.split("@")[0].rstrip("/") for p in found if p]
 
 
 def test_every_path_a_command_reads_was_made_before_or_ships():
