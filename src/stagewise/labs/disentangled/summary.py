@@ -16,8 +16,7 @@ from .claims import (LOG2, Q_ACC, REVIEW_FLOOR, STAGED, SeedValues, control_boun
 from .config import Config
 
 def _mean(frame: pd.DataFrame, metric: str, step: int) -> float:
-    vals = values_at(frame, metric, step)
-    return float(np.nanmean(vals)) if len(vals) else float("nan")
+    return _nanmean(values_at(frame, metric, step))  # nan where no seed has a value
 
 
 def stage_table(config: Config, stages: pd.DataFrame, variant: str = "", control: str | None = None) -> dict[str, Any]:
