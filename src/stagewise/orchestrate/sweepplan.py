@@ -313,7 +313,27 @@ def _config_value(config: BaseModel, dotted: str, raw: Any) -> Any:
     return node if isinstance(node, (int, float, str, bool, type(None), list)) else raw
 
 
-SHAPE_FREE = ("seed",)  # axes that change neither a run's sizes nor what the lab's checks test
+SHAPE_FREE = ("seed",)  # top-level axes that change neither a run's sizes nor what the lab's checks test
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """The first valid point of a shape: its validated config, overrides and disk estimate."""
+
+    config: Any
+    overrides: dict[str, Any]
+    disk_bytes: int
+
+    def assigned(self, free: dict[str, Any]) -> Any:
+        """The shape's config with the free values assigned (validated by pydantic), or None
+        when one is refused (the caller validates in full for the one-line error)."""
+        config = self.config.model_copy()
+        try:
+            for key, value in free.items():
+                setattr(config, key, value)
+        except ValidationError:
+            return None
+        return config
 
 
 def plan(spec: SweepSpec, out: str | Path | None = None, allow_large: bool = False) -> list[SweepPoint]:
@@ -322,9 +342,12 @@ def plan(spec: SweepSpec, out: str | Path | None = None, allow_large: bool = Fal
     disk of all runs together at ``out`` when given); UserError with one line per bad point
     (at most 5 shown).
 
-    Cost is proportional to the work: every point's config is validated (and hashed), but
-    the lab's checks and size estimate run once per *shape*, the point's axis values other
-    than :data:`SHAPE_FREE` (a lab's check tests its first member's data the same way).
+    Cost is proportional to the work. A point's *shape* is its axis values other than
+    :data:`SHAPE_FREE` (top-level fields that change neither a run's sizes nor what the
+    lab's checks test: a check tests the first member's data the same way). The first point
+    of a shape is validated in full, size-checked and checked by the lab; the others copy its
+    validated config and assign their seed, which pydantic validates as a field assignment.
+    Point configs are read-only (they share the shape's nested models).
     """
     from .runner import check_disk, check_size
 
@@ -336,28 +359,38 @@ def plan(spec: SweepSpec, out: str | Path | None = None, allow_large: bool = Fal
     points = expand(spec)
     for name in spec.axes:  # key errors once, not once per point
         dotted_overrides(lab.Config, {name: None}, base, what="sweep axis")
+    assign = bool(lab.Config.model_config.get("validate_assignment"))
     out_points, problems = [], []
-    shapes: dict[str, Any] = {}  # shape -> its size estimate, or the UserError its checks raised
+    shapes: dict[str, _Shape | UserError] = {}  # a shape's first valid point, or the UserError its checks raised
     disk = 0
     for values in points:
-        overrides = deep_merge(base, dotted_overrides(lab.Config, values, base, what="sweep axis"))
         label = point_label(values) or "(no axes)"
-        try:
-            config = validate(lab.Config, overrides)
-        except UserError as err:
-            problems.append(f"sweep point {label}: {err.messages[0]}")
-            continue
         shape = repr(sorted((k, repr(v)) for k, v in values.items() if k not in SHAPE_FREE))
-        if shape not in shapes:
+        known = shapes.get(shape)
+        if isinstance(known, UserError):
+            problems.append(f"sweep point {label}: {known.messages[0]}")
+            continue
+        free = {k: values[k] for k in SHAPE_FREE if k in values}
+        config = known.assigned(free) if known is not None and assign else None
+        if config is not None:
+            overrides = {**known.overrides, **free}
+        else:  # the shape's first point, or a free value the assignment refused: full validation, one-line error
+            overrides = deep_merge(base, dotted_overrides(lab.Config, values, base, what="sweep axis"))
             try:
-                shapes[shape] = check_size(lab, config, None, allow_large)  # memory: refused before the lab's checks
+                config = validate(lab.Config, overrides)
+            except UserError as err:
+                problems.append(f"sweep point {label}: {err.messages[0]}")
+                continue
+        if known is None:
+            try:
+                est = check_size(lab, config, None, allow_large)  # memory: refused before the lab's checks
                 lab.check(config)
             except UserError as err:
                 shapes[shape] = err
-        if isinstance(shapes[shape], UserError):
-            problems.append(f"sweep point {label}: {shapes[shape].messages[0]}")
-            continue
-        disk += shapes[shape].disk_bytes
+                problems.append(f"sweep point {label}: {err.messages[0]}")
+                continue
+            known = shapes[shape] = _Shape(config, overrides, est.disk_bytes)
+        disk += known.disk_bytes
         run = RunSpec(lab=spec.lab, preset=None, overrides=overrides, name=label)
         typed = {name: _config_value(config, name, value) for name, value in values.items()}
         out_points.append(SweepPoint(typed, run, config_hash(config), config))
