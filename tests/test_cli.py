@@ -47,7 +47,7 @@ def test_bad_dataset_one_line_exit_2(cli, tmp_path, name):
 @pytest.mark.parametrize("args,needle", [
     (["--set", "train.eta0=-0.1"], "train.eta0=-0.1: must be greater than 0"),
     (["--set", "train.eta=.nan"], "train.eta"),
-    (["--set", "train.etaa=1"], "did you mean 'eta'"),
+    (["--set", "train.etaa=1"], "did you mean 'train.eta'"),
     (["--set", "data.vocab_size=2"], "data.vocab_size=2"),
     (["--set", "data.dim=5"], "data.dim=5: must be >= |V| = 20"),
     (["--seeds", "0"], "--seeds 0"),

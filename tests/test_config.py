@@ -24,7 +24,7 @@ def test_overrides_parse_yaml_values():
 def test_unknown_key_suggests_closest():
     with pytest.raises(UserError) as err:
         parse_overrides(Config, ["train.etaa=1"])
-    assert "did you mean 'eta'" in err.value.messages[0]
+    assert "did you mean 'train.eta'" in err.value.messages[0]
 
 
 def test_every_bad_value_is_one_line():
@@ -100,4 +100,4 @@ def test_union_field_one_line_and_keys_with_values_together():
     msgs = err.value.messages
     assert len(msgs) == 3
     assert any(m.startswith('train.threads="foo":') and " or " in m for m in msgs)
-    assert any("did you mean 'eta'" in m for m in msgs) and any(m.startswith("train.eta0=-1") for m in msgs)
+    assert any("did you mean 'train.eta'" in m for m in msgs) and any(m.startswith("train.eta0=-1") for m in msgs)

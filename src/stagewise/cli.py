@@ -84,13 +84,18 @@ def run_cmd(
     from .config import resolve
     from .labs import get_lab
     from .orchestrate import load_for_resume, start_run
-    from .runs import RunPaths
+    from .runs import RunPaths, read_manifest
     from .runs.sinks import resolve_sinks
 
     resolve_sinks(sink)  # before anything is made
     if resume is not None:
         if lab or preset or config_file or sets or seeds or out:
             raise UserError("--resume DIR takes no lab, preset, config, --set, --seeds or --out: the run's own config is used")
+        if read_manifest(resume)["status"] == "done":  # nothing to resume: the run's files are left as they are
+            out_console.print(f"already done: {resume} (status done; nothing to resume)", highlight=False,
+                              markup=False, soft_wrap=True)
+            _print_summary(resume)
+            return
         value, config = load_for_resume(resume)
         paths = RunPaths(resume)
     else:

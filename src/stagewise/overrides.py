@@ -1,5 +1,6 @@
 """``--set a.b=value`` overrides and the schema walking behind them: dotted keys checked
-against a config model (unknown keys suggest the closest name), values parsed as YAML, and
+against a config model (an unknown key suggests the closest full dotted paths, across
+sections: ``eta`` -> ``train.eta``), values parsed as YAML, and
 one entry of a mapping-valued field set on top of its default. Used by
 :mod:`stagewise.config` (``resolve``) and by sweep files (``dotted_overrides``)."""
 
@@ -38,9 +39,70 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+SUGGEST_CUTOFF = 0.6
+"""Least similarity (difflib ratio, 0..1) of a key to a config path for it to be suggested."""
+
+SUGGEST_MARGIN = 0.05
+"""Paths within this similarity of the best one are suggested with it."""
+
+WORD_MATCH = 0.9
+"""Similarity of a key to a field name it is one ``_``-separated word of (``vocab`` in
+``vocab_size``): below an exact name, above most typos."""
+
+MAX_SUGGESTIONS = 3
+"""At most this many paths in one 'did you mean' hint."""
+
+
 def _did_you_mean(name: str, options: list[str]) -> str:
     close = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def config_paths(cls: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every dotted path of the config model ``cls``, sections and leaves, depth first:
+    ``["seed", ..., "train", "train.eta0", "train.eta", ...]`` (a mapping-valued field is a
+    leaf: its entries are not fields)."""
+    out = []
+    for name, field in cls.model_fields.items():
+        path = f"{prefix}{name}"
+        out.append(path)
+        sub = _submodel(field.annotation)
+        if sub is not None:
+            out += config_paths(sub, f"{path}.")
+    return out
+
+
+def _ratio(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a, b).ratio()
+
+
+def _name_score(unknown: str, name: str) -> float:
+    """Similarity of an unknown key part to a field name: difflib's ratio, or WORD_MATCH
+    when it is one ``_``-separated word of the name."""
+    return max(_ratio(unknown, name), WORD_MATCH if unknown in name.split("_") and unknown != name else 0.0)
+
+
+def suggest_paths(cls: type[BaseModel], key: str, unknown: str) -> list[str]:
+    """The full dotted paths of ``cls`` closest to ``key``, best first (at most
+    MAX_SUGGESTIONS, those within SUGGEST_MARGIN of the best; none below SUGGEST_CUTOFF).
+    ``unknown`` is the part of ``key`` that named no field. A path scores the larger of its
+    similarity to the whole key (a typo: ``train.etta`` ~ ``train.eta``) and its last name's
+    to ``unknown`` (a key in the wrong section or without one: ``eta`` ~ ``train.eta``,
+    ``vocab`` ~ ``data.vocab_size``)."""
+    scored = sorted(((max(_ratio(key, path), _name_score(unknown, path.rsplit(".", 1)[-1])), path)
+                     for path in config_paths(cls)), key=lambda sp: -sp[0])  # stable: schema order on ties
+    if not scored or scored[0][0] < SUGGEST_CUTOFF:
+        return []
+    best = scored[0][0]
+    return [path for score, path in scored if score >= max(SUGGEST_CUTOFF, best - SUGGEST_MARGIN)][:MAX_SUGGESTIONS]
+
+
+def _hint(paths: list[str]) -> str:
+    """`` (did you mean 'a'?)`` / `` (did you mean 'a' or 'b'?)``; empty without paths."""
+    if not paths:
+        return ""
+    quoted = [f"'{p}'" for p in paths]
+    return f" (did you mean {', '.join(quoted[:-1]) + ' or ' if len(quoted) > 1 else ''}{quoted[-1]}?)"
 
 
 def _dict_keys(annotation: Any) -> list[str] | None:
@@ -55,7 +117,8 @@ def _dict_keys(annotation: Any) -> list[str] | None:
 def parse_overrides(cls: type[BaseModel], sets: list[str]) -> dict[str, Any]:
     """Turn ``["train.eta=0.1", "data.file=x.json"]`` into a nested dict.
 
-    Keys are checked against the config schema (unknown keys suggest the closest name);
+    Keys are checked against the config schema (an unknown key suggests the closest full
+    dotted paths, see :func:`suggest_paths`);
     values are parsed as YAML scalars/lists (``0.1``, ``true``, ``[1, 3]``, ``null``); an
     empty value is an error (write ``null``). A mapping-valued field takes one key at a time
     (``experiment.grid.t1=[100, 300]``).
@@ -75,7 +138,7 @@ def _check_key(cls: type[BaseModel], key: str) -> tuple[str | None, Any]:
         fields = list(model.model_fields)
         if part not in model.model_fields:
             where = ".".join(parts[:depth]) or "top level"
-            hint = _did_you_mean(part, fields)
+            hint = _hint(suggest_paths(cls, key, part))
             return f"--set {key}: unknown key '{part}' in {where}{hint}; allowed: {', '.join(fields)}", None
         if depth == len(parts) - 1:
             return None, None

@@ -12,9 +12,14 @@ Files written::
     DIR/report.html               the page: CSS inline, figures embedded as data URIs, no script,
                                   no external URL; links to other pages are relative hrefs
     DIR/runs/<x>/report.html      (sweep, reproduce) each run's own page, linking back to DIR's
-    DIR/report/figures/NAME.png|pdf  figures that lie outside DIR, copied next to the page;
+    DIR/report/figures/NAME.png|pdf  figures collect drew outside DIR, copied next to the page;
                                   figures already inside DIR (a run's figures/, a reproduce
                                   folder's figures/) are referenced where they are, not copied
+
+Paths read from the folder's JSON files (``run_dir``, figure names) are untrusted: a run
+folder outside DIR is not reported, a link is written only for a relative path inside DIR
+(:func:`stagewise.report.html.safe_href`), and only PNGs inside DIR, symlinks resolved, are
+embedded (:func:`stagewise.report.html.inside_folder`).
 
 A sweep's table comes from :func:`stagewise.orchestrate.collect.collect` (or the
 ``collect_fn`` given: ``collect_fn(folder)`` returning an object with ``.frame`` (DataFrame:
@@ -35,7 +40,7 @@ import pandas as pd
 
 from ..errors import UserError
 from ..report.claims import read_summary
-from ..report.html import FigureEntry
+from ..report.html import FigureEntry, inside_folder
 from ..report.pages import Page, SweepPointView, reproduce_html_page, run_page, sweep_page
 from ..runs import read_manifest
 from ..runs.store import atomic_write_text
@@ -48,7 +53,8 @@ COPIED_FIGURES = Path("report") / "figures"
 @dataclass(frozen=True)
 class ReportResult:
     """A written report: the page, the PNGs it embeds (page order), what the folder is, the
-    run pages written for it, figures that could not be read, and collect's warnings."""
+    run pages written for it, figures not embedded (unreadable, or outside the folder), and
+    collect's warnings."""
 
     html: Path
     figures: tuple[Path, ...]
@@ -92,14 +98,13 @@ def _write(path: Path, text: str) -> None:
 
 
 def _href(target: Path, start: Path) -> str:
-    """``target`` relative to the folder ``start``, with forward slashes."""
-    return Path(os.path.relpath(target, start)).as_posix()
+    """``target`` relative to the folder ``start`` (both resolved), with forward slashes."""
+    return Path(os.path.relpath(Path(target).resolve(), Path(start).resolve())).as_posix()
 
 
 def _inside(folder: Path, path: Path) -> Path | None:
     """``path`` resolved when it lies inside ``folder``, else None."""
-    resolved, root = path.resolve(), folder.resolve()
-    return resolved if resolved == root or root in resolved.parents else None
+    return inside_folder(folder, path)
 
 
 def _result(page: Page, html: Path, kind: str, **more: Any) -> ReportResult:
@@ -109,10 +114,17 @@ def _result(page: Page, html: Path, kind: str, **more: Any) -> ReportResult:
 
 def write_run_report(run_dir: str | Path, *, preset: str | None = None,
                      back: tuple[Path, str] | None = None) -> ReportResult:
-    """``run_dir/report.html``; ``back``: (page, words) of the report that holds this run (linked)."""
+    """``run_dir/report.html``; ``back``: (page, words) of the report that holds this run
+    (linked when the run lies inside that page's folder)."""
     run_dir = Path(run_dir)
-    link = (_href(back[0], run_dir), back[1]) if back else None
-    return _result(run_page(run_dir, preset=preset, back=link), run_dir / REPORT, "run")
+    link, depth = None, 0
+    if back:
+        try:  # how many folders the run lies below the page: its back link climbs that many
+            depth = len(run_dir.resolve().relative_to(back[0].parent.resolve()).parts)
+            link = (_href(back[0], run_dir), back[1])
+        except ValueError:
+            link = None
+    return _result(run_page(run_dir, preset=preset, back=link, depth=depth), run_dir / REPORT, "run")
 
 
 def _run_reports(folder: Path, run_dirs: dict[str, str | None], back: str) -> tuple[
@@ -160,13 +172,16 @@ def _default_collect(folder: Path) -> Any:
 
 
 def _figure_entries(folder: Path, pngs: list[Path]) -> list[FigureEntry]:
-    """Figures inside ``folder`` as they are; others copied (with their PDF) to report/figures."""
+    """Figures inside ``folder`` as they are; those collect drew outside copied (with their
+    PDF) to report/figures. A path inside ``folder`` that resolves outside (a symlink) is
+    not copied: the page names it as skipped."""
     out = []
     for png in map(Path, pngs):
         if not png.is_absolute() and not png.exists() and (folder / png).exists():
             png = folder / png
         pdf = png.with_suffix(".pdf")
-        if png.is_file() and _inside(folder, png) is None:
+        written_outside = not Path(os.path.abspath(png)).is_relative_to(os.path.abspath(folder))
+        if png.is_file() and written_outside:
             copied = folder / COPIED_FIGURES / png.name
             copied.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(png, copied)
@@ -199,7 +214,7 @@ def _write_sweep(folder: Path, collect_fn: Callable[[Path], Any] | None) -> Repo
         frame, pngs, warnings = collected.frame, list(collected.figures), warnings + list(collected.warnings)
     except UserError as err:
         frame, pngs, warnings = pd.DataFrame(), [], warnings + [f"collect: {m}" for m in err.messages]
-    page = sweep_page(index, views, frame, _figure_entries(folder, pngs), warnings, links)
+    page = sweep_page(index, views, frame, _figure_entries(folder, pngs), warnings, links, folder)
     return _result(page, folder / REPORT, "sweep", run_reports=tuple(pages.values()), warnings=tuple(warnings))
 
 

@@ -2,10 +2,20 @@
 (its report.html is :func:`stagewise.report.pages.reproduce_html_page`).
 
 A report page is one file: CSS inline, every figure embedded as a
-``data:image/png;base64,...`` URI, no script and no external URL (links to files next to
-the page are relative hrefs). All text goes through :func:`esc`; numbers through
-:func:`number` (``SIGNIFICANT`` significant digits). The pages themselves are built in
-:mod:`stagewise.report.pages`.
+``data:image/png;base64,...`` URI, no script and no external URL. All text goes through
+:func:`esc`; numbers through :func:`number` (``SIGNIFICANT`` significant digits). The pages
+themselves are built in :mod:`stagewise.report.pages`.
+
+Paths in a report come from files a user may have received (``sweep.json``'s ``run_dir``,
+``claims.json``'s figure names), so two rules hold for every page:
+
+* a link is written only by :func:`link`, whose href is :func:`safe_href`'s: a relative
+  path that stays inside the page's folder after normalisation, percent-encoded (or an
+  in-page ``#id``); anything else (``javascript:``, ``data:``, ``//host``, ``/abs``, ``..``
+  escaping, backslashes, control characters) is shown as plain text, not a link;
+* a figure is embedded only by :func:`figures`, and only when its file, symlinks
+  resolved, lies inside the report's folder (:func:`inside_folder`); others are named as
+  skipped.
 """
 
 from __future__ import annotations
@@ -13,6 +23,8 @@ from __future__ import annotations
 import base64
 import html
 import math
+import re
+from urllib.parse import quote
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -27,6 +39,15 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 NONE_TEXT = "–"
 """How a missing value (None, NaN) is shown in a table."""
+
+URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+"""A URL scheme at the start of an href (``javascript:``, ``data:``, ``C:``): never a link."""
+
+IN_PAGE_ANCHOR = re.compile(r"^#[A-Za-z0-9_-]+$")
+"""The one non-path href allowed: an element id of the same page."""
+
+FORBIDDEN_IN_HREF = re.compile(r"[\x00-\x1f\x7f\\]")
+"""Control characters and backslashes (which browsers drop or read as '/'): never a link."""
 
 CSS = (
     "body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;background:#fff}"
@@ -108,9 +129,51 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]], row_css: Sequenc
     return f"<div class='scroll'><table><tr>{head}</tr>{''.join(body)}</table></div>"
 
 
-def link(href: str, text: Any) -> str:
-    """A relative link (``href`` escaped as an attribute)."""
-    return f"<a href='{esc(href)}'>{esc(text)}</a>"
+def safe_href(path: Any, *, up: int = 0) -> str | None:
+    """The href of ``path`` ('/'-separated, relative to the page) when it may be a link,
+    else None.
+
+    Allowed: an in-page anchor (``IN_PAGE_ANCHOR``), or a relative path that, normalised
+    (empty and ``.`` segments dropped, ``a/..`` cancelled), stays inside the page's folder,
+    climbing at most ``up`` folders (a run page ``up`` folders below the report it links
+    back to). Refused: anything not a string, empty, surrounding whitespace, a URL scheme
+    (``URL_SCHEME``, before or after normalisation), a leading '/' (an absolute path or
+    ``//host``), a backslash or control character (``FORBIDDEN_IN_HREF``), a path naming no
+    file (``a/..``), ``..`` climbing further. The result is percent-encoded per segment (every character but
+    ``A-Za-z0-9-._~``), so ':', '?', '#', '%', quotes and spaces are part of a file name,
+    never URL syntax: ``runs/a b/report.html`` -> ``runs/a%20b/report.html``."""
+    if not isinstance(path, str) or not path or FORBIDDEN_IN_HREF.search(path):
+        return None
+    if IN_PAGE_ANCHOR.match(path):
+        return path
+    if path != path.strip() or path.startswith("/") or URL_SCHEME.match(path):  # browsers strip the spaces
+        return None
+    kept: list[str] = []
+    climbs = 0
+    for segment in path.split("/"):  # (n,) segments
+        if segment in ("", "."):
+            continue
+        if segment == "..":
+            if kept:
+                kept.pop()
+            elif climbs < up:
+                climbs += 1
+            else:
+                return None  # escapes the folder
+        else:
+            kept.append(segment)
+    if not kept or URL_SCHEME.match(kept[0]):
+        return None
+    return "/".join([".."] * climbs + [quote(segment, safe="") for segment in kept])
+
+
+def link(href: str | None, text: Any, *, up: int = 0) -> str:
+    """``<a href=...>text</a>`` when :func:`safe_href` accepts ``href`` (``up``: see there),
+    else ``text`` alone, escaped: a path that may not be a link is shown, never followed."""
+    target = safe_href(href, up=up)
+    if target is None:
+        return esc(text)
+    return f"<a href='{esc(target)}'>{esc(text)}</a>"
 
 
 def details(summary: str, body: str, is_open: bool = False) -> str:
@@ -120,6 +183,16 @@ def details(summary: str, body: str, is_open: bool = False) -> str:
 
 def pre(text: str) -> str:
     return f"<pre>{esc(text)}</pre>"
+
+
+def inside_folder(root: str | Path, path: str | Path) -> Path | None:
+    """``path`` with symlinks resolved when it lies inside the folder ``root`` (also
+    resolved) or is it; else None. A symlink inside ``root`` that points outside is outside."""
+    try:
+        resolved, folder = Path(path).resolve(), Path(root).resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        return None
+    return resolved if resolved == folder or folder in resolved.parents else None
 
 
 def png_data_uri(path: Path) -> str | None:
@@ -144,17 +217,25 @@ class FigureEntry:
 
 @dataclass(frozen=True)
 class FigureBlock:
-    """The rendered figures: the HTML, the PNGs embedded (page order) and the names missing."""
+    """The rendered figures: the HTML, the PNGs embedded (page order) and the names not
+    embedded (unreadable, no PNG, or outside the report's folder)."""
 
     html: str
     embedded: tuple[Path, ...]
     missing: tuple[str, ...]
 
 
-def figures(entries: Sequence[FigureEntry]) -> FigureBlock:
-    """Every figure embedded; one that cannot be read becomes a visible 'missing figure NAME'."""
+def figures(entries: Sequence[FigureEntry], root: str | Path) -> FigureBlock:
+    """Every figure whose PNG lies inside ``root`` (the report's folder; symlinks resolved,
+    :func:`inside_folder`) embedded; one outside becomes a visible 'figure NAME skipped: not
+    inside the report's folder' (its bytes are never read), one that cannot be read a
+    visible 'missing figure NAME'. The PDF link goes through :func:`link`."""
     parts, embedded, missing = [], [], []
     for entry in entries:
+        if inside_folder(root, entry.png) is None:
+            missing.append(entry.name)
+            parts.append(f"<p class='missing'>figure {esc(entry.name)} skipped: not inside the report's folder</p>")
+            continue
         uri = png_data_uri(entry.png)
         if uri is None:
             missing.append(entry.name)

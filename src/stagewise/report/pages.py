@@ -2,7 +2,10 @@
 
 Each function returns a :class:`Page` (the HTML text, the PNGs it embeds, the figures it
 could not read); writing files is :mod:`stagewise.orchestrate.reporting`'s job. Links
-between pages are relative hrefs given by the caller, so a folder can be moved or zipped.
+between pages are relative hrefs given by the caller, so a folder can be moved or zipped;
+every link is written by :func:`~stagewise.report.html.link` (a path that would leave the
+folder or carries a URL scheme is plain text) and every figure embedded by
+:func:`~stagewise.report.html.figures` (only files inside the report's folder).
 
 Stage boundaries: any dict inside ``summary.details`` shaped like
 :meth:`stagewise.measure.StageReport.as_dict` (``{"order": [...], "stages": {name:
@@ -25,7 +28,7 @@ from ..errors import UserError
 from ..runs import read_manifest
 from .claims import Summary, read_summary
 from .html import (
-    FigureEntry, details, esc, figures, link, number, page, pre, table, td, verdict,
+    FigureEntry, details, esc, figures, inside_folder, link, number, page, pre, table, td, verdict,
 )
 
 STAGE_KEYS = frozenset({"per_seed", "mean", "min", "max", "n_reached", "n_seeds"})
@@ -44,7 +47,8 @@ RUN_WORDS = ("yes", "no", "not testable")
 @dataclass(frozen=True)
 class Page:
     """A rendered page: its title, the document, the PNGs embedded (in page order) and the
-    names of figures that could not be read (shown as 'missing figure NAME')."""
+    names of figures not embedded: unreadable ('missing figure NAME') or outside the
+    report's folder ('figure NAME skipped')."""
 
     title: str
     html: str
@@ -134,16 +138,19 @@ def run_figures(run_dir: Path) -> list[FigureEntry]:
     return out
 
 
-def run_page(run_dir: str | Path, *, preset: str | None = None, back: tuple[str, str] | None = None) -> Page:
+def run_page(run_dir: str | Path, *, preset: str | None = None, back: tuple[str, str] | None = None,
+             depth: int = 0) -> Page:
     """The report of one run directory. ``back``: (href, text) of a link to the page that
-    holds this run (a sweep or reproduce report). UserError when the manifest is unreadable."""
+    holds this run (a sweep or reproduce report), ``depth`` folders above the run (the
+    link may climb that many, no more: :func:`~stagewise.report.html.safe_href`). UserError
+    when the manifest is unreadable."""
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
     preset = preset or manifest.get("preset")
     title = run_title(manifest, preset)
     parts = [f"<h1>{esc(title)}</h1>"]
     if back:
-        parts.append(f"<p>{link(*back)}</p>")
+        parts.append(f"<p>{link(*back, up=depth)}</p>")
     parts.append(f"<p>run folder <code>{esc(run_dir.name)}</code>, config <code>{esc(manifest['config_hash'])}</code>, "
                  f"seeds {esc(', '.join(map(str, manifest['seeds'])))}, git <code>{esc(manifest.get('git_sha'))}</code></p>")
     if manifest.get("error"):
@@ -164,7 +171,7 @@ def run_page(run_dir: str | Path, *, preset: str | None = None, back: tuple[str,
             for where, report in found:
                 parts += [f"<h3>{esc(where)}</h3>", stage_table(report)]
         parts += ["<h2>Final metrics</h2>", final_table(summary)]
-    block = figures(run_figures(run_dir))
+    block = figures(run_figures(run_dir), run_dir)
     parts += ["<h2>Figures</h2>", block.html or "<p>no figures</p>"]
     try:
         config_text = (run_dir / "config.yaml").read_text(encoding="utf-8")
@@ -230,7 +237,7 @@ def claims_matrix(frame: pd.DataFrame, links: dict[str, str]) -> str:
 
 def _point_cell(point: Any, row: pd.Series, links: dict[str, str]) -> str:
     href = links.get(str(row.get("run_dir"))) or links.get(str(row.get("hash")))
-    return link(href, point) if href else esc(point)
+    return link(href, point)
 
 
 def collect_table(frame: pd.DataFrame, links: dict[str, str]) -> str:
@@ -256,9 +263,11 @@ def collect_table(frame: pd.DataFrame, links: dict[str, str]) -> str:
 
 
 def sweep_page(index: dict[str, Any], points: Sequence[SweepPointView], frame: pd.DataFrame,
-               figure_entries: Sequence[FigureEntry], warnings: Sequence[str], links: dict[str, str]) -> Page:
-    """The report of a sweep folder: counts, failures, claims matrix, collect table, figures.
-    ``links`` maps a run's ``run_dir`` or hash (as in the frame) to its report href."""
+               figure_entries: Sequence[FigureEntry], warnings: Sequence[str], links: dict[str, str],
+               folder: str | Path) -> Page:
+    """The report of a sweep ``folder``: counts, failures, claims matrix, collect table,
+    figures (only those inside ``folder`` are embedded). ``links`` maps a run's ``run_dir``
+    or hash (as in the frame) to its report href (relative to ``folder``)."""
     title = f"stagewise sweep {index.get('lab', '?')}: {len(points)} points"
     tally = Counter(p.status for p in points)
     parts = [f"<h1>{esc(title)}</h1>",
@@ -269,16 +278,16 @@ def sweep_page(index: dict[str, Any], points: Sequence[SweepPointView], frame: p
         parts.append("<ul>" + "".join(f"<li class='error'>{esc(w)}</li>" for w in warnings) + "</ul>")
     bad = [p for p in points if p.status != "done"]
     if bad:
-        rows = [[f"<td>{link(p.href, p.label) if p.href else esc(p.label)}</td>", td(p.status, "error"),
+        rows = [[f"<td>{link(p.href, p.label)}</td>", td(p.status, "error"),
                  td(p.error, "error"), td(p.run_dir)] for p in bad]
         parts += ["<h2>Points not done</h2>", table(["point", "status", "error", "run folder"], rows, ["failed"] * len(rows))]
     parts += ["<h2>Runs</h2>", table(["point", "status", "run report"], [
         [td(p.label), td(p.status, "" if p.status == "done" else "error"),
-         f"<td>{link(p.href, p.run_dir) if p.href else esc(p.run_dir)}</td>"] for p in points],
+         f"<td>{link(p.href, p.run_dir)}</td>"] for p in points],
         ["" if p.status == "done" else "failed" for p in points])]
     parts += ["<h2>Claims (fraction of seeds holding)</h2>", claims_matrix(frame, links)]
     parts += ["<h2>Collected results</h2>", collect_table(frame, links) if len(frame) else "<p>no rows collected</p>"]
-    block = figures(figure_entries)
+    block = figures(figure_entries, folder)
     parts += ["<h2>Figures</h2>", block.html or "<p>no figures</p>"]
     return Page(title, page(title, parts), block.embedded, block.missing)
 
@@ -319,14 +328,16 @@ def reproduce_html_page(report: dict[str, Any], folder: Path, links: dict[str, s
 
     report: the ``claims.json`` dict of :func:`stagewise.orchestrate.reproduction.reproduce`
     (``lab``, ``quick``, ``runs``: [{name, preset, status, error, config_hash, seeds, seconds,
-    claims, figures (paths relative to ``folder``)}]). links: run name -> report href."""
+    claims, figures (paths relative to ``folder``)}]). links: run name -> report href.
+    A figure is embedded only when it lies inside ``folder`` (symlinks resolved); a figure
+    name that climbs out (``../x.png``), is absolute or is a symlink out is named as skipped."""
     links = links or {}
     title = reproduce_title(report)
     parts = [f"<h1>{esc(title)}</h1>", "<h2>Every claim</h2>", _all_claims(report, links)]
     embedded, missing = [], []
     for run in report["runs"]:
         parts.append(f"<h2 id='{anchor(run['name'])}'>{esc(run['name'])}</h2>")
-        own = f" · {link(links[run['name']], 'run report')}" if run["name"] in links else ""
+        own = f" · {link(links[run['name']], 'run report')}" if links.get(run["name"]) else ""
         parts.append(f"<p>preset <code>{esc(number(run.get('preset')))}</code>, seeds {esc(run.get('seeds'))}, status "
                      f"{esc(run['status'])}, {esc(number(run.get('seconds')))} s, config "
                      f"<code>{esc(run.get('config_hash'))}</code>{own}</p>")
@@ -335,10 +346,11 @@ def reproduce_html_page(report: dict[str, Any], folder: Path, links: dict[str, s
         if run["claims"]:
             parts.append(claims_table(run["claims"], REPRODUCE_WORDS))
         entries = []
-        for fig in run.get("figures", []):
-            pdf = Path(fig).with_suffix(".pdf")
-            entries.append(FigureEntry(Path(fig).stem, folder / fig, pdf.as_posix() if (folder / pdf).is_file() else None))
-        block = figures(entries)
+        for fig in map(str, run.get("figures") or []):
+            pdf = Path(fig).with_suffix(".pdf") if Path(fig).name else None  # "" or ".": no file name
+            has_pdf = pdf is not None and (folder / pdf).is_file() and inside_folder(folder, folder / pdf) is not None
+            entries.append(FigureEntry(Path(fig).stem or fig, folder / fig, pdf.as_posix() if has_pdf else None))
+        block = figures(entries, folder)
         embedded += block.embedded
         missing += block.missing
         parts.append(block.html)

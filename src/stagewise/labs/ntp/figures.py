@@ -17,6 +17,7 @@ from .config import Config
 FIG2_PANELS = [("loss_stage1", "$L_0$ (stage-1 loss)"), ("cos_wov", r"cos($W_{ov}$, $W_{ov}^*$)"),
                ("norm_wov", r"$\|W_{ov}\|_F$"), ("loss", "$L$ (main loss)"),
                ("cos_wkq", r"cos($W_{kq}$, $W_{kq}^*$)"), ("norm_wkq", r"$\|W_{kq}\|_F$")]
+EXACT = 1e-12  # |1 - cos| below this at every step: the direction is exact up to round-off (no log-log plot)
 
 
 def _stage_line(ax, config: Config) -> None:
@@ -39,7 +40,9 @@ def figure2(config: Config, frame: pd.DataFrame, folder: Path) -> list[Path]:
 
 def rate_fits(config: Config, frame: pd.DataFrame, summary: Summary, folder: Path) -> list[Path]:
     """1 - cos against stage time on log axes beside the theory's log t / t (W_ov) and
-    log^2 t / t (W_kq) shapes (scaled to meet the data at the last step), and L - floor."""
+    log^2 t / t (W_kq) shapes (scaled to the median over seeds at the last step), and L -
+    floor. NaN values (cos with no target direction, a seed without a fit) are left out
+    explicitly: a panel with none left says so instead of plotting."""
     two_stage = config.train.algorithm == "two_stage"
     T = config.train.steps_stage1 if two_stage else 0
     total = config.train.steps_stage1 + config.train.steps_stage2
@@ -55,24 +58,32 @@ def rate_fits(config: Config, frame: pd.DataFrame, summary: Summary, folder: Pat
         ax.set_xlabel("t - T" if origin else "t")
         if not len(tau):
             continue
-        if np.nanmax(np.abs(gap)) < 1e-12:
-            ax.text(0.5, 0.5, f"|1 - cos| <= {np.nanmax(np.abs(gap)):.1e} at every step:\nexact up to round-off",
+        known = gap[~np.isnan(gap)]  # every logged value of 1 - cos in the window
+        if not known.size:  # cos undefined here (no max-margin target for this data)
+            ax.text(0.5, 0.5, "no value of cos at any step:\nno target direction for this run",
+                    ha="center", va="center", transform=ax.transAxes)
+            continue
+        if np.abs(known).max() < EXACT:
+            ax.text(0.5, 0.5, f"|1 - cos| <= {np.abs(known).max():.1e} at every step:\nexact up to round-off",
                     ha="center", va="center", transform=ax.transAxes)
             continue
         for col in range(min(gap.shape[1], MAX_SEED_LINES)):
             ax.loglog(tau, np.clip(gap[:, col], 1e-17, None), color="C0", alpha=0.5, lw=0.8)
         ref_t = tau[tau >= 3].astype(float)
-        if len(ref_t):
+        last = gap[-1][~np.isnan(gap[-1])]  # (S',) seeds with a value at the last step
+        if len(ref_t) and last.size:
             ref = shape(ref_t)
-            ref = ref * (np.nanmedian(gap[-1]) / ref[-1])
+            ref = ref * (np.median(last) / ref[-1])
             ax.loglog(ref_t, ref, "k--", lw=1, label=f"theory shape {shape_name}")
             ax.legend(fontsize=8)
     ax = axes[0, 2]
     steps, gap = series(frame, "loss_gap")
     sel = steps > T
     ax.semilogy(steps[sel], np.clip(gap[sel][:, :MAX_SEED_LINES], 1e-17, None), color="C1", lw=0.8, alpha=0.6)
-    rates = summary.details.get("rates", {}).get("loss_gap_rate", [])
-    ax.set_title(f"$L$ - floor (fitted rate {np.nanmean(rates):.3g}/step)" if len(rates) else "$L$ - floor")
+    rates = np.asarray([r for r in summary.details.get("rates", {}).get("loss_gap_rate", []) if r is not None],
+                       dtype=float)  # (S',) seeds with a fit (JSON null: no fit)
+    rates = rates[~np.isnan(rates)]
+    ax.set_title(f"$L$ - floor (fitted rate {rates.mean():.3g}/step)" if rates.size else "$L$ - floor (no fitted rate)")
     ax.set_xlabel("t")
     fig.tight_layout()
     return save(fig, folder, "rate_fits")

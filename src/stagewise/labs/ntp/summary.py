@@ -94,11 +94,24 @@ def rate_fits(config: Config, frame: pd.DataFrame, seeds: list[int], eta0: float
     return out
 
 
+NO_VALUE = "nan (no seed has a value)"
+"""How :func:`_fmt` shows values of which none is known (all NaN, or none logged)."""
+
+
 def _fmt(values) -> str:
-    arr = np.asarray(values, dtype=float)
+    """Per-seed values (S,) as one text: the value when S = 1, else ``min .., mean .., max
+    ..`` over the seeds whose value is known (not NaN), with the count of NaN seeds;
+    ``NO_VALUE`` when no seed has one (a metric undefined for this data, e.g. cos(W_kq,
+    W_kq*) without a max-margin target, or a fit on an empty window). No statistic is taken
+    of an empty selection."""
+    arr = np.asarray(values, dtype=float).ravel()  # (S,)
     if arr.size == 1:
         return f"{arr.item():.6g}"
-    return f"min {np.nanmin(arr):.6g}, mean {np.nanmean(arr):.6g}, max {np.nanmax(arr):.6g}"
+    known = arr[~np.isnan(arr)]
+    if not known.size:
+        return NO_VALUE
+    unknown = f" ({arr.size - known.size} of {arr.size} seeds nan)" if known.size < arr.size else ""
+    return f"min {known.min():.6g}, mean {known.mean():.6g}, max {known.max():.6g}{unknown}"
 
 
 def claims(config: Config, frame: pd.DataFrame, extras: dict[str, Any], rates: dict[str, Any],
