@@ -31,11 +31,24 @@ def _blimp_folder(data: Path | None) -> Path:
         return data
     root = os.environ.get("STAGEWISE_DATA")
     if root:
-        return Path(root) / "blimp"
+        folder = Path(root) / "blimp"
+        if not folder.is_dir():
+            raise UserError(f"{folder}: not found; $STAGEWISE_DATA={root} lacks blimp/ (the shared-data layout); "
+                            "give --data DIR or export STAGEWISE_DATA=<folder that has blimp/>")
+        return folder
     raise UserError("--data: give the folder of BLiMP's <paradigm>.jsonl files (or set STAGEWISE_DATA to a data root)")
 
 
+def _check_out(out: Path) -> None:
+    """``--out``'s checks, creating nothing: nothing is made on disk until every input has
+    passed (then :func:`_out_dir` creates it)."""
+    from .orchestrate.runner import check_dir
+
+    check_dir(out, "--out")
+
+
 def _out_dir(out: Path) -> Path:
+    """Create ``--out`` (after every check has passed: see :func:`_check_out`)."""
     from .orchestrate import writable_dir
 
     writable_dir(out, "--out")
@@ -59,7 +72,7 @@ def eval_blimp_cmd(
     names = [p.strip() for p in paradigms.split(",") if p.strip()] if paradigms else None
     pairs = read_blimp_pairs(_blimp_folder(data), names, limit)
     if out is not None:
-        _out_dir(out)
+        _check_out(out)
     ref = load_ref(model)
     if ref.loaded.vocab_ids is not None:
         raise UserError(f"{model}: a compact-vocabulary model cannot score arbitrary sentences (its rows are only the run's token ids)")
@@ -74,7 +87,7 @@ def eval_blimp_cmd(
     table.add_row("all", str(result.n_paradigms), str(result.n_pairs), f"{result.accuracy:.4f}")
     out_console.print(table)
     if out is not None:
-        paths = write_blimp(scored, result, out)
+        paths = write_blimp(scored, result, _out_dir(out))
         out_console.print(f"wrote {paths['pairs']}")
 
 
@@ -90,10 +103,12 @@ def reduce_cmd(
 ) -> None:
     """Rank-reduce selected attention matrices and save the edited model (safetensors + tokenizer)."""
     from .labs.lm.refs import check_exportable, export_hf, load_ref
-    from .labs.lm.surgery import reduce_rank
+    from .labs.lm.surgery import check_reduce_args, reduce_rank
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {out}: exists and is not an empty directory")
+    _check_out(out)
+    check_reduce_args(keep, p, method)
     ref = load_ref(model)
     check_exportable(ref.loaded)  # before any work
     reduction = reduce_rank(ref.loaded.model, select, keep=keep, p=p, method=method, seed=seed)
@@ -120,21 +135,24 @@ def rank_curve_cmd(
     """Category counts under rank reduction, per checkpoint and p (the paper's rank-preservation plot)."""
     from .config import resolve
     from .labs.lm.config import Config
-    from .labs.lm.rankcurve import parse_p_range, rank_curve, write_rank_curve
+    from .labs.lm.rankcurve import curve_configs, parse_p_range, rank_curve, write_rank_curve
     from .labs.lm.refs import load_ref
+    from .labs.lm.surgery import check_reduce_args
 
-    ps = parse_p_range(p)
+    ps = parse_p_range(p)  # bounded (MAX_P_POINTS) before any list is built
+    check_reduce_args(keep, ps[0])
+    _check_out(out)
     config = None
     if task is not None or data is not None:
         overrides = {"task": {"name": task or "counterfact"}}
         if data is not None:
             overrides["data"] = {"path": str(data)}
         config = resolve(Config, overrides)
-    _out_dir(out)
     _torch_threads(threads)
-    refs = [load_ref(m) for m in models]
+    refs = [load_ref(m) for m in models]  # each model checked (offline: one line at once), then loaded
+    curve_configs(refs, config)
     curve = rank_curve(refs, ps, config=config, selector=select, keep=keep)
-    paths = write_rank_curve(curve, out)
+    paths = write_rank_curve(curve, _out_dir(out))
     table = Table(title=f"rank curve (keep {keep})")
     for col in ("model", "p", "semantic-correct", "type-correct", "type-wrong"):
         table.add_column(col)

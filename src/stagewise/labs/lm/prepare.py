@@ -4,6 +4,7 @@ in the manifest (``notes.dropped_multi_token``), never silent."""
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,12 +16,13 @@ from ...engine import resolve_device, resolve_dtype
 from ...errors import UserError
 from .batching import Encoded, to_rows, tokenize
 from .categories import AnswerSpace, answer_space, row_strings
-from .config import Config
+from .config import DATA_ENV, Config
 from .models import LoadedModel, build, load_tokenizer
+from .readers import LOCAL_DATA_HINT
 from .scoring import prefix_token_id
 from .tasks import (
-    SICK_ANSWERS, SICK_ANSWERS_YES_MAYBE_NO, Example, Sentence, default_path, load_examples, load_sentences, mixture,
-    single_token_answers,
+    DEFAULT_FILES, SICK_ANSWERS, SICK_ANSWERS_YES_MAYBE_NO, Example, Sentence, default_path, load_examples, load_sentences,
+    mixture, single_token_answers,
 )
 
 
@@ -35,10 +37,24 @@ def task_path(cfg: Config, task: str) -> Path | None:
     return default_path(task, root) if root is not None else None
 
 
+def check_layout(cfg: Config, task: str, path: Path | None) -> None:
+    """One-line UserError, naming where the root came from and what to set, when ``task``'s
+    file is taken from data.root's shared-data layout and is not there."""
+    d = cfg.data
+    if path is None or path.exists() or task in d.paths or d.path is not None:
+        return
+    env = os.environ.get(DATA_ENV)
+    source = f"${DATA_ENV}" if env and Path(env).expanduser().resolve() == d.root else "data.root"
+    raise UserError(f"{path}: not found; {source}={d.root} lacks {task}'s data ({DEFAULT_FILES[task]} of the shared-data layout); "
+                    f"{LOCAL_DATA_HINT}")
+
+
 def read_data(cfg: Config) -> list[Example] | list[Sentence]:
     """Every task's examples (answer framing) or sentences (lm framing), mixed round-robin."""
     t = cfg.task
     parts: dict[str, list[Any]] = {}
+    for task in t.tasks():
+        check_layout(cfg, task, task_path(cfg, task))
     for task in t.tasks():
         kwargs: dict[str, Any] = {"limit": t.limit_of(task), "split": t.sick_split}
         if task == "blimp":

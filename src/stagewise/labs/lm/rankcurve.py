@@ -8,6 +8,7 @@ The model is reduced from a pristine copy of its weights for every p (never cumu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,6 +30,10 @@ from .surgery import RankReducer
 
 AUTHORS_SELECTOR = "blocks.1-6.attn.{qkv,o}"  # the paper's code: GPT-2 blocks 1-6, c_attn and c_proj
 _P_TOL = 1e-9
+MAX_P_POINTS = 1000
+"""Most rank preservations one rank curve evaluates (each p is one reduction and one evaluation)."""
+
+_P_HELP = "use START:STOP:STEP (e.g. 0.1:1.0:0.1) or a list 0.1,0.5,1.0"
 
 
 def default_selector(model: Any) -> str:
@@ -40,19 +45,44 @@ def default_selector(model: Any) -> str:
     return "blocks.*.attn"
 
 
-def parse_p_range(text: str) -> list[float]:
-    """``a:b:step`` (inclusive of b up to round-off) or a comma list -> values in (0, 1]."""
+def _p_number(text: str, part: str, what: str) -> float:
+    """One finite number of ``--p`` (``what`` names it in the message)."""
     try:
-        if ":" in text:
-            a, b, step = (float(x) for x in text.split(":"))
-            if step <= 0:
-                raise ValueError
-            n = int((b - a) / step + _P_TOL) + 1
-            values = [round(a + i * step, 12) for i in range(n)]
-        else:
-            values = [float(x) for x in text.split(",")]
+        value = float(part)
     except ValueError:
-        raise UserError(f"--p {text}: use START:STOP:STEP (e.g. 0.1:1.0:0.1) or a list 0.1,0.5,1.0") from None
+        raise UserError(f"--p {text}: {what} {part.strip()!r} is not a number; {_P_HELP}") from None
+    if not math.isfinite(value):
+        raise UserError(f"--p {text}: {what} must be a finite number, got {part.strip()}")
+    return value
+
+
+def parse_p_range(text: str) -> list[float]:
+    """``a:b:step`` (inclusive of b up to round-off) or a comma list -> values in (0, 1].
+
+    The grid has n = floor((b - a) / step) + 1 points; n is computed from the three numbers
+    and refused above :data:`MAX_P_POINTS` before any list is built."""
+    if ":" in text:
+        parts = text.split(":")
+        if len(parts) != 3:
+            raise UserError(f"--p {text}: {len(parts)} fields; {_P_HELP}")
+        a, b, step = (_p_number(text, x, w) for x, w in zip(parts, ("START", "STOP", "STEP")))
+        for value, what in ((a, "START"), (b, "STOP")):
+            if not 0 < value <= 1 + _P_TOL:
+                raise UserError(f"--p {text}: {what}={value:g} must be in (0, 1]")
+        if step <= 0:
+            raise UserError(f"--p {text}: STEP={step:g} must be > 0")
+        if a > b + _P_TOL:
+            raise UserError(f"--p {text}: START={a:g} is above STOP={b:g}")
+        intervals = (b - a) / step + _P_TOL  # a float (inf for a tiny STEP): no list is built before the bound
+        n = math.floor(intervals) + 1 if math.isfinite(intervals) else math.inf
+        if n > MAX_P_POINTS:
+            raise UserError(f"--p {text}: {n:.3g} grid points; at most {MAX_P_POINTS} (use a larger STEP)")
+        values = [round(a + i * step, 12) for i in range(n)]
+    else:
+        parts = text.split(",")
+        if len(parts) > MAX_P_POINTS:
+            raise UserError(f"--p: {len(parts)} values; at most {MAX_P_POINTS}")
+        values = [_p_number(text, x, "value") for x in parts]
     bad = [v for v in values if not 0 < v <= 1 + _P_TOL]
     if bad or not values:
         raise UserError(f"--p {text}: every p must be in (0, 1], got {bad[0] if bad else 'none'}")
@@ -67,18 +97,27 @@ class RankCurve:
     selector: dict[str, str]
 
 
-def rank_curve(refs: Sequence[ModelRef], ps: Sequence[float], *, config: Config | None, selector: str | None = None,
-               keep: str = "largest", method: str = "exact", seed: int = 0, quiet: bool = True) -> RankCurve:
-    """Category counts per checkpoint and p. ``config`` gives the data for models that are
-    not run directories (a run's own config is used otherwise)."""
-    rows: list[dict[str, Any]] = []
-    used: dict[str, str] = {}
+def curve_configs(refs: Sequence[ModelRef], config: Config | None) -> list[Config]:
+    """The config whose data each ref is counted on (a run's own, else ``config``); one-line
+    UserError for the first ref that has none or is not in the answer framing, before any work."""
+    out = []
     for ref in refs:
         cfg = ref.config or config
         if cfg is None:
             raise UserError(f"{ref.label}: not a run of this lab; say which data to count on (--task, --data)")
         if cfg.task.framing != "answer":
             raise UserError(f"{ref.label}: rank-curve counts answer categories; this run has task.framing={cfg.task.framing}")
+        out.append(cfg)
+    return out
+
+
+def rank_curve(refs: Sequence[ModelRef], ps: Sequence[float], *, config: Config | None, selector: str | None = None,
+               keep: str = "largest", method: str = "exact", seed: int = 0, quiet: bool = True) -> RankCurve:
+    """Category counts per checkpoint and p. ``config`` gives the data for models that are
+    not run directories (a run's own config is used otherwise)."""
+    rows: list[dict[str, Any]] = []
+    used: dict[str, str] = {}
+    for ref, cfg in zip(refs, curve_configs(refs, config)):
         loaded = ref.loaded
         data = tokenize_data(cfg, loaded.tokenizer, quiet=quiet)
         encoded, space = encode(cfg, data, loaded)

@@ -12,18 +12,21 @@ A record travels with its location, ``(where, record)`` with ``where`` e.g. ``"l
 or ``"record [3]"`` (0-based list index), so schema errors downstream can name it.
 Files larger than :data:`MAX_DATA_BYTES` are refused before they are read. The hub readers
 (:func:`hub_rows`) turn any failure of ``datasets`` (offline, missing, script-only dataset)
-into one line that says to pass a local path instead.
+into one line that says to pass a local path instead (:data:`LOCAL_DATA_HINT`); an
+unreachable hub is that line at once, before ``datasets`` is asked (:func:`require_hub`).
 """
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from stagewise.errors import UserError
+from stagewise.errors import NotAvailable, UserError
+from stagewise.labs.lm import hub
 
 MAX_DATA_BYTES = 1 << 30
 """Largest data file read (1 GiB: the full HotpotQA train set is about 0.55 GB)."""
@@ -33,6 +36,11 @@ SICK_COLUMNS = ("pair_ID", "sentence_A", "sentence_B", "entailment_label", "SemE
 
 BLIMP_FIELDS = ("morphology", "syntax", "syntax_semantics", "semantics")
 """BLiMP's linguistic fields after normalisation (``syntax/semantics`` -> ``syntax_semantics``)."""
+
+LOCAL_DATA_HINT = ("give local data: export STAGEWISE_DATA=<folder in the shared-data layout: counterfact/, hotpotqa/, "
+                   "blimp/, sick/> (or set data.root, data.path or data.paths.TASK in the run's config)")
+"""What to do when data cannot be had: works for ``run`` and ``reproduce`` alike (reproduce's
+--set takes executor.* only, so the hint names the environment variable first)."""
 
 Located = tuple[str, Any]  # (where in the source, the parsed record)
 
@@ -67,11 +75,14 @@ def read_text(path: Path) -> str:
         raw = path.read_bytes()
     except OSError as err:
         raise UserError(f"{path}: cannot be read ({err.strerror or err})") from None
+    skip = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
     try:
-        return raw.decode("utf-8-sig")
+        return raw[skip:].decode("utf-8")
     except UnicodeDecodeError as err:
-        line = raw[:err.start].count(b"\n") + 1
-        raise UserError(f"{path}: line {line}: not UTF-8 text (byte 0x{raw[err.start]:02x})") from None
+        offset = skip + err.start  # in the file's bytes
+        line = raw[:offset].count(b"\n") + 1
+        raise UserError(f"{path}: line {line}: not UTF-8 text (byte 0x{raw[offset]:02x} at byte offset {offset}); "
+                        "save the file as UTF-8") from None
 
 
 def _json_list(path: Path, text: str) -> list[Located]:
@@ -172,9 +183,22 @@ def paradigm_names(paradigms: Iterable[str] | str | None, known: Sequence[str], 
     return wanted
 
 
+def require_hub(task: str, label: str) -> None:
+    """One-line UserError at once, without the libraries' retries, when the hub is unreachable
+    (:func:`stagewise.labs.lm.hub.hub_unreachable`) and ``datasets`` is not in its cache-only
+    offline mode."""
+    why = hub.hub_unreachable()
+    if why is None or hub.datasets_offline():
+        return
+    cached = "" if hub.offline_by_environment() else "; with the dataset in your datasets cache, set HF_HUB_OFFLINE=1"
+    raise NotAvailable(label, f"task {task}: no local data, and the Hugging Face hub is unreachable for {label} ({why}); "
+                       f"{LOCAL_DATA_HINT}{cached}")
+
+
 def hub_rows(task: str, name: str, config: str | None, split: str, limit: int | None) -> tuple[str, list[Located]]:
     """``(source label, located rows)`` of a hub dataset; one-line UserError when it fails."""
     label = f"hub dataset {name}" + (f" ({config})" if config else "") + f" split {split}"
+    require_hub(task, label)
     try:
         import datasets
 
@@ -190,12 +214,12 @@ def hub_message(task: str, label: str, err: BaseException) -> str:
     """One line: the hub dataset could not be loaded (why, in short), and what to pass instead."""
     detail = (str(err).strip().splitlines() or [""])[0][:160]
     return (f"task {task}: the dataset could not be loaded from the Hugging Face hub ({label}: "
-            f"{type(err).__name__}{': ' + detail if detail else ''}); pass --set data.path=<local file or folder> "
-            f"(or data.root=<folder in the shared-data layout>)")
+            f"{type(err).__name__}{': ' + detail if detail else ''}); {LOCAL_DATA_HINT}")
 
 
 def hub_config_names(task: str, name: str) -> list[str]:
     """The sorted config names of a hub dataset (BLiMP: its paradigms); one-line UserError when it fails."""
+    require_hub(task, f"hub dataset {name}")
     try:
         import datasets
 

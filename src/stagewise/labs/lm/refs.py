@@ -7,7 +7,10 @@ A MODEL is one of
 * a ``.gguf`` file (loaded with gguf + accelerate);
 * a local Hugging Face model folder (``config.json`` + weights);
 * ``tiny-gpt2`` (random weights, seed 0) or ``pkg:PACKAGE`` (an installed package's folder);
-* anything else is taken as a hub id (needs network access).
+* anything else is taken as a hub id: from the local Hugging Face cache, or downloaded when
+  the hub is reachable (checked at once, before anything is made: :mod:`.hub`); a name
+  written as a path (``./x``, ``/x``, ``a/b/c``) that does not exist is "model folder ...
+  does not exist".
 
 Run snapshots hold the weights (and ``vocab_ids`` for compact vocabularies); the model's
 skeleton and tokenizer are rebuilt from the run's config.yaml.
@@ -26,7 +29,7 @@ from ...errors import UserError
 from ...runs import load_snapshot, read_manifest
 from ...yamlio import load_yaml
 from .config import TINY, Config, ModelConfig
-from .models import LoadedModel, build, load_tokenizer, skeleton
+from .models import LoadedModel, build, check_model, load_tokenizer, skeleton
 
 _AT = re.compile(r"^(?P<path>.+)@(?P<epoch>\d+)$")
 SNAPSHOT = "epoch_{:05d}.safetensors"
@@ -68,6 +71,7 @@ def load_run_model(run_dir: Path, epoch: int | None = None) -> ModelRef:
     """The model of a run directory at a snapshot epoch (default: the last kept)."""
     cfg = run_config(run_dir)
     path, epoch = snapshot_path(run_dir, epoch)
+    check_model(cfg.model, f"{run_dir}: model.name={cfg.model.name}")  # the run's base model can be had now
     try:
         tensors, _ = load_snapshot(path)
     except ValueError as err:
@@ -111,8 +115,10 @@ def load_ref(ref: str, *, dtype: torch.dtype = torch.float32) -> ModelRef:
     if (path / "manifest.json").is_file():
         return load_run_model(path, int(match["epoch"]) if match else None)
     if match:
-        raise UserError(f"{ref}: @EPOCH is for run directories of this lab; {match['path']} is not one")
+        what = "does not exist" if not path.exists() else "is not one"
+        raise UserError(f"{ref}: @EPOCH is for run directories of this lab; {match['path']} {what}")
     cfg = model_config_of(ref)
+    check_model(cfg, ref)  # a missing folder, or a hub id neither cached nor downloadable now: one line at once
     loaded = build(cfg, seed=0, dtype=dtype)
     loaded.model.eval()
     return ModelRef(loaded, Path(ref).name if Path(ref).exists() else ref)

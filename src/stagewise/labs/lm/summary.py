@@ -85,8 +85,13 @@ def type_before_fact(counts: pd.DataFrame, half: float) -> tuple[bool | None, st
     evidence = (f"(a) type-wrong {tw[0]:.0f} -> half at epoch {e_tw}, semantic-correct reaches half of {sem[-1]:.0f} at "
                 f"epoch {e_sem}: {mark(a)}; (b) type-correct peaks at epoch {peak_tc} ({tc.max():.0f}), semantic-correct at "
                 f"{peak_sem} ({sem.max():.0f}): {mark(b)}; (c) type-correct >= {half:g} of the wrong predictions first at "
-                f"epoch {e_share} (max share before epoch {e_sem}: {facts['max_type_correct_share_before']:.2f}): {mark(c)}")
+                f"epoch {e_share} (max share before epoch {e_sem}: {_share(facts['max_type_correct_share_before'])}): {mark(c)}")
     return bool(a and b and c), evidence, facts
+
+
+def _share(value: float | None) -> str:
+    """A share for the evidence line; "none" when no epoch came before (semantic half at epoch 0)."""
+    return "none" if value is None else f"{value:.2f}"
 
 
 def half_drop_epoch(epochs: np.ndarray, loss: np.ndarray, half: float) -> int | None:

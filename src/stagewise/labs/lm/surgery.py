@@ -321,7 +321,8 @@ class Reduction:
         return frame.assign(selector=self.selector, keep=self.keep, p=self.p, method=self.method)
 
 
-def _check_args(keep, p, method, oversample, n_iter) -> None:
+def check_reduce_args(keep, p, method="exact", oversample=10, n_iter=4) -> None:
+    """One-line UserError unless the reduction arguments are allowed (before any work)."""
     if keep not in KEEPS:
         raise UserError(f"keep={keep!r} is not allowed; use one of {', '.join(KEEPS)}")
     if method not in METHODS:
@@ -384,7 +385,7 @@ class RankReducer:
     def apply(self, model, keep: str = "largest", p: float = 1.0, *, method: str = "exact", seed: int = 0,
               oversample: int = 10, n_iter: int = 4) -> Reduction:
         """Reduce every target of ``model`` (in place) to k = floor(p r) directions; see :func:`reduce_rank`."""
-        _check_args(keep, p, method, oversample, n_iter)
+        check_reduce_args(keep, p, method, oversample, n_iter)
         a = self.adapter
         done: dict[Target, ReducedMatrix] = {}
         for i, g in enumerate(self._groups):
@@ -425,6 +426,6 @@ def reduce_rank(model, selector: str, keep: str = "largest", p: float = 1.0, *, 
     All selected matrices of one shape (one projection, whole or per head, across layers) go
     through one batched SVD. For several p on copies of one model use :class:`RankReducer`.
     """
-    _check_args(keep, p, method, oversample, n_iter)
+    check_reduce_args(keep, p, method, oversample, n_iter)
     return RankReducer(model, selector, adapter=adapter).apply(model, keep, p, method=method, seed=seed,
                                                                 oversample=oversample, n_iter=n_iter)
