@@ -9,65 +9,44 @@ directory", through :func:`~stagewise.orchestrate.runner.execute_spec`), and rep
     executor: {kind: slurm, partition: gpu, time_min: 120, mem_gb: 16, gpus_per_run: 1,
                account: myproj, max_parallel: 50, max_requeues: 3}
 
-Ray and submitit are optional extras (``pip install -e '.[ray]'``, ``'.[slurm]'``); a
-missing one is a one-line error before any work.
+(:class:`~stagewise.orchestrate.executor_options.ExecutorOptions`: every number finite and
+bounded). Ray and submitit are optional extras (``pip install -e '.[ray]'``, ``'.[slurm]'``);
+a missing one, or ``kind: slurm`` where there is no ``sbatch`` (unless ``cluster: local``),
+is a one-line error before any work.
+
+Faults: :func:`run_task` never raises for one run's problem (a full disk, a ``.lock`` that
+is a directory), so every executor reports every point and the sweep prints its counts;
+local workers (the pool's, submitit-local's jobs) die with a SIGKILLed sweep
+(:mod:`.lifeline`) and their runs resume on the next sweep.
 """
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
+import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
+from ..engine import Diverged
 from ..errors import UserError
 from ..labs import RunSpec
 from ..runs import Interrupted, RunLock, read_manifest
+from ..runs.lock import LockHeld
+from . import lifeline
+from .executor_options import ExecutorOptions  # noqa: F401 (re-exported: the options live in executor_options.py)
 from .runner import execute_spec
 
 HELD_POLL_S = 0.5       # how often a waiting sweep retries a lock another process holds
 WORKER_DEATHS = 2       # a task whose worker dies this many times is marked failed (killed, out of memory)
 RAY_POLL_S = 1.0        # ray.wait timeout, so a stop request is seen within a second
 SLURM_POLL_S = 1.0      # how often submitit jobs are polled
-
-
-class ExecutorOptions(BaseModel):
-    """Executor settings (the sweep file's ``executor:`` section, ``--set executor.KEY=...``)."""
-
-    model_config = ConfigDict(extra="forbid")
-    kind: Literal["local", "ray", "slurm"] = Field("local", description="local process pool, Ray tasks, or SLURM via submitit")
-    max_parallel: int | None = Field(None, ge=1, description="runs at once (local default: the cores; ray: the cluster's "
-                                     "free resources; slurm: the job array's concurrency cap, default 64)")
-    allow_large: bool = Field(False, description="every run: run even when a size estimate exceeds memory or disk")
-    sinks: list[Literal["tensorboard", "wandb"]] = Field(default_factory=list, description="every run: also log to "
-                                                         "these sinks (extras; the STAGEWISE_SINKS variable too)")
-    wait_held: bool = Field(True, description="a run another sweep process holds is waited for, then skipped or resumed")
-    address: str | None = Field(None, description="ray: an existing cluster ('auto', 'ray://host:10001', 'host:6379'); "
-                                "none starts a local one")
-    cpus_per_run: float = Field(1.0, gt=0, description="ray: CPUs per run; slurm: cpus_per_task (rounded up)")
-    gpus_per_run: float = Field(0.0, ge=0, description="ray: GPUs per run, fractional allowed (0.25: four tiny runs per "
-                                "GPU); slurm: gpus_per_node (a whole number)")
-    mem_gb: float | None = Field(None, gt=0, description="memory per run (ray: a memory resource; slurm: --mem)")
-    partition: str | None = Field(None, description="slurm: --partition")
-    account: str | None = Field(None, description="slurm: --account")
-    qos: str | None = Field(None, description="slurm: --qos")
-    time_min: int = Field(60, ge=1, description="slurm: time limit per run in minutes (on timeout the run is requeued "
-                          "and resumes from its checkpoint)")
-    max_requeues: int = Field(3, ge=0, description="slurm: how often a preempted or timed-out run is requeued")
-    cluster: Literal["auto", "slurm", "local"] = Field("auto", description="slurm: submitit's cluster; local runs the "
-                                                       "jobs as processes on this machine (tests, laptops)")
-
-    @model_validator(mode="after")
-    def _whole_gpus_on_slurm(self):
-        if self.kind == "slurm" and self.gpus_per_run != int(self.gpus_per_run):
-            raise ValueError(f"gpus_per_run={self.gpus_per_run:g}: SLURM allocates whole GPUs; fractional GPUs need kind=ray")
-        return self
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # a full disk or quota: "no space left on device"
 
 
 @dataclass(frozen=True)
@@ -83,29 +62,50 @@ def _acquire(lock: RunLock, block: bool) -> bool:
         try:
             lock.acquire()
             return True
-        except UserError:
+        except LockHeld:
             if not block:
                 return False
             time.sleep(HELD_POLL_S)
 
 
+def os_failure(err: OSError, doing: str) -> str:
+    """``no space left on device: DOING (FILE)``: an OSError of one run as its failure,
+    with what could not be recorded (``err.stagewise_note``) after a ``;``."""
+    reason = "no space left on device" if err.errno in NO_SPACE else (os.strerror(err.errno) if err.errno else str(err))
+    where = f" ({err.filename})" if err.filename else ""
+    note = getattr(err, "stagewise_note", None)
+    return f"{reason[:1].lower()}{reason[1:]}: {doing}{where}" + (f"; {note}" if note else "")
+
+
 def run_task(spec_json: str, root: str, key: str, block: bool = False, catch_stop: bool = True,
              allow_large: bool = False, sinks: tuple[str, ...] = ()) -> tuple[str, str | None]:
     """(status, error) of one task: ``done`` (ran now), ``skipped`` (done before), ``failed``
-    (failed or diverged; the error is in the run folder), ``held`` (another process holds it;
-    with ``block`` this waits for it instead), ``interrupted`` (SIGINT/SIGTERM in a worker;
-    resumable). In the sweep's own process (``catch_stop=False``) a stop request propagates."""
-    spec = RunSpec.from_json(spec_json)
+    (failed or diverged; the error is in the run folder when it can be written), ``held``
+    (another process holds it; with ``block`` this waits for it instead), ``interrupted``
+    (SIGINT/SIGTERM in a worker; resumable). In the sweep's own process (``catch_stop=False``)
+    a stop request propagates.
+
+    Never raises for one run's problem, so every executor reports every point: an OSError
+    anywhere (a full disk at the lock, the run folder, the manifest) is ``("failed", "no space
+    left on device: <what>")``, a bad ``.lock`` or input the UserError's line, anything else
+    the error as the manifest records it. SystemExit (a scheduler's requeue) propagates."""
     run_dir = Path(root) / "runs" / key
-    lock_dir = Path(root) / "locks" / key
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    lock = RunLock(lock_dir)
-    if not _acquire(lock, block):
-        return "held", None
+    lock = RunLock(Path(root) / "locks" / key)
+    doing = f"creating the lock folder {lock.path.parent}"
     try:
-        if (run_dir / "manifest.json").is_file() and read_manifest(run_dir).get("status") == "done":
-            return "skipped", None
-        manifest = execute_spec(spec, run_dir, allow_large=allow_large, sinks=sinks)
+        spec = RunSpec.from_json(spec_json)
+        lock.path.parent.mkdir(parents=True, exist_ok=True)
+        doing = f"taking the lock {lock.path}"
+        if not _acquire(lock, block):
+            return "held", None
+        try:
+            doing = f"reading {run_dir / 'manifest.json'}"
+            if (run_dir / "manifest.json").is_file() and read_manifest(run_dir).get("status") == "done":
+                return "skipped", None
+            doing = f"running into {run_dir}"
+            manifest = execute_spec(spec, run_dir, allow_large=allow_large, sinks=sinks, raise_on_failure=True)
+        finally:
+            lock.release()
         if manifest.get("status") == "done":
             return "done", None
         return "failed", f"{manifest.get('status')}: {manifest.get('error')}"
@@ -114,9 +114,17 @@ def run_task(spec_json: str, root: str, key: str, block: bool = False, catch_sto
             raise
         return "interrupted", f"stopped by {err}; run the sweep again to resume"
     except UserError as err:
+        cause = err.__context__  # a disk that filled while the run folder was made: said as such
+        if isinstance(cause, OSError) and cause.errno in NO_SPACE:
+            return "failed", os_failure(cause, doing)
         return "failed", "; ".join(err.messages)
-    finally:
-        lock.release()
+    except OSError as err:
+        return "failed", os_failure(err, doing)
+    except Exception as err:  # recorded in the manifest by execute (when it can be written)
+        status = "diverged" if isinstance(err, Diverged) else "failed"
+        message = str(err) if isinstance(err, Diverged) else f"{type(err).__name__}: {err}"
+        note = getattr(err, "stagewise_note", None)
+        return "failed", f"{status}: {message}" + (f" ({note})" if note else "")
 
 
 Report = Callable[[str, str, "str | None"], None]  # (key, status, error) as each task ends
@@ -126,7 +134,8 @@ Report = Callable[[str, str, "str | None"], None]  # (key, status, error) as eac
 def run_local(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Report, block: bool = False) -> None:
     """A spawned process pool of ``max_parallel`` workers (default: the cores; 1 runs inline).
     A worker that dies (SIGKILL, out of memory) breaks the pool: the unfinished tasks go to a
-    fresh pool, and a task whose worker died ``WORKER_DEATHS`` times is marked failed."""
+    fresh pool, and a task whose worker died ``WORKER_DEATHS`` times is marked failed. The
+    workers die with this process (:mod:`.lifeline`): a SIGKILLed sweep leaves none behind."""
     workers = min(opts.max_parallel or os.cpu_count() or 1, len(tasks))
     if workers <= 1:
         for t in tasks:
@@ -138,7 +147,8 @@ def run_local(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Repo
     context = multiprocessing.get_context("spawn")  # no forked torch state in the workers
     while todo:
         broken: list[Task] = []
-        with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context) as pool:
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
+                                 initializer=lifeline.pool_worker_init, initargs=(os.getpid(),)) as pool:
             futures = {pool.submit(run_task, t.spec_json, str(root), t.key, block, True, opts.allow_large,
                                    tuple(opts.sinks)): t for t in todo}
             pending = set(futures)
@@ -231,7 +241,10 @@ def requeueable_job():
         the same call, which resumes the run from its last checkpoint."""
 
         def __call__(self, spec_json: str, root: str, key: str, block: bool = False,
-                     allow_large: bool = False, sinks: tuple[str, ...] = ()) -> tuple[str, str | None]:
+                     allow_large: bool = False, sinks: tuple[str, ...] = (),
+                     sweep: tuple[int, str | None] | None = None) -> tuple[str, str | None]:
+            if sweep is not None:  # submitit's local cluster: die with the sweep process (pid, start time)
+                lifeline.watch(*sweep)
             return run_task(spec_json, root, key, block, True, allow_large, sinks)
 
     return SweepJob()
@@ -258,22 +271,33 @@ def slurm_executor(root: Path, opts: ExecutorOptions):
 
 def run_slurm(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Report, block: bool = False) -> None:
     """One SLURM job array (``%max_parallel`` concurrency cap) through submitit; on
-    ``cluster: local`` submitit runs the jobs as local processes and the cap is kept here."""
+    ``cluster: local`` submitit runs the jobs as local processes, the cap is kept here and
+    each job dies with this process (:mod:`.lifeline`), as local pool workers do. A job that
+    cannot be submitted (a full disk under ``ROOT/slurm``) is that run's failure."""
     executor = slurm_executor(root, opts)
     job_fn = requeueable_job()
     n = len(tasks)
     args = [[t.spec_json for t in tasks], [str(root)] * n, [t.key for t in tasks], [block] * n, [opts.allow_large] * n,
             [tuple(opts.sinks)] * n]
     if executor.cluster == "slurm":
-        jobs = dict(zip(executor.map_array(job_fn, *args), tasks))
+        try:
+            jobs = dict(zip(executor.map_array(job_fn, *args), tasks))
+        except OSError as err:
+            for task in tasks:
+                report(task.key, "failed", os_failure(err, f"submitting the job array in {root / 'slurm'}"))
+            return
         cap, todo = len(tasks), []
     else:  # submitit's local cluster starts every job at once: keep the cap here
         cap, todo, jobs = opts.max_parallel or os.cpu_count() or 1, list(reversed(tasks)), {}
+    sweep = (os.getpid(), lifeline.process_start(os.getpid()))
     while todo or jobs:
         while todo and len(jobs) < cap:
             task = todo.pop()
-            jobs[executor.submit(job_fn, task.spec_json, str(root), task.key, block, opts.allow_large,
-                                         tuple(opts.sinks))] = task
+            try:
+                jobs[executor.submit(job_fn, task.spec_json, str(root), task.key, block, opts.allow_large,
+                                     tuple(opts.sinks), sweep)] = task
+            except OSError as err:
+                report(task.key, "failed", os_failure(err, f"submitting its job in {root / 'slurm'}"))
         for job in [j for j in jobs if j.done()]:
             task = jobs.pop(job)
             try:
@@ -287,7 +311,9 @@ RUNNERS = {"local": run_local, "ray": run_ray, "slurm": run_slurm}
 
 
 def check_available(opts: ExecutorOptions) -> None:
-    """One-line error, before any work, when the executor's or a sink's package is missing."""
+    """One-line error, before any work, when the executor's or a sink's package is missing,
+    or when ``kind: slurm`` (cluster ``auto`` or ``slurm``) finds no SLURM here: submitit's
+    auto cluster would otherwise run the jobs locally without a word."""
     from ..runs.sinks import resolve_sinks
 
     resolve_sinks(opts.sinks)
@@ -295,3 +321,6 @@ def check_available(opts: ExecutorOptions) -> None:
         _import_ray()
     elif opts.kind == "slurm":
         _import_submitit()
+        if opts.cluster != "local" and shutil.which("sbatch") is None:
+            raise UserError(f"--executor slurm (executor.cluster={opts.cluster}): no SLURM here (sbatch not found on "
+                            "PATH); pass --set executor.cluster=local to run the jobs as local processes")
