@@ -91,12 +91,12 @@ def run_cmd(
     if resume is not None:
         if lab or preset or config_file or sets or seeds or out:
             raise UserError("--resume DIR takes no lab, preset, config, --set, --seeds or --out: the run's own config is used")
+        value, config = load_for_resume(resume)  # the folder's checks (config.yaml, hash) first; nothing written
         if read_manifest(resume)["status"] == "done":  # nothing to resume: the run's files are left as they are
             out_console.print(f"already done: {resume} (status done; nothing to resume)", highlight=False,
                               markup=False, soft_wrap=True)
             _print_summary(resume)
             return
-        value, config = load_for_resume(resume)
         paths = RunPaths(resume)
     else:
         if lab is None:

@@ -84,7 +84,8 @@ def check_folder(out: Path, lab: str, hashes: list[str], extend: bool = False) -
     if not out.is_dir() or not any(out.iterdir()):
         return None
     if not (out / "sweep.json").exists():
-        other = sorted(p.name for p in out.iterdir() if p.name not in SWEEP_ENTRIES)
+        other = sorted(p.name for p in out.iterdir()
+                       if p.name not in SWEEP_ENTRIES and not p.name.startswith(".sweep.json."))  # a write in flight
         if other or (out / "runs").is_dir() and any((out / "runs").iterdir()):
             raise UserError(f"--out {out}: folder is not empty and is not a sweep folder (no sweep.json; holds "
                             f"{(other or ['runs/'])[0]!r}); choose another folder")
@@ -154,10 +155,9 @@ def run_sweep(points: list[SweepPoint], out: str | Path, lab: str, *, opts: Exec
     old = check_folder(out, lab, hashes, extend)
     preflight(runs, out, opts)
     writable_dir(out, "--out")
-    (out / "runs").mkdir(parents=True, exist_ok=True)
     fresh = new_index(runs, lab, axes=axes if axes is not None else list(points[0].values) if points else [],
                       fold=fold, report=report)
-    atomic_write_json(out / "sweep.json", merge_index(old, fresh))
+    atomic_write_json(out / "sweep.json", merge_index(old, fresh))  # first, so the folder is a sweep folder at once
     by_hash = {r.hash: r for r in run_runs(runs, out, opts, on_result)}
     return [by_hash[p.hash] for p in points]
 
