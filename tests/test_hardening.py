@@ -225,7 +225,7 @@ def test_option_values_are_not_scanned_and_help_works(cli, tmp_path):
     code, stdout, _ = cli("--help")
     assert code == 0 and "stages" in stdout
     line = _one_error(cli, "run", "ntp", "--set", "train.etaa=--preset", "--preset", "example1", "--out", str(tmp_path / "r"))
-    assert "did you mean 'eta'" in line
+    assert "did you mean 'train.eta'" in line
 
 
 # ------------------------------------------------------------------ 7. capped messages

@@ -1,11 +1,14 @@
 """The run directory as a :class:`~stagewise.labs.contract.RunContext`: metrics, tables,
 checkpoints, progress, and stop requests (SIGINT/SIGTERM become a checkpoint).
 
-Resume consistency: every checkpoint records how many metric lines (``_lines``) and which
-table parts (``_tables``) it covers. On resume the newest checkpoint whose records are all
-present is used (a flipped byte, a torn file, a metric stream cut shorter than the
-checkpoint says: all fall back to an older checkpoint, or to a fresh start); the stream
-and tables are cut back to exactly what it covers.
+Resume consistency: every checkpoint records the metric stream it covers (``_lines``
+lines, ``_bytes`` bytes and their ``_sha256``: :mod:`.stream`) and which table parts
+(``_tables``). On resume the newest checkpoint whose records are all present, byte for
+byte, is used (a flipped byte in it, a torn file, a stream cut shorter than it says, one
+altered character in a line it covers: all fall back to an older checkpoint, or to a
+fresh start); the stream and tables are cut back to exactly what it covers. What was
+passed over is recorded in the manifest's notes (``resume_fallback``). Checkpoints
+written before the digest existed record ``_lines`` only and are checked by count.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import pandas as pd
 import torch
 
-from .store import Checkpoints, MetricSink, TableStore, atomic_write_text, safe_csv, save_snapshot
+from .store import Checkpoints, TableStore, atomic_write_text, safe_csv, save_snapshot
+from .stream import MetricSink, complete_prefix, matches
 from .sinks import open_sinks, resolve_sinks
 
 
@@ -164,7 +168,7 @@ class RunDirContext:
         """Flush metrics, then write the checkpoint atomically with the metric lines and
         table parts it covers. Raises :class:`Interrupted` after saving if a stop was requested."""
         self.sink.flush()
-        record = {**dict(meta or {}), "_lines": self.sink.lines, "_tables": self.tables.parts()}
+        record = {**dict(meta or {}), **self.sink.cover(), "_tables": self.tables.parts()}
         self.checkpoints.save(step, tensors, record, group=group)
         if self.stop_signal is not None:
             raise Interrupted(self.stop_signal)
@@ -173,25 +177,50 @@ class RunDirContext:
         return self._resume
 
     def prepare_resume(self) -> Checkpoint | None:
-        """Pick the newest consistent checkpoint and cut the stream and tables back to it."""
-        available = self.sink.lines
+        """Pick the newest consistent checkpoint and cut the stream and tables back to it
+        (none: a fresh start, stream and tables emptied). Checkpoints passed over are noted
+        in ``resume_fallback`` (their file names and why)."""
+        blob = self.sink.read_bytes()
+        available, _ = complete_prefix(blob)
         parts = self.tables.parts()
 
-        def consistent(meta: dict[str, Any]) -> bool:
-            if meta.get("_lines", 0) > available:
-                return False
-            return all(set(map(str, p)) <= set(parts.get(name, [])) for name, p in meta.get("_tables", {}).items())
+        def problem(meta: dict[str, Any]) -> str | None:
+            """Why the run cannot resume from a checkpoint with this record (None: it can)."""
+            if "_sha256" in meta:
+                if not matches(blob, meta):
+                    return (f"metrics.jsonl bytes 0..{meta['_bytes']} differ from its digest "
+                            f"(the stream holds {len(blob)} bytes)")
+            elif meta.get("_lines", 0) > available:
+                return f"it covers {meta['_lines']} metric lines, metrics.jsonl holds {available} complete ones"
+            for name, p in meta.get("_tables", {}).items():
+                missing = sorted(set(map(str, p)) - set(parts.get(name, [])))
+                if missing:
+                    return f"table {name} lacks its parts {missing[:3]}"
+            return None
 
-        found = self.checkpoints.latest(accept=consistent)
+        found, passed = None, []
+        for path in reversed(self.checkpoints.list()):
+            read = self.checkpoints.read(path)
+            why = "unreadable or its checksum fails" if read is None else problem(read[3])
+            if why is None:
+                found = read
+                break
+            passed.append(f"{path.name}: {why}")
         if found is None:
-            self.sink.truncate_lines(0)
+            self.sink.truncate_bytes(0)
             self.tables.keep_parts({})
             self._resume = None
-            return None
-        group, step, tensors, meta = found
-        self.sink.truncate_lines(meta["_lines"])
-        self.tables.keep_parts(meta.get("_tables", {}))
-        self._resume = Checkpoint(step, tensors, meta, group)
+        else:
+            group, step, tensors, meta = found
+            if "_sha256" in meta:
+                self.sink.truncate_bytes(int(meta["_bytes"]))
+            else:
+                self.sink.truncate_lines(int(meta.get("_lines", 0)))
+            self.tables.keep_parts(meta.get("_tables", {}))
+            self._resume = Checkpoint(step, tensors, meta, group)
+        if passed:
+            start = f"step {found[1]} of group {found[0]}" if found is not None else "a fresh start"
+            self.note("resume_fallback", {"resumed_from": start, "passed_over": passed})
         return self._resume
 
     # stop requests -----------------------------------------------------------------

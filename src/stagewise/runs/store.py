@@ -13,90 +13,29 @@ Layout of a run directory (see docs/run-store.md)::
     checkpoints/ckpt_GGGG_SSSSSSSSSS.safetensors   (sha256 of their content in their metadata)
     .lock                held by the one process writing the directory
 
-Every file except the JSONL stream is written atomically (temp file + rename).
+Every file except the JSONL stream is written atomically (temp file + rename,
+:mod:`.atomic`); the stream (:mod:`.stream`) is appended to, and a checkpoint records a
+sha256 of the stream bytes it covers.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
 import json
-import os
 import platform
 import subprocess
-import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, save
 
-from .lock import FILE_MODE, RunLock  # noqa: F401 (RunLock re-exported: the writer lock lives in lock.py)
-
-
-
-# ------------------------------------------------------------------------- atomic I/O
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600; give the usual permissions
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
-
-
-def atomic_write_json(path: str | Path, obj: Any) -> None:
-    """Strict JSON (NaN and infinities become null, so any JSON reader accepts the file)."""
-    atomic_write_text(path, json.dumps(_finite(obj), indent=2, default=_json_default, allow_nan=False,
-                                       ensure_ascii=False) + "\n")
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, (np.ndarray, torch.Tensor)):
-        return _finite(obj.tolist())
-    if isinstance(obj, (np.generic,)):
-        return _finite(obj.item())
-    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def write_parquet(frame: pd.DataFrame, path: str | Path) -> None:
-    """Atomic Parquet write."""
-    buf = io.BytesIO()
-    frame.to_parquet(buf, index=False)
-    atomic_write_bytes(path, buf.getvalue())
+# re-exported: atomic writes live in atomic.py, the metric stream in stream.py, the writer lock in lock.py
+from .atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, now_iso, write_parquet  # noqa: F401
+from .lock import FILE_MODE, RunLock  # noqa: F401
+from .stream import MetricSink  # noqa: F401
 
 
 # --------------------------------------------------------------------------- manifest
@@ -121,114 +60,6 @@ def git_sha() -> str | None:
         return None
     sha = out.stdout.strip()
     return sha if out.returncode == 0 and sha else None
-
-
-# ----------------------------------------------------------------------- metric sink
-class MetricSink:
-    """Append-only JSONL stream of metrics, compacted to long-form Parquet at the end.
-
-    One line per logged step and variant::
-
-        {"step": t, "variant": "", "names": ["loss", ...], "f8": "<base64 of (M, S) float64>"}
-
-    ``f8`` holds the values, metric-major, seeds in run order, as little-endian float64
-    (exact, and ~100x cheaper to write than decimal text). Parquet columns: step (int64),
-    seed (int64), variant (string), metric (string, ``{variant}/{name}`` when a variant is
-    set), value (float64).
-    """
-
-    def __init__(self, path: str | Path, seeds: Sequence[int], extra: Any = None):
-        self.path = Path(path)
-        self.seeds = list(seeds)
-        self._handle = None
-        self.extra = extra  # also gets every record, flush and close (stagewise.runs.sinks.SinkFanout), or None
-        self.lines = len(self.read_lines())  # complete lines written so far
-
-    def _open(self):
-        if self._handle is None:
-            self._handle = open(self.path, "a", encoding="utf-8")
-        return self._handle
-
-    def log_array(self, step: int, names: Sequence[str], values: np.ndarray, variant: str = "") -> None:
-        """Append one step: ``values`` (M, S) float64 for the M ``names``."""
-        values = np.ascontiguousarray(values, dtype="<f8")
-        if values.shape != (len(names), len(self.seeds)):
-            raise ValueError(f"metrics {list(names)[:3]}...: values of shape {values.shape}, "
-                             f"expected ({len(names)}, {len(self.seeds)})")
-        line = json.dumps({"step": int(step), "variant": variant, "names": list(names),
-                           "f8": base64.b64encode(values.tobytes()).decode("ascii")})
-        self._open().write(line + "\n")
-        self.lines += 1
-        if self.extra is not None:
-            self.extra.write(int(step), variant, list(names), values)
-
-    def log(self, step: int, values: Mapping[str, Sequence[float]], variant: str = "") -> None:
-        """Append one step from ``{metric: one value per seed}``."""
-        names = list(values)
-        self.log_array(step, names, np.array([list(values[n]) for n in names], dtype=float).reshape(len(names), -1),
-                       variant)
-
-    def flush(self) -> None:
-        if self._handle is not None:
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
-        if self.extra is not None:
-            self.extra.flush()
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.flush()
-            self._handle.close()
-            self._handle = None
-        if self.extra is not None:
-            self.extra.close()
-
-    def read_lines(self) -> list[dict[str, Any]]:
-        """All complete, parseable lines (a torn last line from a kill is skipped)."""
-        if not self.path.exists():
-            return []
-        out = []
-        with open(self.path, encoding="utf-8", errors="replace") as handle:
-            for raw in handle:
-                if not raw.endswith("\n"):
-                    break  # torn tail
-                try:
-                    line = json.loads(raw)
-                except json.JSONDecodeError:
-                    break  # everything after a corrupt line is suspect
-                out.append(line)
-        return out
-
-    def truncate_lines(self, count: int) -> None:
-        """Keep only the first ``count`` lines (a checkpoint records how many it covers)."""
-        self.close()
-        kept = self.read_lines()[:count]
-        atomic_write_text(self.path, "".join(json.dumps(line) + "\n" for line in kept))
-        self.lines = len(kept)
-
-    def to_frame(self) -> pd.DataFrame:
-        """Long-form metrics: step, seed, variant, metric, value (sorted by metric, step, seed)."""
-        n = len(self.seeds)
-        seeds = np.asarray(self.seeds, dtype=np.int64)
-        steps, names, variants, blocks = [], [], [], []
-        for line in self.read_lines():
-            vals = np.frombuffer(base64.b64decode(line["f8"]), dtype="<f8")
-            m = len(line["names"])
-            variant = line.get("variant", "")
-            blocks.append(vals)
-            steps.append(np.full(m * n, line["step"], dtype=np.int64))
-            full = [f"{variant}/{name}" if variant else name for name in line["names"]]
-            names.extend(np.repeat(np.asarray(full, dtype=object), n))
-            variants.extend([variant] * (m * n))
-        total = sum(len(b) for b in blocks)
-        frame = pd.DataFrame({
-            "step": np.concatenate(steps) if steps else np.zeros(0, np.int64),
-            "seed": np.tile(seeds, total // n if n else 0),
-            "variant": pd.array(variants, dtype="string"),
-            "metric": pd.array(names, dtype="string"),
-            "value": np.concatenate(blocks) if blocks else np.zeros(0),
-        })
-        return frame.sort_values(["metric", "step", "seed"], kind="stable").reset_index(drop=True)
 
 
 # ------------------------------------------------------------------------ checkpoints

@@ -21,7 +21,7 @@ import torch
 
 from ...config import deep_merge, validate
 from ...measure import truncate
-from ...engine import Diverged, nonfinite_members, resolve_device
+from ...engine import check_finite, find_nonfinite, resolve_device
 from ...runs import Checkpoint
 from ..contract import RunContext
 from .claims import control_of
@@ -217,10 +217,11 @@ def run_group(index: int, group: Group, ctx: RunContext, resume: Checkpoint | No
     def on_step(t: int, st: State) -> None:
         weights = tuple(st.weights)
         stage = {"stage": torch.full((ens.size,), 1.0 if t <= tc.t1 else 2.0, dtype=dtype, device=device)}
-        if not all(bool(torch.isfinite(w).all()) for w in weights):  # one reduction per matrix; members only on failure
-            bad = torch.stack([nonfinite_members(w) for w in weights]).any(0)  # (M,)
+        named = dict(zip(("W", "V") if len(weights) == 2 else ("blockdiag(W, V)",), weights))
+        broken = find_nonfinite(t, seeds, None, named)  # every step: one reduction per matrix, one sync
+        if broken is not None:
             _log_rows(ctx, group, t, {**stage, **evaluate_splits(weights)})
-            raise Diverged(t, seeds[int(bad.nonzero()[0])], "weights are not finite")
+            raise broken
         log = t % tc.log_every == 0 or t in marks
         spectra = t % tc.spectrum_every == 0 or t in marks
         if log or spectra:
@@ -231,6 +232,8 @@ def run_group(index: int, group: Group, ctx: RunContext, resume: Checkpoint | No
                 values.update(truncation_metrics(cfg, ens, weights))
                 values.update(review_metrics(weights, ens.w_star, ens.test, cfg.model.normalizer, cfg.data.d))
             _log_rows(ctx, group, t, values)
+            if log:
+                check_finite(t, seeds, {k: values[k] for k in ("train.loss", "test.loss")})
             for name, mark in (("stage1", tc.t1), ("stage2", total)):
                 if t == mark and log:
                     stage_rows.extend(_stage_rows(group, name, t, values))

@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ...engine import Diverged
+from ...engine import check_finite
 from ..contract import RunContext
 from .batching import Encoded, dataset_batches, last_logits, layout, length_sorted_batches, token_nll
 from .categories import SEMANTIC, TYPE_CORRECT, TYPE_WRONG, AnswerSpace, categorize, category_names
@@ -252,7 +252,12 @@ def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.
     if resume is not None and "acc.per_task" in resume.tensors:
         per_task = resume.tensors["acc.per_task"].clone()
 
+    def check_weights() -> None:
+        """Divergence of the weights after ``step`` updates (one member: a leading axis of 1)."""
+        check_finite(step, [cfg.seed], None, {name: p.detach()[None] for name, p in model.named_parameters()})
+
     def checkpoint() -> None:
+        check_weights()  # no checkpoint holds non-finite weights
         state = pack_state(model, opt)
         if per_task is not None:
             state["acc.per_task"] = per_task
@@ -268,8 +273,7 @@ def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.
                 for group in opt.param_groups:
                     group["lr"] = lr
                 loss = batch_loss(model, enc, batches[batch], cfg, device, per_task)
-                if not bool(torch.isfinite(loss.detach())):
-                    raise Diverged(step + 1, cfg.seed, f"training loss {float(loss.detach())} in epoch {epoch}")
+                check_finite(step + 1, [cfg.seed], {f"training loss in epoch {epoch}": loss.detach().reshape(1)})
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if t.grad_clip is not None:
@@ -284,6 +288,7 @@ def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.
                                        for i, name in enumerate(enc.tasks) if per_task[i, 1] > 0})
                         per_task.zero_()
                     ctx.log(step, values)
+                    check_weights()  # after the update; its record is kept
                 if spectra is not None and t.spectra_every and step % t.spectra_every == 0:
                     log_spectra(ctx, step, model, spectra)
                 advance()

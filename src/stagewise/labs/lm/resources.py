@@ -1,25 +1,118 @@
-"""Memory and disk estimate of an LM-lab run (what the runner refuses on)."""
+"""Memory and disk estimate of an LM-lab run (what the runner refuses on).
+
+Disk (:class:`~stagewise.runs.sizes.DiskBudget`, the peak of the run folder) follows the
+training loop of :mod:`.finetune` from the data's size: the examples (and, for a tiny model
+with ``compact_vocab``, the vocabulary rows V') are counted by reading and tokenizing the
+data as the run will (:func:`data_stats`; ~ms for the tiny sets, cached), the weights are
+tiny-gpt2's parameter count with V' rows or the files of a local model. Then
+
+* the stream: a line per evaluation (epochs + 1, + ``eval_every`` ones) with the
+  answer/sentence metrics (overall, + per task in a mixture), a line per logged step
+  (``train.batch_loss``, ``lr``, + per task), the spectra lines (``spectra_every``);
+* checkpoints (weights + AdamW's two moments + step counts + the RNG state, every
+  ``checkpoint_every`` epochs before the last), snapshots (weights + ``vocab_ids``);
+* tables: ``predictions`` (answer framing: a row per example and evaluation, with the top-k
+  ids and probabilities) or ``sentence_losses`` (lm framing), ``spectra`` (every singular
+  value of every head at each epoch end); the table being rewritten is transient;
+* the summary and the figures (:data:`FIGURES`).
+
+Where the data cannot be read here (the lab's check then says why), the old upper bounds
+hold: 60k examples (all of BLiMP) and GPT-2's full vocabulary.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import math
+from dataclasses import dataclass
+
+from ...report.sizes import FigureSize
+from ...runs.sizes import PARQUET_BASE_BYTES, DiskBudget, safetensors_bytes, stream_bytes
 from ..contract import Resources
 from .config import Config
 from .models import GPT2_VOCAB, PKG, is_tiny, package_folder
 
 BYTES_PER_PARAM_TRAIN = 4 * 4  # fp32 weights, gradients and AdamW's two moments
 GGUF_EXPANSION = 8  # a 4-bit GGUF file de-quantized to float32 (32 / 4 bits)
-ROW_BYTES = 80  # a predictions row without its top-k lists (ids, strings, numbers)
+MAX_EXAMPLES = 60_000  # upper bound on the examples when the data cannot be read here (all of BLiMP)
+PREDICTION_ROW_BYTES = 30  # a predictions row in Parquet without its top-k lists (measured ~20)
+PREDICTION_BYTES_PER_TOP = 7  # each of the top_k (id, probability) pairs (measured ~6.5)
+SENTENCE_ROW_BYTES = 24  # a sentence_losses row (measured ~16)
+SPECTRA_ROW_BYTES = 14  # a spectra-table row: layer, head, proj, index, value, epoch, step (measured ~10)
+SV_STATS = 4  # sv_max, sv_top_share, stable_rank, effective_rank per head and projection
+PROJECTIONS = 5  # q, k, v, o, qk
+RNG_STATE_BYTES = 5056  # torch's CPU generator state (uint8)
+SUMMARY_BYTES = 3_600  # summary.json of a one-task run (measured 2.1 to 3.3 kB)
+SUMMARY_BYTES_PER_TASK = 3_100  # each further task of a mixture (measured 3.0 kB in the answer framing)
+FIGURES = {  # one panel per task where a figure has them; measured, rounded up
+    "loss": FigureSize(png=58_000, pdf=17_000, curves=1.0),
+    "categories": FigureSize(png=46_000, pdf=15_500, curves=3.0),
+    "answer_rank": FigureSize(png=54_000, pdf=15_500, curves=3.0),
+    "spectra": FigureSize(png=64_000, pdf=16_000, curves=5.0),
+}
+FIGURE_BYTES_PER_TASK = {"loss": 10_000, "categories": 26_000}  # PNG + PDF bytes of each further task's curves or panel
 ACTIVATION_FACTOR = 16  # bytes per (token x d_model x layer) of activations kept for backward
 
 
-def tiny_params(config: Config) -> tuple[int, int, int]:
-    """(parameters, d_model, layers) of tiny-gpt2 (full vocabulary: the upper bound)."""
+def tiny_params(config: Config, vocab_rows: int = GPT2_VOCAB) -> tuple[int, int, int]:
+    """(parameters, d_model, layers) of tiny-gpt2 with ``vocab_rows`` embedding rows (tied
+    output; default GPT-2's full vocabulary, the upper bound)."""
     t = config.model.tiny
     per_block = 12 * t.n_embd ** 2 + 13 * t.n_embd
-    return GPT2_VOCAB * t.n_embd + t.n_positions * t.n_embd + t.n_layer * per_block + 2 * t.n_embd, t.n_embd, t.n_layer
+    return vocab_rows * t.n_embd + t.n_positions * t.n_embd + t.n_layer * per_block + 2 * t.n_embd, t.n_embd, t.n_layer
+
+
+@dataclass(frozen=True)
+class DataStats:
+    """What the run's size follows from the data: examples per task and the model's rows."""
+
+    examples: dict[str, int]
+    vocab_rows: int | None  # V' of a compact vocabulary (tiny model), None: the model's own
+
+
+def data_stats(config: Config) -> DataStats | None:
+    """Examples per task (and V' for a tiny compact model), read and tokenized as the run
+    will; None when the data cannot be read here (the lab's check reports it). Cached per
+    task, data and model settings (a sweep estimates many points of one dataset)."""
+    import os
+
+    from .config import DATA_ENV
+
+    key = config.model_dump_json(include={"task", "data", "model"}) + os.environ.get(DATA_ENV, "")
+    if key not in _STATS:
+        if len(_STATS) >= STATS_CACHE:
+            _STATS.pop(next(iter(_STATS)))
+        _STATS[key] = _read_stats(config)
+    return _STATS[key]
+
+
+_STATS: dict[str, DataStats | None] = {}
+STATS_CACHE = 64  # data_stats results kept
+
+
+def _read_stats(config: Config) -> DataStats | None:
+    from .prepare import read_data, tokenize_data
+
+    try:
+        if not is_tiny(config.model):
+            items = read_data(config)  # before dropping multi-token answers: an upper bound
+            vocab = None
+        else:
+            from .models import load_tokenizer
+
+            tok = load_tokenizer(config.model)
+            data = tokenize_data(config, tok, quiet=True)
+            items = data.items
+            specials = {i for i in (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) if i is not None}
+            vocab = len(set(data.used_ids().tolist()) | specials) if config.model.compact_vocab else None
+    except Exception:  # unreadable data: the check says so in its own words
+        return None
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.task] = counts.get(item.task, 0) + 1
+    return DataStats(counts, vocab)
 
 
 def _folder_bytes(config: Config) -> int | None:
@@ -38,10 +131,12 @@ def _folder_bytes(config: Config) -> int | None:
 
 
 def estimate(config: Config) -> Resources:
-    """Training state (4 copies of the weights), activations of one batch, records and snapshots."""
+    """Training state (4 copies of the weights), activations of one batch; the run folder."""
     t = config.train
+    stats = data_stats(config)
     if is_tiny(config.model):
-        params, d, layers = tiny_params(config)
+        rows = stats.vocab_rows if stats is not None and stats.vocab_rows else GPT2_VOCAB
+        params, d, layers = tiny_params(config, rows)
         weight_bytes = params * 4
         width = config.model.tiny.n_positions
     else:
@@ -54,7 +149,96 @@ def estimate(config: Config) -> Resources:
             raw = json.loads(cfg.read_text())
             d, layers = raw.get("hidden_size", raw.get("n_embd", d)), raw.get("num_hidden_layers", raw.get("n_layer", layers))
     memory = weight_bytes // 4 * BYTES_PER_PARAM_TRAIN + t.batch_size * width * d * layers * ACTIVATION_FACTOR
-    records = 60_000 * (t.epochs + 1) * (ROW_BYTES + 12 * t.top_k)  # at most ~60k examples (all of BLiMP)
-    snapshots = weight_bytes * (len(t.snapshot_epochs) + 1) + 2 * weight_bytes * 3
-    return Resources(int(memory), int(records + snapshots),
-                     f"weights {weight_bytes / 2**20:.0f} MiB; training state x4; records for {t.epochs + 1} epochs")
+    disk = disk_budget(config, weight_bytes, stats)
+    n = sum(stats.examples.values()) if stats is not None else MAX_EXAMPLES
+    return Resources(int(memory), disk.peak, f"weights {weight_bytes / 2**20:.1f} MiB; training state x4; {n} examples, "
+                                             f"{t.epochs + 1} evaluations; disk: {disk.describe()}")
+
+
+def _heads(config: Config) -> tuple[int, int, int]:
+    """(layers, heads, d_model) of the model, for the spectra records."""
+    if is_tiny(config.model):
+        tc = config.model.tiny
+        return tc.n_layer, tc.n_head, tc.n_embd
+    raw = {}
+    cfg = Path(config.model.name) / "config.json"
+    if cfg.is_file():
+        raw = json.loads(cfg.read_text())
+    return (raw.get("num_hidden_layers", raw.get("n_layer", 24)), raw.get("num_attention_heads", raw.get("n_head", 16)),
+            raw.get("hidden_size", raw.get("n_embd", 1024)))
+
+
+def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStats | None = None) -> DiskBudget:
+    """The run folder of ``config`` by part (see the module docstring)."""
+    t, task = config.train, config.task
+    if weight_bytes is None:
+        stats = data_stats(config)
+        rows = stats.vocab_rows if stats is not None and stats.vocab_rows else GPT2_VOCAB
+        weight_bytes = tiny_params(config, rows)[0] * 4 if is_tiny(config.model) else (_folder_bytes(config) or 0)
+    tasks = task.tasks()
+    T = len(tasks)
+    n = sum(stats.examples.values()) if stats is not None else MAX_EXAMPLES
+    answer = task.framing != "lm"
+    width = 2 if config.dtype == "bfloat16" else 4
+    weight_bytes = weight_bytes // 4 * width
+    n_batches = max(1, math.ceil(n / t.batch_size))
+    total = n_batches * t.epochs
+    digits = len(str(total))
+    budget = DiskBudget()
+
+    # stream: evaluations, logged training steps, spectra
+    mixture = T > 1
+    if answer:
+        eval_names = 5 * (1 + (T if mixture else 0)) + 1  # loss, three counts, accuracy (+ per task), epoch
+    else:
+        eval_names = 1 + (T if mixture else 0) + 1  # loss (+ per task), epoch
+    inside = (total // t.eval_every - t.epochs if t.eval_every and t.eval_every <= n_batches else 0)  # evaluations inside epochs
+    evaluations = t.epochs + 1 + max(0, inside)
+    ends = sum(1 for e in range(1, t.epochs + 1) if (e * n_batches) % t.log_every)
+    logged = total // t.log_every + ends
+    train_names = 2 + (T if mixture else 0)
+    layers, heads, d_model = _heads(config)
+    spectra_lines = (total // t.spectra_every + 1) if t.spectra_every else 0
+    spectra_names = PROJECTIONS * layers * heads * SV_STATS
+    name = "blocks.00.attn.head.00.qk.effective_rank"  # the longest form of a spectra metric name
+    stream = (evaluations * _line(["train.semantic_correct." + max(tasks, key=len)] * eval_names, digits)
+              + logged * _line(["train.batch_loss." + max(tasks, key=len)] * train_names, digits)
+              + spectra_lines * _line([name] * spectra_names, digits))
+    budget.add_metrics(stream, evaluations * eval_names + logged * train_names + spectra_lines * spectra_names)
+
+    # checkpoints and snapshots
+    tensors = 2 + 12 * layers + 2 if is_tiny(config.model) else 4 + 12 * layers
+    saved = max(0, (t.epochs - 1) // t.checkpoint_every)
+    states = 2 if t.optimizer in ("adam", "adamw") else 0
+    meta = 400 + 8 * evaluations * 3  # epoch, batch, step, the stream's cover, the table parts
+    checkpoint = safetensors_bytes((1 + states) * weight_bytes + tensors * 4 + RNG_STATE_BYTES + 16 * T,
+                                   (1 + states + 1) * tensors + 2, meta)
+    budget.add_checkpoints(saved, checkpoint)
+    rows = stats.vocab_rows if stats is not None and stats.vocab_rows else 0
+    snapshots = len(set(t.snapshot_epochs) | ({t.epochs} if t.epochs > 0 else {0}))
+    budget.add("snapshots", snapshots * safetensors_bytes(weight_bytes + 8 * rows, tensors + 1, 60))
+
+    # tables: one part per evaluation, rewritten whole at each (the old copy is transient)
+    if answer:
+        table = PARQUET_BASE_BYTES + n * evaluations * (PREDICTION_ROW_BYTES + PREDICTION_BYTES_PER_TOP * t.top_k)
+    else:
+        table = PARQUET_BASE_BYTES + n * evaluations * SENTENCE_ROW_BYTES
+    budget.add("tables", table)
+    if t.spectra_every:
+        spectra = PARQUET_BASE_BYTES + (t.epochs + 1) * PROJECTIONS * layers * d_model * SPECTRA_ROW_BYTES
+        budget.add("tables", spectra)
+        table = max(table, spectra)
+    budget.transient = max(budget.transient, table)
+
+    budget.add("summary.json", SUMMARY_BYTES + SUMMARY_BYTES_PER_TASK * (T - 1))
+    figures = ["loss"] + (["categories", "answer_rank"] if answer else []) + (["spectra"] if t.spectra_every else [])
+    points = {"loss": logged + evaluations, "categories": evaluations, "answer_rank": evaluations,
+              "spectra": spectra_lines}
+    for fig in figures:
+        budget.add("figures", FIGURES[fig].bytes(1, points[fig]) + FIGURE_BYTES_PER_TASK.get(fig, 0) * (T - 1))
+    return budget
+
+
+def _line(names: list[str], digits: int) -> int:
+    """Bytes of one stream line of ``names`` (one seed) at a step of ``digits`` digits."""
+    return stream_bytes(names, 1, [10 ** (digits - 1)])

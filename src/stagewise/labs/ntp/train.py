@@ -187,6 +187,60 @@ def metrics(params: Params, problem: Problem, ev: Evaluation, stage: int, two_st
     return values
 
 
+@dataclass(frozen=True)
+class LogSchedule:
+    """Which steps a run logs, and at which of them it runs the generalization suite.
+
+    Logged: every multiple of the log interval, 0, T and T+T1, and with ``log_every: auto``
+    every step of the first EARLY_STEPS of each stage (the log-log figures start there).
+    The suite runs at 0, T, T+T1 and at the first logged step at or after each multiple of
+    its interval (a pure function of t, so a resumed run evaluates it where the
+    uninterrupted one did). The disk estimate counts the stream's lines from this too.
+    """
+
+    T: int
+    total: int
+    every: int
+    suite_every: int
+    early: frozenset[int]
+
+    @classmethod
+    def of(cls, config: Config) -> "LogSchedule":
+        tc = config.train
+        T, total = tc.steps_stage1, tc.steps_stage1 + tc.steps_stage2
+        early = frozenset(range(0, EARLY_STEPS + 1)) | frozenset(range(T, T + EARLY_STEPS + 1)) \
+            if tc.log_every == "auto" else frozenset()
+        return cls(T, total, config.log_interval(), config.suite_interval(), early)
+
+    def logged(self, t: int) -> bool:
+        return t % self.every == 0 or t in (0, self.T, self.total) or t in self.early
+
+    def previous(self, t: int) -> int:
+        """The logged step before ``t`` (0 when there is none after 0)."""
+        s = t - 1
+        while s > 0 and not self.logged(s):
+            s -= 1
+        return s
+
+    def suite(self, t: int) -> bool:
+        """True at a logged step ``t`` that also runs the suite."""
+        return self.suite_after(t, self.previous(t))
+
+    def suite_after(self, t: int, previous: int) -> bool:
+        """The suite rule at logged step ``t`` whose previous logged step is ``previous``."""
+        return t in (0, self.T, self.total) or t // self.suite_every != previous // self.suite_every
+
+    def count(self) -> int:
+        """How many steps are logged."""
+        extra = {t for t in {0, self.T, self.total} | self.early if t <= self.total and t % self.every}
+        return self.total // self.every + 1 + len(extra)
+
+    def steps(self) -> list[int]:
+        """Every logged step, in order (materialized: for runs of a moderate count())."""
+        extra = {t for t in {0, self.T, self.total} | self.early if t <= self.total}
+        return sorted(set(range(0, self.total + 1, self.every)) | extra)
+
+
 def train_two_stage(config: Config, problem: Problem, ctx: RunContext | None = None) -> Params:
     """Run the configured algorithm; log through ``ctx`` (None: no logging, no checkpoints).
 
@@ -222,21 +276,10 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
     def stage_of(t: int) -> int:
         return 1 if t <= T else 2  # step 0 (the init) counts as stage 1
 
-    log_every, suite_every = config.log_interval(), config.suite_interval()
-    early = (set(range(0, EARLY_STEPS + 1)) | set(range(T, T + EARLY_STEPS + 1))  # dense starts for log-log figures
-             if tc.log_every == "auto" else set())
-
-    def on_schedule(t: int) -> bool:
-        return t % log_every == 0 or t in (0, T, total) or t in early
+    schedule = LogSchedule.of(config)
 
     def should_log(t: int) -> bool:
-        return ctx is not None and on_schedule(t)
-
-    def previous_logged(t: int) -> int:
-        s = t - 1
-        while s > 0 and not on_schedule(s):
-            s -= 1
-        return s
+        return ctx is not None and schedule.logged(t)
 
     def frozen_groups(t: int) -> tuple[str, ...]:
         """Weight groups that have not moved since the start of their frozen span."""
@@ -273,9 +316,7 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
             if tc.on_tiny_grad == "stop":
                 active = active & ~tiny
             if log_now:
-                # the suite runs at the first logged step at or after each multiple of its interval
-                # (a pure function of t, so a resumed run evaluates it where the uninterrupted one did)
-                suite = t in (0, T, total) or t // suite_every != previous_logged(t) // suite_every
+                suite = schedule.suite(t)  # see LogSchedule
                 cached = {k: v for g in frozen for k, v in frozen_values.get(g, {}).items()}
                 values = metrics(params, problem, ev, stage_of(t), two_stage, suite, cached)
                 for g in frozen:
@@ -285,6 +326,8 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
                 ctx.log(t, values)
                 check_finite(t, problem.seeds, {n: values[n] for n in ("loss", "loss_stage1")}, params.tensors)
             if ctx is not None and t > start and (ctx.should_checkpoint(t) or t == total):
+                if not log_now:  # no checkpoint holds non-finite weights
+                    check_finite(t, problem.seeds, None, params.tensors)
                 payload = pack(p=params.tensors, opt=opt.state, active=active.to(torch.uint8))
                 ctx.save_checkpoint(t, payload, {"stage": stage_of(t)})
             if t == total:
