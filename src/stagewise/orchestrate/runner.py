@@ -78,7 +78,8 @@ def check_disk(disk_bytes: int, detail: str, out: Path, allow_large: bool = Fals
     usage = shutil.disk_usage(probe)
     if usage.total > 0 and disk_bytes > SIZE_MARGIN * usage.free:  # total 0: a pseudo file system such as /proc
         raise UserError(f"estimated disk use {_gib(disk_bytes)} ({detail}) exceeds the free disk "
-                        f"{_gib(usage.free)} at {probe}; log less often (train.log_every) or pass --allow-large")
+                        f"{_gib(usage.free)} at {probe}; make the runs smaller (fewer seeds or steps, train.log_every, "
+                        "checkpoints or snapshots), free disk, or pass --allow-large")
 
 
 # -------------------------------------------------------------------- directories
