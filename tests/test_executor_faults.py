@@ -331,3 +331,29 @@ def test_slurm_with_cluster_local_runs_without_sbatch(cli, tmp_path, monkeypatch
     assert code == 0 and stdout.startswith("1 done"), (stdout, stderr)
     assert read_manifest(out / "runs" / json.loads((out / "sweep.json").read_text())["points"][0]["hash"])[
         "status"] == "done"
+
+
+def test_a_run_lock_left_by_an_exiting_worker_is_waited_for(tmp_path):
+    """A killed worker releases the sweep's lock and the run folder's lock one after the other:
+    the next sweep, holding the first, waits for the second instead of failing the run."""
+    import threading
+
+    from stagewise.orchestrate.sweep import counts, run_local
+    from stagewise.orchestrate.sweepplan import SweepSpec, plan
+    from stagewise.runs import RunLock
+
+    (point,) = plan(SweepSpec.model_validate({"lab": "ntp", "preset": "example1", "set": {"train.steps_stage2": 20},
+                                              "axes": {"seed": [0]}}))
+    from stagewise.orchestrate.sweep import new_index
+    from stagewise.orchestrate.sweepplan import fold_points
+
+    (tmp_path / "sweep.json").write_text(json.dumps(new_index(fold_points([point]), "ntp")))  # the killed sweep's
+    from stagewise.labs import get_lab
+    from stagewise.orchestrate import prepare
+
+    run_dir = tmp_path / "runs" / point.hash
+    prepare(get_lab("ntp"), point.config(), run_dir)  # the killed run had started: manifest 'running'
+    exiting = RunLock(run_dir).acquire()
+    threading.Timer(1.5, exiting.release).start()
+    results = run_local([point], tmp_path, "ntp", max_parallel=1)
+    assert counts(results)["done"] == 1, results

@@ -43,6 +43,7 @@ from .executor_options import ExecutorOptions  # noqa: F401 (re-exported: the op
 from .runner import execute_spec
 
 HELD_POLL_S = 0.5       # how often a waiting sweep retries a lock another process holds
+RUN_LOCK_GRACE_S = 30.0  # a run folder lock still held under the sweep lock: its exiting holder gets this long
 WORKER_DEATHS = 2       # a task whose worker dies this many times is marked failed (killed, out of memory)
 RAY_POLL_S = 1.0        # ray.wait timeout, so a stop request is seen within a second
 SLURM_POLL_S = 1.0      # how often submitit jobs are polled
@@ -77,6 +78,20 @@ def os_failure(err: OSError, doing: str) -> str:
     return f"{reason[:1].lower()}{reason[1:]}: {doing}{where}" + (f"; {note}" if note else "")
 
 
+def _when_free(call: Callable[[], Any]) -> Any:
+    """``call()``, retried while the run folder's own lock is held (LockHeld) for up to
+    :data:`RUN_LOCK_GRACE_S`: with the sweep's lock taken, its holder is a process that is
+    exiting (a killed worker releases its two locks one after the other), not a writer."""
+    deadline = time.monotonic() + RUN_LOCK_GRACE_S
+    while True:
+        try:
+            return call()
+        except LockHeld:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(HELD_POLL_S)
+
+
 def run_task(spec_json: str, root: str, key: str, block: bool = False, catch_stop: bool = True,
              allow_large: bool = False, sinks: tuple[str, ...] = ()) -> tuple[str, str | None]:
     """(status, error) of one task: ``done`` (ran now), ``skipped`` (done before), ``failed``
@@ -103,7 +118,8 @@ def run_task(spec_json: str, root: str, key: str, block: bool = False, catch_sto
             if (run_dir / "manifest.json").is_file() and read_manifest(run_dir).get("status") == "done":
                 return "skipped", None
             doing = f"running into {run_dir}"
-            manifest = execute_spec(spec, run_dir, allow_large=allow_large, sinks=sinks, raise_on_failure=True)
+            manifest = _when_free(lambda: execute_spec(spec, run_dir, allow_large=allow_large, sinks=sinks,
+                                                       raise_on_failure=True))
         finally:
             lock.release()
         if manifest.get("status") == "done":
