@@ -16,7 +16,7 @@ LAYERS = [
     ("measure/report", ("stagewise.measure", "stagewise.report")),
     ("labs", ("stagewise.labs",)),
     ("orchestrate", ("stagewise.orchestrate",)),
-    ("cli", ("stagewise.cli", "stagewise.cli_lm", "stagewise.cli_sweep")),
+    ("cli", ("stagewise.cli", "stagewise.cli_lm", "stagewise.cli_sweep", "stagewise.testing")),
 ]
 
 

@@ -28,13 +28,13 @@ import torch
 from pydantic import BaseModel
 
 from ..errors import UserError
-from ..report.claims import Claim, Summary
+from ..report.claims import Claim, ClaimSpec, Summary
 from ..runs.context import Checkpoint
 
 if TYPE_CHECKING:
     from .spec import RunSpec
 
-__all__ = ["Checkpoint", "Claim", "Lab", "Reproduction", "Resources", "RunContext", "RunResult", "Summary", "Tables"]
+__all__ = ["Checkpoint", "Claim", "ClaimSpec", "Lab", "Reproduction", "Resources", "RunContext", "RunResult", "Summary", "Tables"]
 
 
 class RunContext(Protocol):
@@ -137,6 +137,10 @@ class Lab:
     """Overrides for a seconds-long run with several checkpoints (the conformance test's run)."""
     key_metrics: tuple[str, ...] = ()
     """Names in ``summary.per_seed`` that sweeps plot by default against each axis (most telling first)."""
+    claims: tuple[ClaimSpec, ...] = ()
+    """The lab's declared claims (``stagewise claims LAB``): every claim in a summary instantiates one (``spec_id``)."""
+    conformance_skips: Mapping[str, str] = field(default_factory=dict)
+    """Checks of :func:`stagewise.testing.check_lab` this lab declares it cannot pass: check name -> reason."""
 
     def preset_overrides(self, preset: str | None) -> dict[str, Any]:
         """The overrides of a named preset (None: the lab's defaults); one-line error otherwise."""

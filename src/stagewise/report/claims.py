@@ -1,37 +1,240 @@
-"""The summary every lab writes (``summary.json``) and the claim records in it.
+"""Claims as data, and the summary every lab writes (``summary.json``).
+
+A claim is **declared** before any run, as a :class:`ClaimSpec` in the lab's
+``claimspecs.py`` (``Lab.claims``; ``stagewise claims LAB`` lists them without running
+anything): its statement, its :class:`Source` (paper and theorem / figure / section, a
+reviewer, or our own check), the measured quantity, the relation and threshold it is judged
+by, the attainable floor where one exists, and the control that must make it fail.
+
+After a run, :meth:`ClaimSpec.result` turns the measured per-seed values into a
+:class:`Claim`: the declaration's fields plus the value(s), the per-seed pass fraction and
+the verdict, in one vocabulary everywhere (:data:`VERDICTS`): ``holds`` / ``fails`` /
+``not testable`` (with the reason). A claim over seeds (``over="every"``) holds when every
+seed's value passes; its ``value`` is the worst seed's. An ensemble claim (``over="run"``)
+is one value for the whole run.
 
 :class:`Summary` is shared by all labs: ``final`` (metric -> mean/min/max over seeds at the
 last step), ``per_seed`` (seed -> values), ``claims`` (:class:`Claim`) and ``details``
 (lab-specific results: fitted rates, stage tables, targets). ``show``, ``reproduce`` and
-reports read only this model.
-
-A claim's ``holds`` is computed from logged metrics with thresholds fixed before the run:
-``True`` / ``False``, or ``None`` when the claim is not testable in this run (the reason is
-in ``evidence``).
+reports read only this model. ``schema_version`` 2 added the declared fields; version-1
+summaries (claims with ``holds`` and ``evidence`` only) still read, their claims with
+``source`` None.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import UserError
 
+SCHEMA_VERSION = 2
+"""summary.json's schema: 1 = claims as (id, statement, holds, evidence); 2 = declared claims."""
+
+SourceKind = Literal["paper1", "paper2", "reviewer", "own"]
+SOURCE_GROUPS: dict[str, str] = {
+    "paper1": "paper 1: Gong et al., arXiv 2502.20681 (disentangled features)",
+    "paper2": "paper 2: Huang, Liang, Yang, NeurIPS 2024 (next-token prediction)",
+    "reviewer": "reviewers",
+    "own": "own checks",
+}
+"""Source kinds in report order, with the heading each group gets."""
+
+Verdict = Literal["holds", "fails", "not testable"]
+VERDICTS: tuple[str, ...] = ("holds", "fails", "not testable")
+Relation = Literal[">=", ">", "<=", "<"]
+_PASSES = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less}
+
+
+class Source(BaseModel):
+    """Where a claim comes from: ``kind`` (:data:`SOURCE_GROUPS`) and ``where`` in it
+    ("Theorem 3", "Figure 2", "Section 4.2", "review: the proof of Lemma 5", "Example 1")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: SourceKind
+    where: str = Field(min_length=1)
+
+    def label(self) -> str:
+        """Short form for tables: ``paper 2, Theorem 3`` / ``reviewers, ...`` / ``own check, ...``."""
+        head = {"paper1": "paper 1", "paper2": "paper 2", "reviewer": "reviewer", "own": "own check"}[self.kind]
+        return f"{head}, {self.where}"
+
+
+def paper1(where: str) -> Source:
+    return Source(kind="paper1", where=where)
+
+
+def paper2(where: str) -> Source:
+    return Source(kind="paper2", where=where)
+
+
+def reviewer(where: str) -> Source:
+    return Source(kind="reviewer", where=where)
+
+
+def own(where: str) -> Source:
+    return Source(kind="own", where=where)
+
+
+def _finite_or_none(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class ClaimSpec(BaseModel):
+    """A claim declared before any run: what is measured and how it is judged.
+
+    The claim holds when ``quantity relation threshold`` (e.g. ``min over samples of the
+    optimal attention mass >= 0.99``) is true for every seed (``over="every"``) or for the
+    run's one value (``over="run"``). ``floor`` says what the model can attain where a loss
+    or error is judged ("" when no floor applies); ``control`` names the run or ablation in
+    which the claim must fail (the falsifiability check).
+
+    ``id`` may be a family: results with ``case`` get the id ``{id}_{case}``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_]+$")
+    statement: str = Field(min_length=1)
+    source: Source
+    quantity: str = Field(min_length=1)
+    relation: Relation
+    threshold: float = Field(allow_inf_nan=False)
+    unit: str = ""
+    floor: str = ""
+    control: str = Field(min_length=1)
+    over: Literal["every", "run"] = "every"
+
+    def condition(self) -> str:
+        """``quantity relation threshold`` as text."""
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{self.quantity} {self.relation} {self.threshold:g}{unit}"
+
+    def passes(self, values: Any) -> np.ndarray:
+        """Bool array: which values pass (a non-finite value never passes)."""
+        arr = np.asarray(values, dtype=float).reshape(-1)
+        with np.errstate(invalid="ignore"):
+            return np.isfinite(arr) & _PASSES[self.relation](arr, self.threshold)
+
+    def _declared(self, case: str | None) -> dict[str, Any]:
+        cid = self.id if case is None else f"{self.id}_{case}"
+        return dict(id=cid, spec_id=self.id, statement=self.statement, source=self.source, quantity=self.quantity,
+                    relation=self.relation, threshold=self.threshold, unit=self.unit, floor=self.floor,
+                    control=self.control)
+
+    def result(self, values: Any, evidence: str = "", *, seeds: Sequence[int] | None = None,
+               case: str | None = None, statement: str | None = None) -> "Claim":
+        """The verdict from the measured value(s).
+
+        ``values``: one number (``over="run"``, or one seed), a sequence in the order of
+        ``seeds``, or a mapping seed -> value. With ``over="every"`` the claim holds when
+        every seed passes and ``value`` is the worst seed's (the smallest for ``>=``/``>``,
+        the largest for ``<=``/``<``; a non-finite value is the worst)."""
+        if isinstance(values, Mapping):
+            keys = [str(k) for k in values]
+            arr = np.asarray([float(v) if v is not None else math.nan for v in values.values()], dtype=float)
+        else:
+            arr = np.asarray(values, dtype=float).reshape(-1)
+            keys = [str(s) for s in seeds] if seeds is not None and len(seeds) == arr.size else [str(i) for i in range(arr.size)]
+        if arr.size == 0:
+            return self.not_testable("no measured value", evidence, case=case, statement=statement)
+        ok = self.passes(arr)
+        if self.over == "run" and arr.size != 1:
+            raise ValueError(f"claim {self.id}: over='run' takes one value, got {arr.size}")
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            worst = math.nan
+        else:
+            worst = float(arr.min() if self.relation in (">=", ">") else arr.max())
+        fields = self._declared(case)
+        if statement is not None:
+            fields["statement"] = statement
+        holds = bool(ok.all())
+        return Claim(**fields, holds=holds, verdict="holds" if holds else "fails", evidence=evidence,
+                     value=_finite_or_none(worst),
+                     per_seed={} if self.over == "run" else {k: _finite_or_none(v) for k, v in zip(keys, arr)},
+                     pass_fraction=float(ok.mean()))
+
+    def not_testable(self, reason: str, evidence: str = "", *, case: str | None = None,
+                     statement: str | None = None, values: Any = None, seeds: Sequence[int] | None = None) -> "Claim":
+        """The claim cannot be tested in this run (``reason``: why). Measured ``values``, if
+        any, are kept (with what the verdict would have been, in the evidence)."""
+        fields = self._declared(case)
+        if statement is not None:
+            fields["statement"] = statement
+        value, per_seed, fraction = None, {}, None
+        if values is not None:
+            measured = self.result(values, evidence, seeds=seeds, case=case)
+            value, per_seed, fraction = measured.value, measured.per_seed, measured.pass_fraction
+            outcome = "would hold" if measured.holds else "would fail"
+            evidence = f"measured ({outcome}): {evidence}" if evidence else f"measured: {outcome}"
+        return Claim(**fields, holds=None, verdict="not testable", reason=reason, evidence=evidence,
+                     value=value, per_seed=per_seed, pass_fraction=fraction)
+
 
 class Claim(BaseModel):
-    """One tested statement: ``holds`` computed from logged metrics, ``evidence`` the numbers."""
+    """One tested claim: the declaration (:class:`ClaimSpec`'s fields, ``source`` None in
+    version-1 summaries) plus the measurement and the verdict.
+
+    ``holds`` is True / False / None (not testable) and always agrees with ``verdict``;
+    ``value`` is the judged value (the worst seed's), ``per_seed`` seed -> value,
+    ``pass_fraction`` the fraction of seeds that pass, ``reason`` why a claim is not
+    testable, ``evidence`` the numbers in words."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(min_length=1)
     statement: str
     holds: bool | None
-    evidence: str
+    evidence: str = ""
+    verdict: Verdict | None = None
+    spec_id: str | None = None
+    source: Source | None = None
+    quantity: str = ""
+    relation: Relation | None = None
+    threshold: float | None = None
+    unit: str = ""
+    floor: str = ""
+    control: str = ""
+    value: float | None = None
+    per_seed: dict[str, float | None] = Field(default_factory=dict)
+    pass_fraction: float | None = None
+    reason: str = ""
+
+    @model_validator(mode="after")
+    def _agree(self) -> "Claim":
+        expected = "not testable" if self.holds is None else "holds" if self.holds else "fails"
+        if self.verdict is None:
+            object.__setattr__(self, "verdict", expected)
+        elif self.verdict != expected:
+            raise ValueError(f"claim {self.id}: verdict {self.verdict!r} disagrees with holds={self.holds}")
+        return self
+
+    def condition(self) -> str:
+        """``quantity relation threshold`` ("" for an undeclared, version-1 claim)."""
+        if self.relation is None or self.threshold is None:
+            return ""
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{self.quantity} {self.relation} {self.threshold:g}{unit}"
+
+    def with_not_testable(self, reason: str) -> "Claim":
+        """This claim made not testable (e.g. the data are outside the theory's assumptions),
+        its measurement kept and its would-be outcome in the evidence."""
+        if self.holds is None:
+            return self.model_copy(update={"reason": f"{self.reason}; also {reason}" if self.reason else reason})
+        outcome = "would hold" if self.holds else "would fail"
+        return self.model_copy(update={"holds": None, "verdict": "not testable", "reason": reason,
+                                       "evidence": f"measured ({outcome}): {self.evidence}"})
 
 
 class Stats(BaseModel):
@@ -65,6 +268,7 @@ class Summary(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    schema_version: int = SCHEMA_VERSION
     lab: str
     seeds: list[int]
     final: dict[str, Stats] = Field(default_factory=dict)
@@ -72,11 +276,19 @@ class Summary(BaseModel):
     claims: list[Claim] = Field(default_factory=list)
     details: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _version(cls, data: Any) -> Any:
+        """A summary written before schema_version existed is version 1."""
+        if isinstance(data, dict) and "schema_version" not in data:
+            data = {**data, "schema_version": 1}
+        return data
+
     def counts(self) -> dict[str, int]:
-        """Claims that hold / do not hold / are not testable."""
-        out = {"holds": 0, "fails": 0, "untestable": 0}
+        """Claims per verdict: {"holds": k, "fails": k, "not testable": k}."""
+        out = dict.fromkeys(VERDICTS, 0)
         for c in self.claims:
-            out["holds" if c.holds else "untestable" if c.holds is None else "fails"] += 1
+            out[str(c.verdict)] += 1
         return out
 
     def to_json(self) -> dict[str, Any]:

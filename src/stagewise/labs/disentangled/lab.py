@@ -7,6 +7,7 @@ from typing import Any
 from ...config import deep_merge
 from ...engine import resolve_device
 from ...errors import UserError
+from .claimspecs import CLAIMS
 from ..contract import Lab, RunContext, RunResult
 from ..spec import reproduction
 from .config import Config
@@ -101,7 +102,7 @@ def run(config: Config, ctx: RunContext) -> RunResult:
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
           summarize=summarize, make_figures=make_figures, estimate=estimate,
-          key_metrics=("test.K1.p_queries", "test.K2.q_queries", "test.acc.p_only", "test.acc.q_only"),
+          claims=CLAIMS, key_metrics=("test.K1.p_queries", "test.K2.q_queries", "test.acc.p_only", "test.acc.q_only"),
           smoke={"n_seeds": 2, "data": {"d": 6, "prompt_len": 6, "n_train": 40, "n_test": 60},
                  "train": {"steps": 40, "t1": 15, "log_every": 5, "spectrum_every": 10, "checkpoint_every": 7}})
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from ...engine import resolve_device, resolve_dtype
 from ...engine.perf import training_threads
+from .claimspecs import CLAIMS
 from ..contract import Lab, RunContext, RunResult
 from ..spec import reproduction
 from .config import Config
@@ -104,7 +105,7 @@ def _auto_threads(config: Config) -> int:
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
           summarize=summarize, make_figures=make_figures, estimate=estimate,
-          key_metrics=("train.loss", "train.accuracy", "train.type_correct", "train.semantic_correct"),
+          claims=CLAIMS, key_metrics=("train.loss", "train.accuracy", "train.type_correct", "train.semantic_correct"),
           smoke={"task": {"name": "counterfact", "limit": 8}, "model": {"compact_vocab": True,
                                                                         "tiny": {"n_layer": 1, "n_embd": 16, "n_head": 2}},
                  "train": {"epochs": 3, "batch_size": 8, "lr": 1e-2, "log_every": 1, "checkpoint_every": 1}})

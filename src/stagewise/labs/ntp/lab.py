@@ -10,6 +10,7 @@ import pandas as pd
 import torch
 
 from ...engine import resolve_device
+from .claimspecs import CLAIMS
 from ..contract import Lab, RunContext, RunResult
 from ..spec import reproduction
 from .config import Config
@@ -183,7 +184,7 @@ def figures(config: Config, frame: pd.DataFrame, tables, summary, folder):
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
           summarize=summarize_run, make_figures=figures, estimate=estimate,
-          key_metrics=("loss", "gen_acc", "cos_wkq", "cos_wov"),
+          claims=CLAIMS, key_metrics=("loss", "gen_acc", "cos_wkq", "cos_wov"),
           smoke={"n_seeds": 2, "data": {"vocab_size": 6}, "train": {"steps_stage1": 12, "steps_stage2": 24, "checkpoint_every": 7}})
 
 __all__ = ["LAB"]
