@@ -190,12 +190,12 @@ def main() -> None:
     rows, batched = [], {}
     for n in args.sizes:
         config = preset(n, args.steps1, args.steps2, threads=args.threads)
-        build_s, problem = timed(lambda: build_problem(config), 1)
-        train_s, params = timed(lambda: train(config, problem), args.repeats)
+        build_s, problem = timed(lambda config=config: build_problem(config), 1)
+        train_s, params = timed(lambda config=config, problem=problem: train(config, problem), args.repeats)
         batched[n] = params
         metrics_s = None
         if not args.no_metrics:
-            def with_metrics():
+            def with_metrics(config=config, problem=problem):
                 logger = MemoryContext(problem.seeds)
                 train(config, problem, logger)
                 return logger

@@ -43,7 +43,7 @@ def _config(lab_name: str, preset: str | None, args: list[str]):
 
     lab = get_lab(lab_name)
     cls = lab.Config
-    presets = getattr(lab, "presets", None) or getattr(lab, "PRESETS")
+    presets = getattr(lab, "presets", None) or lab.PRESETS
     over = presets[preset][1] if preset else {}
     sets = [args[i + 1] for i in range(len(args)) if args[i] == "--set"]
     extra = {"n_seeds": int(args[args.index("--seeds") + 1])} if "--seeds" in args else None
@@ -66,7 +66,7 @@ def _time_ntp(config, logged: bool) -> float:
 
     train_module = importlib.import_module("stagewise.labs.ntp.train")  # (earlier versions re-export a function `train`)
 
-    fn = getattr(train_module, "train_two_stage", None) or getattr(train_module, "train")
+    fn = getattr(train_module, "train_two_stage", None) or train_module.train
     problem = build_problem(config)
     ctx = _memory_ctx(problem.seeds) if logged else None
     start = time.perf_counter()

@@ -41,11 +41,13 @@ class Browser:
 @dataclass(frozen=True)
 class Rendered:
     """What the browser made of a page: title, per-img (complete, naturalWidth), the
-    screenshot as an (H, W, C) float array in [0, 1]."""
+    screenshot as an (H, W, C) float array in [0, 1], and the page height in CSS pixels
+    (``document.documentElement.scrollHeight`` at the ``WINDOW`` width: how far a reader scrolls)."""
 
     title: str
     images: tuple[tuple[bool, int], ...]
     screenshot: np.ndarray
+    height: int = 0
 
     @property
     def pixel_std(self) -> float:
@@ -84,14 +86,15 @@ class HeadlessChromium:
         self.driver.set_page_load_timeout(PAGE_LOAD_TIMEOUT_S)
 
     def render(self, html: Path) -> Rendered:
-        """Load ``html`` (file URL), wait for the load event, report title, images, screenshot."""
+        """Load ``html`` (file URL), wait for the load event, report title, images, screenshot, height."""
         import matplotlib.image
 
         self.driver.get(Path(html).resolve().as_uri())
         images = self.driver.execute_script(
             "return Array.from(document.images).map(i => [i.complete, i.naturalWidth]);")
+        height = int(self.driver.execute_script("return document.documentElement.scrollHeight;"))
         shot = matplotlib.image.imread(io.BytesIO(self.driver.get_screenshot_as_png()), format="png")  # (H, W, C)
-        return Rendered(self.driver.title, tuple((bool(c), int(w)) for c, w in images), np.asarray(shot, float))
+        return Rendered(self.driver.title, tuple((bool(c), int(w)) for c, w in images), np.asarray(shot, float), height)
 
     def close(self) -> None:
         self.driver.quit()

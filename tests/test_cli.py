@@ -45,9 +45,9 @@ def test_bad_dataset_one_line_exit_2(cli, tmp_path, name):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--set", "train.eta0=-0.1"], "train.eta0=-0.1: must be greater than 0"),
-    (["--set", "train.eta=.nan"], "train.eta"),
-    (["--set", "train.etaa=1"], "did you mean 'train.eta'"),
+    (["--set", "train.lr_stage1=-0.1"], "train.lr_stage1=-0.1: must be greater than 0"),
+    (["--set", "train.lr_stage2=.nan"], "train.lr_stage2"),
+    (["--set", "train.etaa=1"], "did you mean 'train.lr_stage2'"),  # a typo of an old name suggests the new one
     (["--set", "data.vocab_size=2"], "data.vocab_size=2"),
     (["--set", "data.dim=5"], "data.dim=5: must be >= |V| = 20"),
     (["--seeds", "0"], "--seeds 0"),
@@ -116,3 +116,103 @@ def test_stages_command_any_lab(cli, tmp_path):
     assert code == 2 and "no_such_metric" in stderr
     code, _, stderr = cli("stages", str(out), "bad-criterion")
     assert code == 2 and "expected NAME=METRIC>=THRESHOLD" in stderr
+
+
+# --------------------------------------------------------------------------- version, claims, show verdicts
+def test_version_prints_the_package_metadata_version(cli):
+    from importlib.metadata import version
+
+    code, out, err = cli("--version")
+    assert code == 0 and err == "" and out.strip() == f"stagewise {version('stagewise')}"
+
+
+def test_sink_help_keeps_the_extras_brackets(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")  # one line per option: the extras are not wrapped apart
+    code, out, _ = cli("run", "--help")
+    assert code == 0 and "'.[tensorboard]'" in out and "'.[wandb]'" in out, out
+
+
+def _fake_lab(monkeypatch, claims):
+    """A registered lab 'fake' (ntp's functions) that declares ``claims``."""
+    from dataclasses import replace
+
+    from stagewise.labs import REGISTRY, get_lab
+
+    monkeypatch.setitem(REGISTRY._modules, "fake", "stagewise.labs.ntp.lab")
+    monkeypatch.setitem(REGISTRY._labs, "fake", replace(get_lab("ntp"), name="fake", claims=tuple(claims)))
+
+
+def _specs():
+    from stagewise.report.claims import ClaimSpec, own, paper1, paper2, reviewer
+
+    base = dict(quantity="min cos", relation=">=", threshold=0.9, control="shuffled labels")
+    return [ClaimSpec(id="own_a", statement="ours", source=own("Section 9"), **base),  # declared first, listed last
+            ClaimSpec(id="p2_thm3", statement="converges in direction", source=paper2("Theorem 3"), floor="0 at the optimum",
+                      **base),
+            ClaimSpec(id="rev_q1", statement="reviewer asks", source=reviewer("review: Q1"), **base),
+            ClaimSpec(id="p1_fig2", statement="two stages", source=paper1("Figure 2"), **base)]
+
+
+def test_claims_lists_declared_specs_grouped_by_source_in_report_order(cli, monkeypatch):
+    from stagewise.report.claims import SOURCE_GROUPS
+
+    specs = _specs()
+    _fake_lab(monkeypatch, specs)
+    monkeypatch.setenv("COLUMNS", "300")
+    code, out, err = cli("claims", "fake")
+    assert code == 0 and err == "", err
+    headings = [out.index(heading) for heading in SOURCE_GROUPS.values()]
+    assert headings == sorted(headings)  # paper 1, paper 2, reviewers, own checks
+    for spec in specs:  # each row after its group's heading, with its source label, condition and control
+        at = out.index(spec.id)
+        assert out.index(SOURCE_GROUPS[spec.source.kind]) < at
+        row = out[at:].splitlines()[0]
+        assert spec.source.label() in row and spec.condition() in row and spec.control in row
+    assert "0 at the optimum" in out
+
+
+def test_claims_json_round_trips_the_specs(cli, monkeypatch):
+    from stagewise.report.claims import ClaimSpec
+
+    specs = _specs()
+    _fake_lab(monkeypatch, specs)
+    code, out, _ = cli("claims", "fake", "--json")
+    assert code == 0 and [ClaimSpec.model_validate(item) for item in json.loads(out)] == specs
+
+
+def test_claims_of_the_real_labs_and_unknown_lab(cli, monkeypatch):
+    from stagewise.labs import get_lab
+
+    monkeypatch.setenv("COLUMNS", "300")  # ids are not wrapped
+    for name in ("ntp", "disentangled", "lm"):
+        code, out, _ = cli("claims", name, "--json")
+        assert code == 0 and [item["id"] for item in json.loads(out)] == [c.id for c in get_lab(name).claims]
+        code, out, _ = cli("claims", name)
+        assert code == 0 and (all(c.id in out for c in get_lab(name).claims) if get_lab(name).claims else "declares no claims" in out)
+    code, out, err = cli("claims", "ntpp")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "did you mean 'ntp'" in err
+
+
+def test_show_prints_verdicts_with_value_and_reason_undeclared_last(cli, tmp_path, monkeypatch):
+    from stagewise.report.claims import Claim, Summary
+
+    holds, fails, untested, _ = _specs()
+    claims = [Claim(id="old_v1", statement="a version-1 claim", holds=True, evidence="ok"),  # no source: the undeclared group, at the end
+              holds.result([0.95, 0.97], "cos high", seeds=[0, 1]),
+              fails.result([0.95, 0.5], "one seed low", seeds=[0, 1]),
+              untested.not_testable("needs T1 >= 8000")]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"lab": "ntp", "status": "done", "config_hash": "abc", "seeds": [0, 1]}))
+    (run / "summary.json").write_text(json.dumps(Summary(lab="ntp", seeds=[0, 1], claims=claims).to_json()))
+    monkeypatch.setenv("COLUMNS", "300")
+    code, out, err = cli("show", str(run))
+    assert code == 0 and err == "", err
+    rows = {c.id: next(line for line in out.splitlines() if f"{c.id}:" in line) for c in claims}
+    assert "holds" in rows["own_a"] and "0.95" in rows["own_a"]  # the worst seed's value
+    assert "fails" in rows["p2_thm3"] and "0.5" in rows["p2_thm3"]
+    assert "not testable" in rows["rev_q1"] and "needs T1 >= 8000" in rows["rev_q1"]
+    assert "holds" in rows["old_v1"]
+    assert not any(word in out.split() for word in ("yes", "no", "untestable"))
+    assert out.index("undeclared") > max(out.index(c.id + ":") for c in claims[1:])
+    assert out.index("undeclared") < out.index("old_v1:")

@@ -57,10 +57,10 @@ def _suggested(message: str) -> list[str]:
 
 
 @pytest.mark.parametrize("lab,key,best", [
-    ("ntp", "eta", "train.eta"),  # a leaf given without its section
+    ("ntp", "eta", "train.lr_stage2"),  # an old leaf name given without its section: the field's new path
     ("ntp", "vocab", "data.vocab_size"),  # one word of a leaf's name
-    ("ntp", "train.etta", "train.eta"),  # a typo inside a section
-    ("ntp", "trian.eta", "train.eta"),  # a typo in the section name
+    ("ntp", "train.etta", "train.lr_stage2"),  # a typo of an old name inside a section
+    ("ntp", "trian.lr_stage1", "train.lr_stage1"),  # a typo in the section name
     ("ntp", "sede", "seed"),  # a top-level typo
     ("ntp", "model.dim", "data.dim"),  # a leaf in the wrong section
     ("disentangled", "steps", "train.steps"),
@@ -90,7 +90,7 @@ def test_cli_unknown_key_is_one_line_with_the_full_path_and_nothing_is_made(cli,
     monkeypatch.chdir(tmp_path)
     code, out, err = cli("run", "ntp", "--set", "eta=0.1")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert err.startswith("error: --set eta: ") and "did you mean 'train.eta'" in err
+    assert err.startswith("error: --set eta: ") and "did you mean 'train.lr_stage2'" in err
     assert list(tmp_path.iterdir()) == []
 
 

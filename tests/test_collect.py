@@ -1,7 +1,8 @@
 """`sweep collect`: one row per (point, seed) with the axes, the summaries' per-seed values,
 stage onsets and run-level claims; failed runs marked; Parquet round trip; a folded index
-gives the rows of the unfolded sweep; figures written; report-spec errors; the three sweep
-figures on a synthetic table."""
+gives the rows of the unfolded sweep; figures written; report-spec errors (claims checked
+against the lab's); the claims' measured values per seed; the sweep figures on a synthetic
+table, onsets only of stages some run reached."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 
 from stagewise.errors import UserError
 from stagewise.labs import registry
-from stagewise.orchestrate.collect import check_report_spec, collect, collect_frame, figure_plan, stage_columns
+from stagewise.orchestrate.collect import check_report_spec, collect, collect_frame, stage_columns
+from stagewise.orchestrate.sweepplot import figure_plan
 from stagewise.orchestrate.sweep import run_local
 from stagewise.orchestrate.sweepplan import SweepSpec, plan
 from stagewise.report.claims import read_summary
@@ -92,6 +94,8 @@ def test_rows_axes_finals_stages_and_claims(swept):
             assert row["stage.stage2_start"] == BASE["set"]["train.steps_stage1"] + 1
             for c in summary.claims:
                 assert (row[f"claim.{c.id}"] is pd.NA) if c.holds is None else (row[f"claim.{c.id}"] == c.holds)
+                value = c.per_seed.get(str(row["seed"]), c.value) if c.per_seed else c.value
+                assert math.isnan(row[f"claim_value.{c.id}"]) if value is None else row[f"claim_value.{c.id}"] == value
             testable = [c.holds for c in summary.claims if c.holds is not None]
             assert row["claims_all_hold"] == all(testable)
             assert row["claims_holding_fraction"] == pytest.approx(sum(testable) / len(testable))
@@ -181,11 +185,21 @@ def test_stage_columns_naming():
     ({"phase": [{"x": "a", "y": "b", "value": "final.loss<=small"}]}, "is not a number"),
     ({"onsets": [{"stage": "s", "axis": "c"}]}, r"onsets\[0\].axis='c': not an axis"),
     ({"onsets": [{"stage": 3, "axis": "a"}]}, r"onsets\[0\].stage=3: expected a non-empty string"),
+    ({"claims": "cos_wkq_to_one"}, "claims='cos_wkq_to_one': expected a list of claim ids"),
+    ({"claims": [""]}, "claims=.*expected a list of claim ids"),
 ])
 def test_check_report_spec_errors(report, message):
     with pytest.raises(UserError, match=message) as err:
         check_report_spec(report, ["a", "b"])
     assert len(err.value.messages) == 1
+
+
+def test_report_claims_must_be_claims_of_the_lab():
+    ids = [c.id for c in registry.REGISTRY["ntp"].claims]
+    check_report_spec({"claims": [ids[0], f"{ids[0]}_case"]}, ["a"], lab="ntp")  # a declared id and a case of it
+    with pytest.raises(UserError, match="'no_such_claim' is not a claim of the lab; claims: ") as err:
+        check_report_spec({"claims": [ids[0], "no_such_claim"]}, ["a"], lab="ntp")
+    assert len(err.value.messages) == 1 and "\n" not in err.value.messages[0]
 
 
 def test_check_report_spec_accepts_a_good_spec():
@@ -261,6 +275,18 @@ def test_metric_and_onset_figures():
     never = int(((frame["status"] == "done") & frame["stage.s"].isna()).sum())
     assert f"{never} finished rows never reach it" in onset.axes[0].get_title()
     assert f"{never} never" in texts(onset)
+
+
+def test_onsets_only_of_reached_stages_the_others_named():
+    frame = synthetic().assign(**{"stage.z": math.nan})  # z: reached by no run
+    index = {"lab": None, "axes": ["eta", "noise"], "report": {"metrics": [], "phase": []}}
+    plan_, warnings = figure_plan(frame, index)
+    names = [name for name, _ in plan_]
+    assert "onset_stage.s_vs_eta" in names and not any("stage.z" in n for n in names) and warnings == []
+    fig = dict(plan_)["onset_stage.s_vs_eta"]()
+    assert "never reached by any run: z" in fig.axes[0].get_title()
+    asked = figure_plan(frame, {**index, "report": {**index["report"], "onsets": [{"stage": "z", "axis": "eta"}]}})
+    assert not any("onset" in n for n, _ in asked[0]) and "reached by no run" in asked[1][0]
 
 
 def test_default_figure_plan(swept):

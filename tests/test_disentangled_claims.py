@@ -17,7 +17,7 @@ from stagewise.labs.disentangled.claims import LOG2, REVIEW_FLOOR, stage_claims,
 from stagewise.labs.disentangled.config import Config
 from stagewise.labs.disentangled.data import KIND_P_FLIPPED, DataSpec, geometry, sample_prompts, validate_spec
 from stagewise.labs.disentangled.metrics import review_metrics, signal_metrics
-from stagewise.labs.disentangled.summary import bound_claim
+from stagewise.labs.disentangled.summary import bound_claims
 from stagewise.labs.disentangled.train import (
     Member, build_ensemble, learning_rate, members_from_config, noise_std, shuffle_targets,
 )
@@ -152,20 +152,30 @@ def test_per_seed_claims_against_the_control():
     assert claims["control_not_staged"].holds
     lenient = {c.id: c for c in stage_claims(small(thresholds={"seed_fraction": 0.6}), stages)}
     assert lenient["q_learned_stage2"].holds and not claims["q_learned_stage2"].holds  # 2/3 seeds
+    assert claims["q_not_learned_stage1_acc"].per_seed["1"] > 0 > claims["q_not_learned_stage1_acc"].per_seed["0"]  # outside / inside
     alone = {c.id: c for c in stage_claims(config, run)}
-    assert alone["q_not_learned_stage1"].holds is None and "control_not_staged" not in alone
+    assert alone["q_not_learned_stage1_acc"].holds is None and "control" in alone["q_not_learned_stage1_acc"].reason
+    assert alone["q_not_learned_stage1"].holds is True  # the loss part needs no control: K2 within 0.05 log 2 of log 2
+    assert "control_not_staged" not in alone
 
 
 def test_bound_claim_is_a_report_unless_the_range_is_covered():
     def rows(ds, ls, k1):
         return [{"d": d, "L": L, "K1.p_queries_stage1": k} for d, L, k in zip(ds, ls, k1)]
 
-    short = bound_claim(rows([8, 16, 32], [20, 30, 40], [0.3, 0.2, 0.1]))
-    assert short.holds is None and "report only" in short.evidence
+    def verdicts(found):
+        return {c.id: c.holds for c in found}
+
+    short = bound_claims(rows([8, 16, 32], [20, 30, 40], [0.3, 0.2, 0.1]))
+    assert all(c.holds is None and "report only" in c.reason for c in short) and short[0].value == 0.1
     need = [math.ceil(3 * math.sqrt(d) * math.log(d)) for d in (16, 64, 512)]
-    assert bound_claim(rows([16, 64, 512], need, [0.3, 0.1, 0.04])).holds is True
-    assert bound_claim(rows([16, 64, 512], need, [0.3, 0.1, 0.31])).holds is False  # at the floor, not at 0
-    assert bound_claim(rows([16, 64, 512], [n - 1 for n in need], [0.3, 0.1, 0.04])).holds is None  # L too short
+    assert verdicts(bound_claims(rows([16, 64, 512], need, [0.3, 0.1, 0.04]))) == \
+        {"bound_tends_to_zero": True, "bound_monotone": True}
+    at_floor = verdicts(bound_claims(rows([16, 64, 512], need, [0.3, 0.1, 0.31])))  # at the floor, not at 0, and rising
+    assert at_floor == {"bound_tends_to_zero": False, "bound_monotone": False}
+    assert verdicts(bound_claims(rows([16, 64, 512], need, [0.3, 0.02, 0.025]))) == \
+        {"bound_tends_to_zero": True, "bound_monotone": True}  # a rise within MONOTONE_TOL
+    assert all(c.holds is None for c in bound_claims(rows([16, 64, 512], [n - 1 for n in need], [0.3, 0.1, 0.04])))  # L too short
 
 
 def test_data_variants_are_tested_on_their_own_distribution():

@@ -274,6 +274,7 @@ def test_resume_with_a_lock_that_is_a_directory(cli, tmp_path):
 
 
 def test_a_sweep_lock_that_is_a_directory_fails_that_run(cli, tmp_path):
+    from stagewise.labs import spec_config, spec_lab
     from stagewise.orchestrate import start_run
 
     spec = write_spec(tmp_path / "s.yaml", axes={"seed": [0, 1]})
@@ -284,7 +285,7 @@ def test_a_sweep_lock_that_is_a_directory_fails_that_run(cli, tmp_path):
         {"label": p.label, "values": p.values, "hash": p.hash, "run_dir": f"runs/{p.hash}", "seeds": [i]}
         for i, p in enumerate(pts)]}))
     (out / "locks" / pts[0].hash / ".lock").mkdir(parents=True)  # ... where the sweep's lock of point 0 is a folder
-    started = start_run(pts[1].spec.lab_value(), pts[1].spec.config(), out / "runs" / pts[1].hash).root
+    started = start_run(spec_lab(pts[1].spec), spec_config(pts[1].spec), out / "runs" / pts[1].hash).root
     (started / ".lock").mkdir()  # the run directory's own lock of point 1 (an unfinished run, resumed)
     code, stdout, stderr = cli("sweep", str(spec), "--out", str(out), "--max-parallel", "1", "--no-collect")
     assert code == 1 and "Traceback" not in stderr, stderr

@@ -294,7 +294,7 @@ def test_dollar_token_draws_figures(cli, tmp_path):
     code, _, stderr = cli("run", "ntp", "--set", f"data.file={path}", "--set", "train.steps_stage1=5",
                           "--set", "train.steps_stage2=5", "--out", str(out), "-q")
     assert code == 0, stderr
-    assert (out / "figures" / "generalization.png").exists() and (out / "figures" / "figure2.png").exists()
+    assert (out / "tables" / "generalization.parquet").exists() and (out / "figures" / "figure2.png").exists()
 
 
 # ------------------------------------------------------------------ 9. disentangled

@@ -1,6 +1,8 @@
 """Layering you can see: core (config, errors, engine) -> runs -> measure/report -> labs ->
 orchestrate -> cli. No module imports a higher layer (function-level imports included),
-no lab imports another lab, and the module import graph has no cycles."""
+no lab imports another lab, and the module import graph has no cycles: not between layers,
+not inside one layer, and not through imports under ``if TYPE_CHECKING:`` either (a circle
+of annotations is still a circle of concepts, e.g. contract -> spec -> registry -> contract)."""
 
 from __future__ import annotations
 
@@ -16,12 +18,12 @@ LAYERS = [
     ("measure/report", ("stagewise.measure", "stagewise.report")),
     ("labs", ("stagewise.labs",)),
     ("orchestrate", ("stagewise.orchestrate",)),
-    ("cli", ("stagewise.cli", "stagewise.cli_lm", "stagewise.cli_sweep", "stagewise.testing")),
+    ("cli", ("stagewise.cli", "stagewise.cli_claims", "stagewise.cli_lm", "stagewise.cli_sweep", "stagewise.testing")),
 ]
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(SRC.parent).with_suffix("").parts
+def module_name(path: Path, root: Path = SRC.parent) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -32,26 +34,34 @@ def layer_of(module: str) -> int | None:
     return None
 
 
-def _runtime_nodes(tree: ast.AST):
-    """Every node except those under ``if TYPE_CHECKING:`` (annotations only, never imported)."""
+def _is_type_checking(test: ast.expr) -> bool:
+    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING``."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_nodes(tree: ast.AST, type_checking: bool = False):
+    """Every node except those under ``if TYPE_CHECKING:`` (annotations only, never imported);
+    with ``type_checking`` those too."""
     todo = [tree]
     while todo:
         node = todo.pop()
         yield node
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+        if not type_checking and isinstance(node, ast.If) and _is_type_checking(node.test):
             todo.extend(node.orelse)
             continue
         todo.extend(ast.iter_child_nodes(node))
 
 
-def imports_of(path: Path) -> set[str]:
-    """Absolute stagewise modules imported anywhere in the file (also inside functions)."""
-    module = module_name(path)
+def imports_of(path: Path, type_checking: bool = False, root: Path = SRC.parent, top: str = "stagewise") -> set[str]:
+    """Absolute modules under ``top`` imported anywhere in the file (also inside functions;
+    with ``type_checking`` also under ``if TYPE_CHECKING:``)."""
+    module = module_name(path, root)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     out = set()
-    for node in _runtime_nodes(ast.parse(path.read_text())):
+    for node in _runtime_nodes(ast.parse(path.read_text()), type_checking):
         if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name.startswith("stagewise")}
+            out |= {a.name for a in node.names if a.name.startswith(top)}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -59,18 +69,55 @@ def imports_of(path: Path) -> set[str]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            if target.startswith("stagewise"):
+            if target.startswith(top):
                 out.add(target)
                 for alias in node.names:  # `from . import x` may name a submodule
                     candidate = f"{target}.{alias.name}"
-                    if (SRC.parent / Path(*candidate.split("."))).with_suffix(".py").exists() or \
-                            (SRC.parent / Path(*candidate.split(".")) / "__init__.py").exists():
+                    if (root / Path(*candidate.split("."))).with_suffix(".py").exists() or \
+                            (root / Path(*candidate.split(".")) / "__init__.py").exists():
                         out.add(candidate)
     return out
 
 
+def import_graph(modules: dict[str, Path], type_checking: bool = False, root: Path = SRC.parent,
+                 top: str = "stagewise") -> dict[str, set[str]]:
+    """module -> the modules of ``modules`` it imports."""
+    return {m: {i for i in imports_of(p, type_checking, root, top) if i in modules and i != m} for m, p in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle ``[a, b, ..., a]`` of ``graph``, or None. Package __init__ files only
+    re-export their own submodules, so edges into a package __init__ from its own submodules
+    are left out."""
+    graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in graph.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return stack[stack.index(dep):] + [dep]
+            if state.get(dep) is None:
+                found = visit(dep)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
 MODULES = {module_name(p): p for p in SRC.rglob("*.py")}
-GRAPH = {m: {i for i in imports_of(p) if i in MODULES and i != m} for m, p in MODULES.items()}
+GRAPH = import_graph(MODULES)
+FULL_GRAPH = import_graph(MODULES, type_checking=True)  # with the imports under `if TYPE_CHECKING:`
 
 
 def test_every_module_has_a_layer():
@@ -96,27 +143,28 @@ def test_no_lab_imports_another_lab():
 
 
 def test_import_graph_has_no_cycles():
-    """Package __init__ files only re-export their own submodules, so edges into a package
-    __init__ from its own submodules are left out."""
-    graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in GRAPH.items() if m != "stagewise"}
-    state: dict[str, int] = {}
-    stack: list[str] = []
+    """Also imports under ``if TYPE_CHECKING:``, and circles inside one layer (labs -> labs)."""
+    graph = {m: deps for m, deps in FULL_GRAPH.items() if m != "stagewise"}
+    cycle = find_cycle(graph)
+    assert cycle is None, f"import cycle: {' -> '.join(cycle or [])}"
 
-    def visit(node: str) -> None:
-        state[node] = 1
-        stack.append(node)
-        for dep in graph.get(node, ()):
-            if state.get(dep) == 1:
-                cycle = stack[stack.index(dep):] + [dep]
-                raise AssertionError(f"import cycle: {' -> '.join(cycle)}")
-            if state.get(dep) is None:
-                visit(dep)
-        stack.pop()
-        state[node] = 2
 
-    for node in sorted(graph):
-        if node not in state:
-            visit(node)
+def test_the_cycle_check_sees_a_circle_in_one_layer_and_under_type_checking(tmp_path):
+    """A synthetic package: a -> b at runtime, b -> c, c -> a only for annotations. The
+    runtime graph has no circle; the full graph has a -> b -> c -> a."""
+    pkg = tmp_path / "fake"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from .a import A\n")
+    (pkg / "a.py").write_text("from .b import B\n\nA = B\n")
+    (pkg / "b.py").write_text("def make():\n    from fake.c import C\n    return C\n\nB = 1\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from .a import A\n\nC = 2\n")
+    modules = {module_name(p, tmp_path): p for p in pkg.rglob("*.py")}
+    assert find_cycle(import_graph(modules, root=tmp_path, top="fake")) is None
+    assert find_cycle(import_graph(modules, type_checking=True, root=tmp_path, top="fake")) == \
+        ["fake.a", "fake.b", "fake.c", "fake.a"]
+    # and today's labs: the old circle contract -> spec -> registry -> contract is gone
+    assert "stagewise.labs.contract" not in FULL_GRAPH["stagewise.labs.spec"]
+    assert "stagewise.labs.registry" not in FULL_GRAPH["stagewise.labs.spec"]
 
 
 def test_the_checker_sees_a_violation(tmp_path):

@@ -122,7 +122,7 @@ def test_spectra_match_a_per_head_reference(family):
                 assert not torch.allclose(res.sv["qk"][layer, h], wrong)
     for proj, values in res.sv.items():
         st = sv_stats(values.flatten(0, 1), 3)
-        for i, (layer, head) in enumerate((l, h) for l in range(values.shape[0]) for h in range(values.shape[1])):
+        for i, (layer, head) in enumerate((n, h) for n in range(values.shape[0]) for h in range(values.shape[1])):
             for stat in SV_STATS:
                 assert res.metrics[f"blocks.{layer}.attn.head.{head}.{proj}.{stat}"].item() == st[stat][i].item()
 
@@ -133,7 +133,7 @@ def test_metric_names_follow_the_grammar_and_table_is_long(family):
     a = adapter_for(model)
     res = attention_spectra(a, model)
     n_of = {"q": a.n_heads, "o": a.n_heads, "qk": a.n_heads, "k": a.n_kv_heads, "v": a.n_kv_heads}
-    expected = {f"blocks.{l}.attn.head.{h}.{p}.{s}" for p in SPECTRA_PROJECTIONS for l in range(a.n_layers)
+    expected = {f"blocks.{n}.attn.head.{h}.{p}.{s}" for p in SPECTRA_PROJECTIONS for n in range(a.n_layers)
                 for h in range(n_of[p]) for s in SV_STATS}
     assert set(res.metrics) == expected
     for name, value in res.metrics.items():

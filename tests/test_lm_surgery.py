@@ -255,7 +255,7 @@ def names(targets) -> set[str]:
 
 
 def test_parse_selector_forms():
-    g, l = adapter_for(gpt2()), adapter_for(llama())
+    g, ll = adapter_for(gpt2()), adapter_for(llama())
     assert parse_selector("blocks.1.attn.q.head.0", g) == (Target(1, "q", 0),)
     assert Target(1, "q", 0).name == "blocks.1.attn.q.head.0" and Target(0, "qkv").name == "blocks.0.attn.qkv"
     assert names(parse_selector("blocks.0-1.attn", g)) == {f"blocks.{i}.attn.{p}" for i in (0, 1) for p in HEAD_PROJS}
@@ -263,8 +263,8 @@ def test_parse_selector_forms():
     got = parse_selector("blocks.1.attn.{q,k}.head.0-2, blocks.0.attn.v.head.{3,1}", g)
     assert names(got) == {f"blocks.1.attn.{p}.head.{h}" for p in "qk" for h in range(3)} | {"blocks.0.attn.v.head.1", "blocks.0.attn.v.head.3"}
     assert list(got) == sorted(got, key=Target.sort_key)
-    assert names(parse_selector("blocks.*.attn.k.head.*", l)) == {f"blocks.{i}.attn.k.head.{h}" for i in range(N_LAYERS) for h in range(N_KV)}
-    assert names(parse_selector("blocks.{0-1}.attn.q.head.{0,2-3}", l)) == {f"blocks.{i}.attn.q.head.{h}" for i in (0, 1) for h in (0, 2, 3)}
+    assert names(parse_selector("blocks.*.attn.k.head.*", ll)) == {f"blocks.{i}.attn.k.head.{h}" for i in range(N_LAYERS) for h in range(N_KV)}
+    assert names(parse_selector("blocks.{0-1}.attn.q.head.{0,2-3}", ll)) == {f"blocks.{i}.attn.q.head.{h}" for i in (0, 1) for h in (0, 2, 3)}
     dup = parse_selector("blocks.1.attn.o , blocks.1.attn.o,blocks.1.attn.{o,o}", g)
     assert dup == (Target(1, "o"),)
 

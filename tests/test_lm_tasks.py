@@ -311,7 +311,7 @@ def test_hub_failure_is_one_line(monkeypatch):
     monkeypatch.setattr(datasets, "get_dataset_config_names", offline)
     monkeypatch.setattr("stagewise.labs.lm.hub.hub_unreachable", lambda: None)  # the probe passes; datasets fails
     for task in ("counterfact", "hotpotqa", "blimp", "sick"):
-        one_line(lambda: load_examples(task, None, limit=2), f"task {task}",
+        one_line(lambda task=task: load_examples(task, None, limit=2), f"task {task}",
                  "could not be loaded from the Hugging Face hub", "ConnectionError", "STAGEWISE_DATA=")
     one_line(lambda: load_sentences("sick", None), "hub dataset RobZamp/sick")
     one_line(lambda: load_sentences("counterfact", None), "allowed: blimp, sick")

@@ -104,7 +104,7 @@ def test_run_warns_notes_and_nulls_the_theory_claims(tmp_path, capsys):
         if c["id"] in STAGE1_CLAIMS:
             assert c["holds"] is True, c  # stage 1 sees only the collocation samples
         else:
-            assert c["holds"] is None and "data outside the theory's assumptions" in c["evidence"], c
+            assert c["verdict"] == "not testable" and "data outside the theory's assumptions" in c["reason"], c
     assert any("measured (would" in c["evidence"] for c in claims)
     frame = pd.read_parquet(paths.metrics)
     assert np.isfinite(frame[frame["metric"] == "cos_wkq"]["value"]).all()  # a target still exists

@@ -66,7 +66,7 @@ def test_compare_without_a_variant_is_null(tmp_path):
     config = resolve(LAB.Config, {**SMALL, "compare": ["two_stage", "adam"]})
     _, paths = run_dir(tmp_path, "two", {"compare": ["two_stage", "adam"]})
     claims = {c["id"]: c for c in json.loads(paths.summary.read_text())["claims"]}
-    assert claims["compare_wkq_two_stage_vs_joint"]["holds"] is None and "joint" in claims["compare_wkq_two_stage_vs_joint"]["evidence"]
+    assert claims["compare_wkq_two_stage_vs_joint"]["holds"] is None and "joint" in claims["compare_wkq_two_stage_vs_joint"]["reason"]
     assert config.compare == ["two_stage", "adam"]
 
 

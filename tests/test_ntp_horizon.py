@@ -48,7 +48,7 @@ def test_example1_late_rates_match_the_margin_growth(example1):
     assert fits["loss_gap_rate"][0] == pytest.approx(-eta / star, rel=RATE_RTOL)
     assert fits["margin_at_start"][0] >= LATE_MIN_MARGIN
     # Proposition 2 is exact on Example 1: the comparison is not applicable
-    assert claims["closer_to_qp_than_prop2"]["holds"] is None and "coincide" in claims["closer_to_qp_than_prop2"]["evidence"]
+    assert claims["closer_to_qp_than_prop2"]["holds"] is None and "coincide" in claims["closer_to_qp_than_prop2"]["reason"]
 
 
 def test_late_fit_recovers_an_exact_exponential(example1):
@@ -90,7 +90,7 @@ def test_claims_fail_on_tampered_metrics(example1):
 def test_short_horizon_makes_rate_claims_null(tmp_path):
     _, _, _, claims = run(tmp_path, "short", "example1", train={"steps_stage2": 300})
     for cid in ("late_rate_margin", "late_rate_theorem2"):
-        assert claims[cid]["holds"] is None and "horizon too short" in claims[cid]["evidence"]
+        assert claims[cid]["holds"] is None and "horizon too short" in claims[cid]["reason"]
     assert claims["norm_band_theorem1"]["holds"] is True  # the band needs no late window
 
 

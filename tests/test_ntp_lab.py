@@ -161,7 +161,7 @@ def test_every_option_runs_end_to_end(tmp_path, monkeypatch, name):
     # long-horizon ones, null by design here: 30 stage-2 steps are too short for the late window, and Theorem 1's
     # band starts at zero init
     by_design = ("horizon too short", "coincide on every seed", "model.init=zero", "for stage 2 of two-stage")
-    assert summary["claims"] and all(c["holds"] is not None or any(r in c["evidence"] for r in by_design)
+    assert summary["claims"] and all(c["holds"] is not None or any(r in c["reason"] for r in by_design)
                                      for c in summary["claims"]), [c for c in summary["claims"] if c["holds"] is None]
     frame = pd.read_parquet(paths.metrics)
     assert frame["step"].max() == 50 and np.isfinite(frame[frame["metric"] == "loss"]["value"]).all()

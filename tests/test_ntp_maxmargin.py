@@ -88,7 +88,7 @@ def random_orthogonal(d: int, seed: int) -> np.ndarray:
 
 def kq_matrix(ds: NTPDataset, emb: np.ndarray) -> np.ndarray:
     """(m, d^2) constraint rows vec((x_opt - x_l) x_q^T), built independently of the module."""
-    rows = [np.outer(emb[:, o] - emb[:, l], emb[:, q]).ravel() for o, l, q in kq_constraints(ds)]
+    rows = [np.outer(emb[:, o] - emb[:, n], emb[:, q]).ravel() for o, n, q in kq_constraints(ds)]
     return np.array(rows)
 
 
@@ -268,8 +268,8 @@ def test_min_norm_margin_dependent_rows_need_nonnegative_multipliers():
     # exists (found by NNLS), so the polish must still be accepted.
     edges = [(0, 1), (0, 2), (0, 3), (0, 5), (4, 1), (4, 3), (6, 1), (6, 5)]
     A = np.zeros((len(edges), 7))
-    for r, (o, l) in enumerate(edges):
-        A[r, o], A[r, l] = 1.0, -1.0
+    for r, (o, n) in enumerate(edges):
+        A[r, o], A[r, n] = 1.0, -1.0
     sol = min_norm_margin(A)
     assert sol.polished and sol.n_active == len(edges)
     expected = np.where(np.isin(np.arange(7), [0, 4, 6]), 4 / 7, -3 / 7)

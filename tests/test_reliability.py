@@ -100,14 +100,14 @@ def test_sizes_that_cannot_fit_are_refused_up_front(cli, tmp_path, args, needle)
 
 
 def test_allow_large_skips_the_refusal():
-    from stagewise import RunSpec
+    from stagewise import RunSpec, spec_config, spec_lab
     from stagewise.errors import UserError
     from stagewise.orchestrate import check_size
 
     spec = RunSpec(lab="ntp", overrides={"data": {"dim": 100000}}, name="x")
     with pytest.raises(UserError):
-        check_size(spec.lab_value(), spec.config(), None)
-    check_size(spec.lab_value(), spec.config(), None, allow_large=True)
+        check_size(spec_lab(spec), spec_config(spec), None)
+    check_size(spec_lab(spec), spec_config(spec), None, allow_large=True)
 
 
 def test_a_20k_token_data_file_is_refused(cli, tmp_path):

@@ -20,16 +20,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from markupsafe import escape
 
 from browser import BLANK_STD, MIN_COLOURS, SKIP_REASON, HeadlessChromium, find_browser
 from stagewise.errors import UserError
-from stagewise.labs import Reproduction, RunSpec, get_lab
+from stagewise.labs import Reproduction, RunSpec, get_lab, spec_hash
 from stagewise.measure import detect_stages
 from stagewise.orchestrate import reproduce
 from stagewise.orchestrate.reporting import folder_kind, reproduce_page, write_report
 from stagewise.orchestrate.runner import execute_spec
-from stagewise.report.claims import read_summary
+from stagewise.report.claims import SOURCE_GROUPS, Claim, ClaimSpec, own, paper1, paper2, read_summary, reviewer
 from stagewise.report.html import NONE_TEXT, SIGNIFICANT, number
+from stagewise.report.matrix import UNDECLARED_HEADING
 from stagewise.report.pages import stage_reports, stage_table
 
 STEPS = {"train": {"steps_stage1": 20, "steps_stage2": 20}}  # example1, short: ~2 s a run here
@@ -39,6 +41,18 @@ UNQUOTED = re.compile(r"""\b(?:src|href|action|srcset|poster)\s*=\s*[^'"\s]""", 
 SCHEME = re.compile(r"\s*[a-z][a-z0-9+.-]*:", re.I)
 EMBEDDED = "data:image/png;base64,"
 HREF = re.compile(r"""href\s*=\s*['"]([^'"]*)['"]""")
+CELL = re.compile(r"<td class='([a-z ]+)'(?: title='[^']*')?>(.*?)</td>", re.S)
+"""A claims-matrix cell: its css classes (verdict first) and its content."""
+
+TODAY_REPRODUCE_HEIGHT_PX = 13403
+"""scrollHeight (1280 px window, tests/browser.py) of today's `stagewise reproduce ntp --quick` report.html,
+measured before the claims matrix (every claim twice, every figure open); the same runs' page with the matrix
+(rebuilt by `stagewise report` from the same run folders: 14 undeclared claims) measured 931 px, and a fresh
+`reproduce ntp --quick` with the lab's declared claims (19 claims x 4 runs, a source line per row) 1690 px."""
+
+MAX_REPRODUCE_HEIGHT_PX = 4000
+"""The reproduce page of those runs must stay under this (today's 13403 px / 3.3): the matrix and four folded
+run sections, with room for more declared claims."""
 
 
 # ----------------------------------------------------------------------------- folders
@@ -109,10 +123,10 @@ def sweep_dir(tmp_path_factory) -> Path:
     folded into one batched run of both seeds (each point names its seeds)."""
     out = tmp_path_factory.mktemp("report") / "sweep"
     spec = RunSpec(lab="ntp", preset="example1", overrides={**STEPS, "seed": SEEDS[0], "n_seeds": len(SEEDS)})
-    run_dir = f"runs/{spec.hash}"
+    run_dir = f"runs/{spec_hash(spec)}"
     assert execute_spec(spec, out / run_dir)["status"] == "done"
-    points = [{"label": f"seed={s}", "values": {"seed": s}, "hash": RunSpec(lab="ntp", preset="example1",
-               overrides={**STEPS, "seed": s}).hash, "run_dir": run_dir, "seeds": [s]} for s in SEEDS]
+    points = [{"label": f"seed={s}", "values": {"seed": s}, "hash": spec_hash(RunSpec(lab="ntp", preset="example1",
+               overrides={**STEPS, "seed": s})), "run_dir": run_dir, "seeds": [s]} for s in SEEDS]
     (out / "sweep.json").write_text(json.dumps({"lab": "ntp", "axes": ["seed"], "points": points}))
     return out
 
@@ -231,6 +245,20 @@ def test_reproduce_report_renders_in_chromium(chromium, reproduce_dir):
     _check_rendered(chromium, result)
 
 
+def test_long_reproduce_page_is_shorter_than_today(chromium, tmp_path):
+    """The ntp lab's quick reproduction (the runs of today's measured page): matrix first,
+    runs folded, so the page is a fraction of today's height."""
+    from stagewise.orchestrate.executors import ExecutorOptions
+
+    folder = tmp_path / "ntp-quick"
+    report = reproduce(get_lab("ntp"), folder, quick=True, opts=ExecutorOptions(max_parallel=1))
+    assert len(report["runs"]) == 4 and all(r["status"] == "done" for r in report["runs"])
+    result = write_report(folder)
+    _check_rendered(chromium, result)
+    height = chromium.render(result.html).height
+    assert 0 < height < MAX_REPRODUCE_HEIGHT_PX < TODAY_REPRODUCE_HEIGHT_PX, height
+
+
 # ---------------------------------------------------------------------- detection tests
 @pytest.mark.parametrize("make", ["missing", "empty", "file", "manifest only"])
 def test_folder_that_is_no_report_folder_is_one_line_error(tmp_path, make):
@@ -267,7 +295,7 @@ def test_text_is_escaped(run_dir, tmp_path):
     (run / "manifest.json").write_text(json.dumps({**manifest, "status": "failed", "error": "ValueError: <b>x</b>"}))
     text = write_report(run).html.read_text()
     assert "<script>" not in text and "<b>x</b>" not in text
-    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &#x27;q&#x27;" in text
+    assert str(escape("<script>alert(1)</script> & 'q'")) in text
     assert "ValueError: &lt;b&gt;x&lt;/b&gt;" in text
 
 
@@ -309,45 +337,143 @@ def test_sweep_links_every_point_and_marks_failures(sweep_dir, tmp_path):
     failed_rows = re.findall(r"<tr class='failed'>(.*?)</tr>", text)
     assert failed_rows and all("seed=2" in row for row in failed_rows)
     assert not any(f"seed={s}<" in row for row in failed_rows for s in SEEDS)
+    rows = _matrix_rows(text)
+    assert rows and all(cells[-1][0] == "absent" for cells in rows.values())  # the failed point: no verdict, not "not testable"
+
+
+def _matrix_rows(text: str) -> dict[str, list[tuple[str, str]]]:
+    """Claim label -> its matrix cells (css, content), from the page's claims matrix."""
+    matrix = text.split("<table class='matrix'>")[1].split("</table>")[0]
+    rows = {}
+    for label, cells in re.findall(r"<tr><th class='claim'[^>]*><b>(.*?)</b>.*?</th>(.*?)</tr>", matrix, re.S):
+        rows[html.unescape(label)] = CELL.findall(cells)
+    return rows
 
 
 def test_sweep_claims_matrix_counts_seeds(sweep_dir, tmp_path):
     collect = stub_collect(tmp_path / "figs")
     frame = collect(sweep_dir).frame
     text = write_report(sweep_dir, collect_fn=lambda folder: Collected(frame, [], [])).html.read_text()
-    matrix = text.split("Claims (fraction of seeds holding)")[1].split("<h2>")[0]
-    for point, group in frame.groupby("point", sort=False):
-        row = re.search(rf"<tr><td><a[^>]*>{re.escape(point)}</a></td>(.*?)</tr>", matrix).group(1)
-        cells = re.findall(r"<td class='([a-z]+)[^']*'>([^<]*)</td>", row)
-        claims = [c for c in frame.columns if c.startswith("claim.")]
-        assert len(cells) == len(claims)
-        for (css, shown), col in zip(cells, claims):
+    rows = _matrix_rows(text)
+    claims = [c for c in frame.columns if c.startswith("claim.")]
+    assert sorted(rows) == sorted(c[len("claim."):] for c in claims)  # a row per claim, once
+    points = list(frame.groupby("point", sort=False))
+    for col in claims:
+        cells = rows[col[len("claim."):]]
+        assert len(cells) == len(points)
+        for (css, shown), (_, group) in zip(cells, points):
             held = group[col].dropna().astype(bool)
             if held.empty:
-                assert css == "untestable"
+                assert css.split()[0] == "nottestable"
             else:
-                assert shown.endswith(f"({int(held.sum())}/{len(held)})")
+                assert css.split()[0] == ("holds" if held.all() else "fails")
+                assert f"({int(held.sum())}/{len(held)})" in shown
+    collected = text.split("<details id='collected'>")[1]
+    assert "claim." not in collected  # each claim's verdicts are in the matrix only
 
 
-def test_reproduce_page_lists_every_claim_first_and_links_runs(reproduce_dir, tmp_path):
+def test_sweep_matrix_shows_claim_values_where_collected(sweep_dir, tmp_path):
+    frame = stub_collect(tmp_path / "figs")(sweep_dir).frame
+    first = next(c for c in frame.columns if c.startswith("claim."))
+    cid = first[len("claim."):]
+    values = np.linspace(0.25, 0.75, len(frame))
+    frame[f"claim_value.{cid}"] = values
+    text = write_report(sweep_dir, collect_fn=lambda folder: Collected(frame, [], [])).html.read_text()
+    cells = _matrix_rows(text)[cid]
+    for (_, shown), (_, group) in zip(cells, frame.groupby("point", sort=False)):
+        shown_values = {number(v) for v in group[f"claim_value.{cid}"]}
+        assert any(f"<span class='num'>{v}</span>" in shown for v in shown_values)
+        assert "<small>(" not in shown  # the value, not k/n
+
+
+def _declared_claims() -> list:
+    """Claims of every source kind, out of report order, and one undeclared (version-1) claim."""
+    base = {"quantity": "min cos", "relation": ">=", "threshold": 0.99, "control": "random init"}
+    p1 = ClaimSpec(id="p1_claim", statement="stage one learns p", source=paper1("Theorem 1"), over="run", **base)
+    p2 = ClaimSpec(id="p2_claim", statement="direction converges", source=paper2("Theorem 3"), floor="1 - 1e-9", **base)
+    rv = ClaimSpec(id="rv_claim", statement="late rate", source=reviewer("review: Lemma 5"), **base)
+    ow = ClaimSpec(id="own_claim", statement="our check", source=own("Example 1"), **base)
+    old = Claim(id="old_claim", statement="a version-1 claim", holds=True, evidence="old evidence")
+    return [ow.result({"0": 0.5, "1": 0.995}, "own evidence"), old,
+            p2.result({"0": 0.995, "1": 0.9991}, "p2 evidence"), rv.not_testable("horizon too short", "rv evidence"),
+            p1.result(0.999, "p1 evidence")]
+
+
+def test_run_page_groups_declared_claims_by_source(run_dir, tmp_path):
+    run = _copy_run(run_dir, tmp_path / "run")
+    summary = json.loads((run / "summary.json").read_text())
+    claims = _declared_claims()
+    summary["claims"] = [c.model_dump(mode="json") for c in claims]
+    (run / "summary.json").write_text(json.dumps(summary))
+    text = write_report(run).html.read_text()
+    headings = [html.unescape(h) for h in re.findall(r"<th class='group'[^>]*>(.*?)</th>", text)]
+    assert headings == [SOURCE_GROUPS[k] for k in ("paper1", "paper2", "reviewer", "own")] + [UNDECLARED_HEADING]
+    rows = _matrix_rows(text)
+    assert list(rows) == ["p1_claim", "p2_claim", "rv_claim", "own_claim", "old_claim"]  # report order
+    by_id = {c.id: c for c in claims}
+    for cid, cells in rows.items():
+        (css, shown), = cells  # one column: this run
+        c = by_id[cid]
+        assert css.split()[0] == {"holds": "holds", "fails": "fails", "not testable": "nottestable"}[c.verdict]
+        assert f">{c.verdict}</a>" in shown and f"href='#ev-{cid}'" in shown
+        assert f"id='ev-{cid}'" in text  # the evidence the cell links to
+        if c.value is not None:
+            assert f"<span class='num'>{number(c.value)}</span>" in shown
+        if len(c.per_seed) > 1:
+            assert f"({round(c.pass_fraction * len(c.per_seed))}/{len(c.per_seed)})" in shown
+    assert "horizon too short" in rows["rv_claim"][0][1]  # the reason a claim is not testable, in its cell
+    assert "(1/2)" in rows["own_claim"][0][1] and "partial" in rows["own_claim"][0][0]
+    for c in claims:  # the declaration once per claim; the condition is the cell's hover text
+        assert text.count(str(escape(c.statement))) == 1
+        if c.condition():
+            assert f"title='{escape(c.condition())}" in text
+    assert text.count("<td>random init</td>") == 4 and text.count("<td>1 - 1e-9</td>") == 1  # floors and controls: one table
+
+
+def test_reproduce_page_lists_each_claim_once_and_links_runs(reproduce_dir, tmp_path):
     folder = tmp_path / "rep"
     shutil.copytree(reproduce_dir, folder)
     report = json.loads((folder / "claims.json").read_text())
     result = reproduce_page(report, folder)
     text = result.html.read_text()
-    first = text.split("<h2>Every claim</h2>")[1].split("<h2 ")[0]
-    total = sum(len(r["claims"]) for r in report["runs"])
-    assert first.count("<tr>") - 1 == total  # header row + one row per claim of every run
-    assert f"{total} claims over {len(report['runs'])} runs" in first
-    held = sum(c["holds"] is True for r in report["runs"] for c in r["claims"])
-    assert f"held: {held}" in first
+    ids = list(dict.fromkeys(c["id"] for r in report["runs"] for c in r["claims"]))
+    rows = _matrix_rows(text)
+    assert sorted(rows) == sorted(ids) and all(len(cells) == len(report["runs"]) for cells in rows.values())
+    for r in report["runs"]:
+        for c in r["claims"]:
+            assert text.count(str(escape(c["statement"]))) == 1  # printed once, not once per run
+    verdicts = [c["verdict"] for r in report["runs"] for c in r["claims"]]
+    counts = text.split("<h2>Claims</h2>")[0]
+    assert f"{len(ids)} claims over {len(report['runs'])} runs" in counts
+    for word in ("holds", "fails", "not testable"):
+        assert f"{word}: {verdicts.count(word)}" in counts
+    assert not any(word in text for word in (">held<", ">yes<", ">untestable<", "did not hold"))  # one vocabulary
     hrefs = _links_resolve(result.html)
     assert {"runs/a/report.html", "runs/b/report.html", "#run-a", "#run-b"} <= set(hrefs)
+    assert {f"#ev-{name}-{cid}" for name in ("a", "b") for cid in ids} <= set(hrefs)  # each cell links its evidence
+    assert text.count("<details id='run-") == len(report["runs"])  # per-run details folded below
     assert len(result.figures) == sum(len(r["figures"]) for r in report["runs"])
+    markdown = (folder / "claims.md").read_text()
+    assert all(markdown.count(f"| {cid} |") == 1 + len(report["runs"]) for cid in ids)  # matrix row + each run's evidence
+    assert "untestable" not in markdown and "| yes |" not in markdown
     # an interrupted reproduce (no claims.json yet) is rebuilt from its plan and run folders
     (folder / "claims.json").unlink()
     rebuilt = write_report(folder)
-    assert rebuilt.html.read_text().count("<tr>") == text.count("<tr>")
+    assert rebuilt.html.read_text().count("<tr") == text.count("<tr")
+
+
+def test_reproduce_page_over_labs_keeps_each_labs_claims_apart(reproduce_dir, tmp_path):
+    report = json.loads((reproduce_dir / "claims.json").read_text())
+    runs = [{**run, "name": f"{lab}/{run['name']}", "run_dir": f"{lab}/{run['run_dir']}", "figures": []}
+            for lab in ("ntp", "other") for run in report["runs"]]
+    folder = tmp_path / "all"
+    folder.mkdir()
+    text = reproduce_page({"lab": "all", "quick": True, "runs": runs}, folder).html.read_text()
+    ids = list(dict.fromkeys(c["id"] for c in report["runs"][0]["claims"]))
+    rows = _matrix_rows(text)
+    assert sorted(rows) == sorted(f"{lab} · {cid}" for lab in ("ntp", "other") for cid in ids)
+    for cells in rows.values():  # each lab's row has cells in its own runs' columns only
+        assert sum(css != "absent" for css, _ in cells) == len(report["runs"])
 
 
 def test_stage_reports_are_found_at_any_depth():
@@ -381,7 +507,7 @@ def test_run_without_summary_still_gets_a_page(run_dir, tmp_path):
     (run / "summary.json").unlink()
     text = write_report(run).html.read_text()
     assert "no summary.json (the run did not finish)" in text and "<h2>Claims</h2>" not in text
-    assert "<h2>Manifest</h2>" in text
+    assert "<details id='manifest'>" in text and "<details id='config'>" in text
 
 
 def test_sweep_point_outside_its_folder_is_not_written(sweep_dir, tmp_path):

@@ -11,6 +11,7 @@ inside the folder.
 from __future__ import annotations
 
 import base64
+import html
 import json
 import posixpath
 import shutil
@@ -38,14 +39,19 @@ HOSTILE = ("javascript:alert(document.domain)", "JaVaScRiPt:alert(1)", " javascr
 
 # ------------------------------------------------------------------------------ reading
 class _Tags(HTMLParser):
-    """Every href of an <a> and every src of an <img>, entities decoded."""
+    """Every href of an <a> and every src of an <img>, entities decoded; every tag and
+    attribute name."""
 
     def __init__(self) -> None:
         super().__init__()
         self.hrefs: list[str] = []
         self.srcs: list[str] = []
+        self.tags: list[str] = []
+        self.attributes: list[str] = []
 
     def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attributes += [name for name, _ in attrs]
         attrs = dict(attrs)
         if tag == "a" and "href" in attrs:
             self.hrefs.append(attrs["href"])
@@ -165,7 +171,9 @@ def test_sweep_report_links_no_hostile_run_dir(run_dir, tmp_path):
         for value in HOSTILE:
             assert not any(value.strip().lower() in unquote(h).lower() for h in hrefs), (page, value)
     hrefs = _tags(result.html).hrefs
-    assert hrefs.count("runs/good/report.html") == 3  # the good point is linked in the runs table, matrix, collect table
+    n_claims = sum(c.startswith("claim.") for c in _frame(folder).columns)
+    # the good point is linked in the matrix (column header and each claim's cell), the runs table and the collect table
+    assert hrefs.count("runs/good/report.html") == 1 + n_claims + 2
     for page in result.run_reports:  # each run page links back to the sweep report
         back = _tags(page).hrefs[0]
         assert (page.parent / back).resolve() == result.html.resolve()
@@ -244,7 +252,7 @@ def test_reproduce_report_embeds_only_figures_inside_its_folder(run_dir, tmp_pat
     embedded = _embedded(result.html)
     assert embedded == [good.read_bytes()] and list(result.figures) == [folder / "figures" / "good.png"]
     assert secret not in embedded and base64.b64encode(secret).decode() not in result.html.read_text()
-    text = result.html.read_text()
+    text = html.unescape(result.html.read_text())
     for name in names[1:]:
         assert f"figure {Path(name).stem} skipped: not inside the report's folder" in text
     assert result.missing == tuple(Path(n).stem for n in names[1:])
@@ -270,3 +278,67 @@ def test_run_and_sweep_pages_skip_symlinked_figures_pointing_outside(run_dir, tm
     swept = write_report(folder, collect_fn=lambda f: Collected(_frame(f), [f / "collect" / "leak.png"], []))
     assert secret not in _embedded(swept.html) and swept.missing == ("leak",)
     assert not (folder / "report" / "figures" / "leak.png").exists()
+
+
+# ------------------------------------------------------------------------ markup injection
+MARKUP = "<img src=x onerror=alert(1)><script>alert(2)</script>' onmouseover='alert(3)\" x=\"<b>bold</b>&amp;"
+"""A value a user controls (run name, claim text, token, note, error): must stay text."""
+
+PAGE_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "a", "b", "br", "small", "code",
+             "span", "div", "table", "tr", "th", "td", "details", "summary", "pre", "figure", "img", "figcaption", "ul",
+             "li"}
+"""Every tag the templates write (``b`` and ``img`` included, so a leak is seen by count and attributes)."""
+
+
+def _assert_no_injected_markup(page: Path) -> None:
+    tags = _tags(page)
+    assert set(tags.tags) <= PAGE_TAGS, set(tags.tags) - PAGE_TAGS
+    assert "script" not in tags.tags and not any(a.lower().startswith("on") for a in tags.attributes)
+    assert all(src.startswith(EMBEDDED) for src in tags.srcs)
+    assert not any(a in ("x", "onerror", "onmouseover") for a in tags.attributes)
+    text = page.read_text(encoding="utf-8")
+    assert "<b>bold</b>" not in text and "<script>" not in text
+
+
+def test_user_values_cannot_inject_markup(run_dir, tmp_path):
+    """Run name, claim id / statement / evidence / reason, manifest note and error, a
+    metric name (a token), a sweep point label, axis, warning and collect-table cell:
+    all printed as text on every page kind."""
+    run = _copy_run(run_dir, tmp_path / "run")
+    summary = json.loads((run / "summary.json").read_text())
+    first = summary["claims"][0]
+    summary["claims"][0] = {**first, "statement": MARKUP, "evidence": MARKUP, "id": f"c{MARKUP}"}
+    summary["claims"].append({"id": "untested", "statement": MARKUP, "holds": None, "verdict": "not testable",
+                              "reason": MARKUP, "evidence": MARKUP})
+    summary["final"][MARKUP] = {"mean": 1.0, "min": 1.0, "max": 1.0}
+    summary["details"] = {"token": MARKUP}
+    (run / "summary.json").write_text(json.dumps(summary))
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest.update(status="failed", error=f"ValueError: {MARKUP}", notes={"note": MARKUP})
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    (run / "config.yaml").write_text(f"note: '{MARKUP}'\n")
+    pages = [write_report(run).html]
+    # a reproduce folder whose run is named with markup
+    folder = tmp_path / "rep"
+    _copy_run(run, folder / "runs" / "r")
+    claims = json.loads((run / "summary.json").read_text())["claims"]
+    report_run = {"name": MARKUP, "preset": MARKUP, "status": "failed", "error": MARKUP, "config_hash": MARKUP,
+                  "seeds": [0], "seconds": 1.0, "claims": claims, "figures": [], "run_dir": "runs/r"}
+    (folder / "reproduce.json").write_text(json.dumps({"lab": "ntp", "quick": True, "specs": []}))
+    (folder / "claims.json").write_text(json.dumps({"lab": MARKUP, "quick": True, "runs": [report_run]}))
+    reproduced = write_report(folder)
+    pages += [reproduced.html, *reproduced.run_reports]
+    # a sweep whose point label, axis, warning and collected values carry markup
+    sweep = _sweep(run_dir, tmp_path / "sweep", ["runs/good"])
+    for name in ("summary.json", "manifest.json", "config.yaml"):  # its run: the marked-up one
+        shutil.copyfile(run / name, sweep / "runs" / "good" / name)
+    index = json.loads((sweep / "sweep.json").read_text())
+    index["points"][0]["label"] = MARKUP
+    index["axes"] = [MARKUP]
+    (sweep / "sweep.json").write_text(json.dumps(index))
+    frame = _frame(sweep).assign(**{MARKUP: MARKUP, f"claim.{MARKUP}": True})
+    swept = write_report(sweep, collect_fn=lambda f: Collected(frame, [], [MARKUP]))
+    pages += [swept.html, *swept.run_reports]
+    for page in pages:
+        _assert_no_injected_markup(page)
+        assert MARKUP in html.unescape(page.read_text(encoding="utf-8")), page  # shown, as text

@@ -101,7 +101,22 @@ def test_selection_from_parameter_and_environment():
         resolve_sinks(("csv",), {})
 
 
-@pytest.mark.parametrize("sink, missing", [("wandb", "wandb"), ("tensorboard", "tensorboard"), ("tensorboard", "crc32c")])
+@needs_tb
+def test_tensorboard_works_without_a_checksum_package(tmp_path, monkeypatch):
+    """Framing and checksums are the writer's: with crc32c unimportable the sink is selectable and writes."""
+    import sys
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(sinks, "find_spec", lambda name: None if name == "crc32c" else real(name))
+    monkeypatch.setitem(sys.modules, "crc32c", None)  # `import crc32c` raises ImportError
+    assert resolve_sinks(("tensorboard",), {}) == ("tensorboard",)
+    sink = TensorBoardSink(tmp_path, [0])
+    sink.write(3, "", ["loss"], np.array([[0.5]]))
+    sink.close()
+    assert tb_frame(tmp_path / TB_FOLDER)[["step", "seed", "metric", "value"]].values.tolist() == [[3, 0, "loss", 0.5]]
+
+
+@pytest.mark.parametrize("sink, missing", [("wandb", "wandb"), ("tensorboard", "tensorboard")])
 def test_missing_package_is_one_line_with_the_install_command(monkeypatch, sink, missing):
     real = importlib.util.find_spec
     monkeypatch.setattr(sinks, "find_spec", lambda name: None if name == missing else real(name))
@@ -127,9 +142,8 @@ def test_sinks_off_make_no_folders_and_sinks_on_keep_the_config_hash(tmp_path, m
 @needs_tb
 def test_event_file_reads_back_exactly_with_tensorboards_record_reader(tmp_path):
     """tensorboard's own reader checks both masked CRCs of every record (DataLossError otherwise)."""
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
     from tensorboard.compat.proto import event_pb2
-    from tensorboard.compat.tensorflow_stub import errors
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New
 
     seeds = [3, -1]
     sink = TensorBoardSink(tmp_path, seeds)
@@ -140,13 +154,7 @@ def test_event_file_reads_back_exactly_with_tensorboards_record_reader(tmp_path)
         sink.write(step, "d=16", ["loss", long_name, "ü"], values)
     sink.close()
     (path,) = (tmp_path / TB_FOLDER).glob("events.out.tfevents.*")
-    reader, events = PyRecordReader_New(str(path)), []
-    while True:
-        try:
-            reader.GetNext()
-        except errors.OutOfRangeError:
-            break
-        events.append(event_pb2.Event.FromString(reader.record()))
+    events = [event_pb2.Event.FromString(record) for record in RawEventFileLoader(str(path)).Load()]
     assert len(events) == 2 + len(records)  # file version, the records, the layout
     assert events[0].file_version == "brain.Event:2"
     for event, (step, values) in zip(events[1:], records):
@@ -316,3 +324,29 @@ def test_a_failing_sink_warns_once_and_the_stream_goes_on(tmp_path):
         stream.close()
     assert broken.calls == 1 and len(caught) == 1 and "broken sink: OSError" in str(caught[0].message)
     assert stream.to_frame()["value"].tolist() == [0.0, 1.0, 2.0]
+
+
+@needs_tb
+def test_a_tensorboard_writer_that_cannot_open_warns_once_and_the_stream_goes_on(tmp_path):
+    (tmp_path / TB_FOLDER).write_text("a file where the event folder should be")
+    stream = MetricSink(tmp_path / "metrics.jsonl", [0], extra=open_sinks(("tensorboard",), tmp_path, [0]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(3):
+            stream.log_array(step, ["loss"], np.array([[float(step)]]))
+        stream.close()
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1 and messages[0].startswith("tensorboard sink: ")
+    assert stream.to_frame()["value"].tolist() == [0.0, 1.0, 2.0]
+
+
+@needs_tb
+def test_a_flush_puts_every_record_so_far_on_disk(tmp_path):
+    """What a checkpoint does (the writer writes on its own thread): after flush, a reader sees every record."""
+    sink = TensorBoardSink(tmp_path, [0, 1])
+    for step in range(50):
+        sink.write(step, "", ["loss"], np.array([[step, -step]], dtype=float))
+    sink.flush()
+    found = tb_frame(tmp_path / TB_FOLDER)
+    assert len(found) == 100 and sorted(found.loc[found["seed"] == 1, "value"]) == sorted(-np.arange(50.0))
+    sink.close()

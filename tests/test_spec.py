@@ -1,5 +1,5 @@
-"""Run specs: serializable, hash == resolved config hash, and execute_spec in another
-process gives the same run as `stagewise run`."""
+"""Run specs: plain data (no lab code), serializable, spec_hash == resolved config hash, and
+execute_spec in another process gives the same run as `stagewise run`."""
 
 from __future__ import annotations
 
@@ -11,30 +11,48 @@ import sys
 import pandas as pd
 import pytest
 
-from stagewise import RunSpec, config_hash, execute_spec
+from stagewise import RunSpec, config_hash, execute_spec, spec_config, spec_hash
 from stagewise.errors import UserError
 
 SPEC = RunSpec(lab="ntp", preset="example1", overrides={"train": {"steps_stage2": 60}}, name="x")
 
 
 def test_spec_round_trips_with_the_same_hash():
-    assert pickle.loads(pickle.dumps(SPEC)) == SPEC and pickle.loads(pickle.dumps(SPEC)).hash == SPEC.hash
+    assert pickle.loads(pickle.dumps(SPEC)) == SPEC and spec_hash(pickle.loads(pickle.dumps(SPEC))) == spec_hash(SPEC)
     again = RunSpec.model_validate(json.loads(json.dumps(SPEC.model_dump())))
-    assert again == SPEC and again.hash == SPEC.hash == config_hash(SPEC.config())
+    assert again == SPEC and spec_hash(again) == spec_hash(SPEC) == config_hash(spec_config(SPEC))
     other = RunSpec(lab="ntp", preset="example1", overrides={"train": {"steps_stage2": 61}}, name="x")
-    assert other.hash != SPEC.hash
+    assert spec_hash(other) != spec_hash(SPEC)
     # the name does not enter the hash; the same config written two ways has one hash
-    assert RunSpec(lab="ntp", overrides={"data": {"source": "example1"}, "train": {"steps_stage1": 200, "steps_stage2": 60}},
-                   name="y").hash == SPEC.hash
+    assert spec_hash(RunSpec(lab="ntp", overrides={"data": {"source": "example1"},
+                                                   "train": {"steps_stage1": 200, "steps_stage2": 60}}, name="y")) == spec_hash(SPEC)
+
+
+def test_a_spec_is_plain_data_and_imports_no_lab_code():
+    """RunSpec holds names and values only: an unknown lab is fine until it is resolved, and
+    labs/spec.py imports nothing from the labs (the contract -> spec -> registry circle is gone)."""
+    import ast
+    from pathlib import Path
+
+    import stagewise.labs.spec as spec_module
+
+    spec = RunSpec(lab="no-such-lab", overrides={"anything": [1, 2]}, name="z")
+    assert RunSpec.from_json(spec.to_json()) == spec
+    assert not hasattr(spec, "config") and not hasattr(spec, "lab_value") and not hasattr(spec, "hash")
+    tree = ast.parse(Path(spec_module.__file__).read_text())
+    imports = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    imported = {f".{node.module or ''}" for node in imports if node.level == 1}  # from .x: stagewise.labs.x
+    imported |= {node.module for node in imports if not node.level and (node.module or "").startswith("stagewise.labs")}
+    assert not imported, f"labs/spec.py imports {imported}"
 
 
 def test_bad_specs_are_user_errors():
     with pytest.raises(UserError, match="unknown lab"):
-        RunSpec(lab="nope", name="x").config()
+        spec_config(RunSpec(lab="nope", name="x"))
     with pytest.raises(UserError, match="unknown preset"):
-        RunSpec(lab="ntp", preset="nope", name="x").config()
+        spec_config(RunSpec(lab="ntp", preset="nope", name="x"))
     with pytest.raises(UserError, match="no_such"):
-        RunSpec(lab="ntp", overrides={"train": {"no_such": 1}}, name="x").config()
+        spec_config(RunSpec(lab="ntp", overrides={"train": {"no_such": 1}}, name="x"))
 
 
 def test_execute_spec_in_a_fresh_process_equals_stagewise_run(tmp_path, cli):
@@ -45,7 +63,7 @@ def test_execute_spec_in_a_fresh_process_equals_stagewise_run(tmp_path, cli):
     status, _, _ = cli("run", "ntp", "--preset", "example1", "--set", "train.steps_stage2=60", "--out", str(tmp_path / "cli"), "-q")
     assert status == 0
     a, b = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("spec", "cli"))
-    assert a["config_hash"] == b["config_hash"] == SPEC.hash
+    assert a["config_hash"] == b["config_hash"] == spec_hash(SPEC)
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "spec" / "metrics.parquet"),
                                   pd.read_parquet(tmp_path / "cli" / "metrics.parquet"), check_exact=True)
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "spec" / "tables" / "generalization.parquet"),

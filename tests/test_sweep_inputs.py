@@ -206,10 +206,11 @@ def test_refused_sweeps_create_nothing(cli, tmp_path, monkeypatch):
 
 def test_seed_variants_of_a_shape_equal_full_validation(cli, tmp_path):
     from stagewise.config import config_hash
+    from stagewise.labs import spec_config
 
     spec = SweepSpec.model_validate({**BASE, "axes": {"train.eta": [0.01, 0.02], "seed": [3, 0, 7]}})
     for p in plan(spec):
-        full = p.spec.config()  # the RunSpec validated from scratch, as a worker does
+        full = spec_config(p.spec)  # the RunSpec validated from scratch, as a worker does
         assert p.config() == full and p.hash == config_hash(full) and p.config().seed == p.values["seed"]
     code, _, err = cli("sweep", str(sweep_file(tmp_path, "s", axes={"seed": [0, -1]})), "--dry-run")
     one_line(code, err, "sweep point seed=-1")

@@ -8,7 +8,7 @@ import pytest
 
 from stagewise.config import resolve
 from stagewise.errors import UserError
-from stagewise.labs import get_lab
+from stagewise.labs import get_lab, spec_config, spec_hash
 from stagewise.orchestrate.sweepplan import SweepSpec, axis_values, expand, load_sweep, plan
 
 
@@ -68,7 +68,7 @@ def test_points_equal_the_same_settings_given_to_run(tmp_path):
     for p in points:
         direct = resolve(lab.Config, lab.preset_overrides("example1"), tmp_path / "base.yaml",
                          ["train.steps_stage1=20", f"train.eta={p.values['train.eta']}", f"seed={p.values['seed']}"])
-        assert p.spec.config() == direct and p.hash == p.spec.hash
+        assert spec_config(p.spec) == direct and p.hash == spec_hash(p.spec)
     assert len({p.hash for p in points}) == 4
 
 

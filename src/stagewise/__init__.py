@@ -6,20 +6,62 @@ Public API::
     spec = RunSpec(lab="ntp", preset="example1", overrides={"train": {"steps_stage2": 60}}, name="x")
     manifest = execute_spec(spec, "runs/x")       # or: stagewise run ntp --preset example1 ...
     lab = get_lab("ntp")                          # a Lab value: Config, presets, run, summarize, ...
+
+The names load on first use (PEP 562): ``import stagewise`` imports no torch, pandas or
+orchestration code; ``stagewise.execute_spec`` imports what running needs.
 """
 
-from .config import config_hash, resolve
-from .engine import Diverged
-from .errors import UserError
-from .labs import REGISTRY, Lab, RunContext, RunSpec, get_lab
-from .orchestrate import execute, execute_spec, load_for_resume, prepare, reproduce
-from .report.claims import Claim, Summary
-from .runs import MemoryContext, read_manifest
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .config import config_hash, resolve
+    from .engine import Diverged
+    from .errors import UserError
+    from .labs import REGISTRY, Lab, RunContext, RunSpec, get_lab, spec_config, spec_hash, spec_lab
+    from .orchestrate import execute, execute_spec, load_for_resume, prepare, reproduce
+    from .report.claims import Claim, ClaimSpec, Source, Summary
+    from .runs import MemoryContext, read_manifest
+
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(("config_hash", "resolve"), ".config"),
+    "Diverged": ".engine",
+    "UserError": ".errors",
+    **dict.fromkeys(("REGISTRY", "Lab", "RunContext", "RunSpec", "get_lab", "spec_config", "spec_hash", "spec_lab"), ".labs"),
+    **dict.fromkeys(("execute", "execute_spec", "load_for_resume", "prepare", "reproduce"), ".orchestrate"),
+    **dict.fromkeys(("Claim", "ClaimSpec", "Source", "Summary"), ".report.claims"),
+    **dict.fromkeys(("MemoryContext", "read_manifest"), ".runs"),
+}
 
 __all__ = [
-    "REGISTRY", "Claim", "Diverged", "Lab", "MemoryContext", "RunContext", "RunSpec", "Summary", "UserError",
-    "config_hash", "execute", "execute_spec", "get_lab", "load_for_resume", "prepare", "read_manifest", "reproduce",
-    "resolve", "__version__",
+    "REGISTRY", "Claim", "ClaimSpec", "Diverged", "Lab", "MemoryContext", "RunContext", "RunSpec", "Source", "Summary",
+    "UserError", "config_hash", "execute", "execute_spec", "get_lab", "load_for_resume", "prepare", "read_manifest",
+    "reproduce", "resolve", "spec_config", "spec_hash", "spec_lab", "__version__",
 ]
+
+
+def _version() -> str:
+    """The installed distribution's version (``importlib.metadata``); "unknown" when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("stagewise")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value: Any = _version()
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

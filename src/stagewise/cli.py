@@ -14,9 +14,9 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from .cli_claims import claims_cmd, print_verdicts
 from .cli_lm import eval_app, lm_app
 from .cli_sweep import report_cmd, reproduce_cmd, sweep_app
 from .errors import UserError
@@ -30,6 +30,21 @@ app.command("report")(report_cmd)
 app.command("reproduce")(reproduce_cmd)
 out_console = Console()
 err_console = Console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    """``--version``: ``stagewise X.Y.Z`` from the installed package's metadata, exit 0."""
+    if value:
+        from . import __version__
+
+        typer.echo(f"stagewise {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """Simulate, measure and reproduce staged training dynamics in transformers."""
 
 
 def _default_out(lab: str, preset: str | None) -> Path:
@@ -66,6 +81,9 @@ def config_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise lab
     typer.echo(to_commented_yaml(config))
 
 
+app.command("claims")(claims_cmd)
+
+
 @app.command("run")
 def run_cmd(
     lab: Optional[str] = typer.Argument(None, help="lab name (omit with --resume)"),
@@ -78,7 +96,7 @@ def run_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     allow_large: bool = typer.Option(False, "--allow-large", help="run even when the size estimate exceeds memory or disk"),
     sink: Optional[List[str]] = typer.Option(None, "--sink", help="also log to tensorboard or wandb (offline; extras "
-                                             "'.[tensorboard]', '.[wandb]'; repeatable; STAGEWISE_SINKS too)"),
+                                             "'.\\[tensorboard]', '.\\[wandb]'; repeatable; STAGEWISE_SINKS too)"),
 ) -> None:
     """Run a lab: validate the config, train, write metrics, tables, summary and figures."""
     from .config import resolve
@@ -121,11 +139,11 @@ def _execute(lab, config, paths, resume: bool, progress: bool, sinks=None) -> No
         note = getattr(err, "stagewise_note", None)
         err_console.print(f"[red]run diverged[/]: {err}; metrics so far kept in {paths.root}"
                           + (f" ({note})" if note else ""), highlight=False)
-        raise typer.Exit(3)
+        raise typer.Exit(3) from None
     except Interrupted as err:
         err_console.print(f"interrupted ({signal_name(err.signum)}); resume with: stagewise run --resume {paths.root}",
                           highlight=False)
-        raise typer.Exit(128 + int(err.signum))
+        raise typer.Exit(128 + int(err.signum)) from None
     except UserError:
         raise
     except Exception as err:
@@ -135,7 +153,7 @@ def _execute(lab, config, paths, resume: bool, progress: bool, sinks=None) -> No
         err_console.print(f"[red]run failed[/]: {type(err).__name__}: {err} ({where}"
                           + (f"{note}; " if note else "") + f"resume with: stagewise run --resume {paths.root})",
                           highlight=False)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     _print_summary(paths.root)
 
 
@@ -171,11 +189,7 @@ def _print_summary(run_dir: Path) -> None:
             table.add_row(name, fmt(stats.mean), fmt(stats.min), fmt(stats.max))
         out_console.print(table)
     if summary.claims:
-        table = Table("claim", "holds", "evidence", header_style="bold")
-        for claim in summary.claims:
-            mark = "[green]yes[/]" if claim.holds else "[yellow]untestable[/]" if claim.holds is None else "[red]no[/]"
-            table.add_row(escape(f"{claim.id}: {claim.statement}"), mark, escape(claim.evidence))
-        out_console.print(table)
+        print_verdicts(out_console, summary.claims)
 
 
 @app.command("show")

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
-from pydantic import BaseModel
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .errors import UserError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 try:
     from typer.core import TyperGroup
@@ -37,6 +38,8 @@ sweep_app = typer.Typer(cls=_DefaultRun, no_args_is_help=True,
 
 def _split_sets(sets: List[str]) -> tuple[dict, list[str]]:
     """``--set executor.KEY=V`` -> executor options; every other ``--set`` -> config overrides."""
+    from pydantic import BaseModel
+
     from .orchestrate.executors import ExecutorOptions
     from .overrides import parse_overrides
 
@@ -139,7 +142,8 @@ def sweep_run_cmd(
         return
     with _LazyProgress(len(points), "sweep") as show:
         results = run_sweep(points, folder, sweep.lab, opts=opts, fold=sweep.fold, fold_max_seeds=sweep.fold_max_seeds,
-                            axes=list(sweep.axes), report=sweep.report, extend=extend, on_result=show)
+                            axes=list(sweep.axes), report=sweep.report, extend=extend, log_axes=sweep.log_axes(),
+                            on_result=show)
     lines = summary_lines(results, folder)
     out_console.print(lines[0], highlight=False)
     for line in lines[1:]:
@@ -155,7 +159,7 @@ def _check_report(sweep) -> None:
         return
     from .orchestrate.collect import check_report_spec
 
-    check_report_spec(sweep.report, list(sweep.axes))
+    check_report_spec(sweep.report, list(sweep.axes), lab=sweep.lab)
 
 
 def _collect(folder: Path, after_run: bool = False) -> None:
@@ -170,7 +174,7 @@ def _collect(folder: Path, after_run: bool = False) -> None:
         if not after_run:
             raise UserError(line) from None
         err_console.print(f"warning: {line}", highlight=False, markup=False)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     out_console.print(f"table: {result.table} ({len(result.frame)} rows: {result.n_points} points, "
                       f"{result.n_failed} failed); {len(result.figures)} figures in {result.table.parent / 'figures'}",
                       highlight=False)
@@ -205,6 +209,8 @@ class _LazyProgress:
 
     def __call__(self, result) -> None:
         if self.bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
             self.bar = Progress(TextColumn(self.what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                 TextColumn("{task.description}"), console=err_console, transient=False)
             self.bar.start()
@@ -258,7 +264,7 @@ def reproduce_cmd(
         signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
         err_console.print(f"interrupted ({signal.Signals(signum).name}); continue with: stagewise reproduce {lab}"
                           f"{' --quick' if quick else ''} --out {folder}", highlight=False)
-        raise typer.Exit(128 + int(signum))
+        raise typer.Exit(128 + int(signum)) from None
     claims = [c for run in report["runs"] for c in run["claims"]]
     holds = sum(c["holds"] is True for c in claims)
     untestable = sum(c["holds"] is None for c in claims)

@@ -11,15 +11,16 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import warnings
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 
 import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 from pydantic_core import PydanticCustomError
 
-from .errors import UserError
+from .errors import RenamedOption, UserError
 from .overrides import _did_you_mean, _members, _parse_overrides, _submodel
 from .overrides import dotted_overrides, parse_overrides  # noqa: F401  (re-exported: the public names)
 from .yamlio import load_yaml
@@ -59,6 +60,30 @@ class ConfigModel(BaseModel):
     ``true`` as booleans, which pydantic would otherwise turn into 0 or 1)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    PATH: ClassVar[str] = ""
+    """Dotted path of this section in the lab's config ("train"), for messages."""
+    RENAMED: ClassVar[dict[str, str]] = {}
+    """Old field name -> new name. The old name is still accepted (in YAML, ``--set``, presets
+    and old run folders) with a one-line deprecation note, and it stays the key in the config
+    hash, so the hash of every config made before the rename is unchanged."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if not cls.RENAMED or not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for old, new in cls.RENAMED.items():
+            if old not in out:
+                continue
+            if new in out:
+                raise ValueError(f"{old} and {new} are the same field ({old} is its old name): give {new} only")
+            out[new] = out.pop(old)
+            where = f"{cls.PATH}." if cls.PATH else ""
+            warnings.warn(f"{where}{old} is now {where}{new} (same meaning; the old name still works)", RenamedOption,
+                          stacklevel=2)
+        return out
 
     @field_validator("*", mode="before")
     @classmethod
@@ -243,15 +268,64 @@ def resolve(
 
 
 # ---------------------------------------------------------------------------- output
+def _legacy_keys(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
+    """``dumped`` (``model``'s JSON dump) with renamed fields under their old names, recursively."""
+    back = {new: old for old, new in getattr(type(model), "RENAMED", {}).items()}
+    out = {}
+    for key, value in dumped.items():
+        sub = getattr(model, key, None)
+        if isinstance(sub, BaseModel) and isinstance(value, dict):
+            value = _legacy_keys(sub, value)
+        out[back.get(key, key)] = value
+    return out
+
+
+def canonical(config: BaseModel) -> dict[str, Any]:
+    """The form the config hash is taken of: the JSON dump, with every derived field whose
+    value equals its derivation (:meth:`RunBase.derived`) set to null, and renamed fields under
+    their old names (:attr:`ConfigModel.RENAMED`). So a config.yaml that writes the derived
+    values out hashes like one that leaves them null, and configs made before a rename keep
+    their hash."""
+    dumped = config.model_dump(mode="json")
+    derived = config.derived() if isinstance(config, RunBase) else {}
+    for path, value in derived.items():
+        *head, leaf = path.split(".")
+        node = dumped
+        for part in head:
+            node = node[part]
+        if node.get(leaf) is not None and json.loads(json.dumps(value)) == node[leaf]:
+            node[leaf] = None
+    return _legacy_keys(config, dumped)
+
+
 def config_hash(config: BaseModel) -> str:
-    """Stable 16-hex-digit hash of the resolved config (key order independent)."""
-    blob = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """Stable 16-hex-digit hash of the resolved config (key order independent), taken of
+    :func:`canonical` (derived values as null, renamed fields under their old names)."""
+    blob = json.dumps(canonical(config), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def materialize(config: BaseModel) -> BaseModel:
+    """The config with every derived default (a null meaning "derive it") replaced by the
+    value the run uses (:meth:`RunBase.derived`): what config.yaml stores. Same hash."""
+    derived = config.derived() if isinstance(config, RunBase) else {}
+    if not derived:
+        return config
+    dumped = config.model_dump(mode="json")
+    for path, value in derived.items():
+        *head, leaf = path.split(".")
+        node = dumped
+        for part in head:
+            node = node[part]
+        if node.get(leaf) is None:
+            node[leaf] = value
+    return type(config).model_validate(dumped)
+
+
 def to_yaml(config: BaseModel) -> str:
-    """Plain YAML of the resolved config (what a run directory stores)."""
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    """Plain YAML of the resolved config (what a run directory stores), derived defaults
+    written as the values used (:func:`materialize`)."""
+    return yaml.safe_dump(materialize(config).model_dump(mode="json"), sort_keys=False)
 
 
 def to_commented_yaml(config: BaseModel, indent: int = 0) -> str:
@@ -296,6 +370,12 @@ class RunBase(ConfigModel):
 
     def seed_list(self) -> list[int]:
         return [self.seed + i for i in range(self.n_seeds)]
+
+    def derived(self) -> dict[str, Any]:
+        """Derived defaults: dotted path -> the value a null there stands for (e.g.
+        ``{"train.lr_stage1": 0.2 / sqrt(d)}``), computed from this config. A lab overrides it;
+        a path it cannot derive yet (e.g. a data file that does not exist) is left out."""
+        return {}
 
 
 class TrainBase(ConfigModel):

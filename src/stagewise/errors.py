@@ -92,3 +92,7 @@ def problem_kind(message: str, prefix: str = "") -> str:
         return " ".join(words)
     first = message[len(prefix):].split("=", 1)[0].split(" ", 1)[0]
     return re.sub(r"\d+", "N", first) or "other"
+
+
+class RenamedOption(FutureWarning):
+    """A config key given under its old name (still accepted): the CLI prints it as one note line."""

@@ -72,6 +72,19 @@ def config_paths(cls: type[BaseModel], prefix: str = "") -> list[str]:
     return out
 
 
+def legacy_names(cls: type[BaseModel], prefix: str = "") -> dict[str, list[str]]:
+    """Dotted path -> the old dotted paths of that field (``ConfigModel.RENAMED``), so that
+    a misspelt old name still suggests the new one: ``{"train.lr_stage1": ["train.eta0"]}``."""
+    out: dict[str, list[str]] = {}
+    for old, new in getattr(cls, "RENAMED", {}).items():
+        out.setdefault(f"{prefix}{new}", []).append(f"{prefix}{old}")
+    for name, field in cls.model_fields.items():
+        sub = _submodel(field.annotation)
+        if sub is not None:
+            out.update(legacy_names(sub, f"{prefix}{name}."))
+    return out
+
+
 def _ratio(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, a, b).ratio()
 
@@ -89,8 +102,10 @@ def suggest_paths(cls: type[BaseModel], key: str, unknown: str) -> list[str]:
     similarity to the whole key (a typo: ``train.etta`` ~ ``train.eta``) and its last name's
     to ``unknown`` (a key in the wrong section or without one: ``eta`` ~ ``train.eta``,
     ``vocab`` ~ ``data.vocab_size``)."""
-    scored = sorted(((max(_ratio(key, path), _name_score(unknown, path.rsplit(".", 1)[-1])), path)
-                     for path in config_paths(cls)), key=lambda sp: -sp[0])  # stable: schema order on ties
+    legacy = legacy_names(cls)
+    scored = sorted(((max(_ratio(key, path), _name_score(unknown, path.rsplit(".", 1)[-1]),
+                          *(max(_ratio(key, old), _name_score(unknown, old.rsplit(".", 1)[-1])) for old in legacy.get(path, ()))),
+                      path) for path in config_paths(cls)), key=lambda sp: -sp[0])  # stable: schema order on ties
     if not scored or scored[0][0] < SUGGEST_CUTOFF:
         return []
     best = scored[0][0]
@@ -136,6 +151,7 @@ def _check_key(cls: type[BaseModel], key: str) -> tuple[str | None, Any]:
     model: type[BaseModel] | None = cls
     for depth, part in enumerate(parts):
         fields = list(model.model_fields)
+        part = getattr(model, "RENAMED", {}).get(part, part)  # an old name: accepted (its note comes at validation)
         if part not in model.model_fields:
             where = ".".join(parts[:depth]) or "top level"
             hint = _hint(suggest_paths(cls, key, part))

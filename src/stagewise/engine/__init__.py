@@ -1,11 +1,43 @@
 """What the labs share: batched optimizers, dtype/device resolution, seed streams, the
-finite check and checkpoint state packing (the bottom layer, with config and errors)."""
+finite check, checkpoint state packing and the step-loop driver (the bottom layer, with
+config and errors).
 
-from .device import DTYPES, DeviceName, resolve_device, resolve_dtype
-from .finite import Diverged, check_finite, find_nonfinite, nonfinite_members
-from .optim import BatchedOptimizer, OptimizerName, group_norm
-from .seeds import SeedStreams, stream_word
-from .state import pack, unpack
+The names load on first use (PEP 562): importing the package imports no torch."""
 
-__all__ = ["DTYPES", "BatchedOptimizer", "DeviceName", "Diverged", "OptimizerName", "SeedStreams", "check_finite",
-           "find_nonfinite", "group_norm", "nonfinite_members", "pack", "resolve_device", "resolve_dtype", "stream_word", "unpack"]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .device import DTYPES, DeviceName, resolve_device, resolve_dtype
+    from .driver import Loop, StepOutput, TrainingDriver
+    from .finite import Diverged, check_finite, find_nonfinite, nonfinite_members
+    from .optim import BatchedOptimizer, OptimizerName, group_norm
+    from .seeds import SeedStreams, stream_word
+    from .state import pack, unpack
+
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(("DTYPES", "DeviceName", "resolve_device", "resolve_dtype"), ".device"),
+    **dict.fromkeys(("Loop", "StepOutput", "TrainingDriver"), ".driver"),
+    **dict.fromkeys(("Diverged", "check_finite", "find_nonfinite", "nonfinite_members"), ".finite"),
+    **dict.fromkeys(("BatchedOptimizer", "OptimizerName", "group_norm"), ".optim"),
+    **dict.fromkeys(("SeedStreams", "stream_word"), ".seeds"),
+    **dict.fromkeys(("pack", "unpack"), ".state"),
+}
+
+__all__ = ["DTYPES", "BatchedOptimizer", "DeviceName", "Diverged", "Loop", "OptimizerName", "SeedStreams", "StepOutput",
+           "TrainingDriver", "check_finite", "find_nonfinite", "group_norm", "nonfinite_members", "pack", "resolve_device",
+           "resolve_dtype", "stream_word", "unpack"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

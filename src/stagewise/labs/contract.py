@@ -1,5 +1,7 @@
 """The lab contract as code: :class:`Lab`, :class:`RunContext`, :class:`RunResult`,
-:class:`RunSpec` (and the shared :class:`~stagewise.report.claims.Summary` / ``Claim``).
+:class:`Reproduction` (plain-data :class:`~stagewise.labs.spec.RunSpec` values) and the
+shared :class:`~stagewise.report.claims.Summary` / ``Claim``. Imports no torch or pandas at
+runtime (annotations only), so listing labs and their claims stays cheap.
 
 A lab is one frozen :class:`Lab` value in its ``lab.py`` (``LAB = Lab(...)``) and one line
 in :data:`stagewise.labs.REGISTRY`. Everything above the labs (execute, resume, reproduce,
@@ -23,18 +25,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
-import pandas as pd
-import torch
 from pydantic import BaseModel
 
+from ..config import deep_merge
 from ..errors import UserError
 from ..report.claims import Claim, ClaimSpec, Summary
-from ..runs.context import Checkpoint
+from .spec import RunSpec
 
-if TYPE_CHECKING:
-    from .spec import RunSpec
+if TYPE_CHECKING:  # annotations only: the contract imports no torch or pandas at runtime
+    import pandas as pd
+    import torch
 
-__all__ = ["Checkpoint", "Claim", "ClaimSpec", "Lab", "Reproduction", "Resources", "RunContext", "RunResult", "Summary", "Tables"]
+    from ..runs.context import Checkpoint
+
+__all__ = ["Checkpoint", "Claim", "ClaimSpec", "Lab", "Reproduction", "Resources", "RunContext", "RunResult", "Summary", "Tables",
+           "reproduction"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Checkpoint`` (re-exported from :mod:`stagewise.runs.context`, which needs torch) on first use."""
+    if name == "Checkpoint":
+        from ..runs.context import Checkpoint
+
+        return Checkpoint
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RunContext(Protocol):
@@ -108,11 +122,20 @@ class Resources:
 class Reproduction:
     """The runs of ``stagewise reproduce LAB``: the full set and the ``--quick`` set."""
 
-    full: tuple["RunSpec", ...]
-    quick: tuple["RunSpec", ...]
+    full: tuple[RunSpec, ...]
+    quick: tuple[RunSpec, ...]
 
-    def specs(self, quick: bool) -> tuple["RunSpec", ...]:
+    def specs(self, quick: bool) -> tuple[RunSpec, ...]:
         return self.quick if quick else self.full
+
+
+def reproduction(lab: str, rows: list[tuple[str, str | None, dict[str, Any], dict[str, Any] | None]]) -> Reproduction:
+    """A Reproduction from rows (name, preset, extra overrides, quick overrides or None to
+    leave the run out of ``--quick``); quick overrides are merged over the extra ones."""
+    full = tuple(RunSpec(lab=lab, preset=preset, overrides=extra, name=name) for name, preset, extra, _ in rows)
+    quick = tuple(RunSpec(lab=lab, preset=preset, overrides=deep_merge(extra, quick), name=name)
+                  for name, preset, extra, quick in rows if quick is not None)
+    return Reproduction(full=full, quick=quick)
 
 
 def _no_estimate(config: Any) -> Resources:

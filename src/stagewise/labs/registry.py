@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 from ..errors import UserError
 from .contract import Lab
@@ -45,6 +46,31 @@ class Registry(Mapping[str, Lab]):
 
     def __len__(self) -> int:
         return len(self._modules)
+
+    @contextmanager
+    def registered(self, lab: Lab) -> Iterator[None]:
+        """``lab`` is ``self[lab.name]`` inside the block (specs, execute_spec and resume
+        resolve it by name, e.g. a lab written outside the package under
+        :func:`stagewise.testing.check_lab`); afterwards the registry is as before. A lab that
+        is already registered as itself is left alone; one with a registered name replaces it
+        for the block."""
+        if lab.name in self._labs and self._labs[lab.name] is lab:
+            yield
+            return
+        had_module, module, previous = lab.name in self._modules, self._modules.get(lab.name), self._labs.get(lab.name)
+        self._modules[lab.name] = module or f"<registered in process: {lab.name}>"
+        self._labs[lab.name] = lab
+        try:
+            yield
+        finally:
+            if had_module and module is not None:
+                self._modules[lab.name] = module
+            else:
+                self._modules.pop(lab.name, None)
+            if previous is None:
+                self._labs.pop(lab.name, None)
+            else:
+                self._labs[lab.name] = previous
 
 
 REGISTRY = Registry(_MODULES)

@@ -1,4 +1,9 @@
-"""Run specs: one serializable way to say "run this" (used by reproduce and sweeps)."""
+"""Run specs: one serializable way to say "run this" (used by reproduce and sweeps).
+
+A :class:`RunSpec` is plain data (names and JSON values) and imports nothing from the labs:
+resolving it against the registry (its lab, validated config and hash) lives one level up,
+in :mod:`stagewise.labs.resolve` (``spec_lab``, ``spec_config``, ``spec_hash``).
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..config import config_hash, deep_merge, resolve
-from .contract import Lab, Reproduction
-from .registry import get_lab
-
 
 class RunSpec(BaseModel):
     """One way to say "run this": a lab, an optional preset, nested overrides and a name.
 
     Serializable (JSON, pickle) and shippable to other processes: it holds names and plain
-    values only. ``hash`` equals the resolved config's hash.
+    values only. ``spec_hash(spec)`` equals the resolved config's hash; the name does not
+    enter it.
 
     Example::
 
@@ -30,30 +32,9 @@ class RunSpec(BaseModel):
     overrides: dict[str, Any] = Field(default_factory=dict)
     name: str = ""
 
-    def lab_value(self) -> Lab:
-        return get_lab(self.lab)
-
-    def config(self) -> BaseModel:
-        """The validated config: lab defaults < preset < overrides."""
-        lab = self.lab_value()
-        return resolve(lab.Config, deep_merge(lab.preset_overrides(self.preset), self.overrides))
-
-    @property
-    def hash(self) -> str:
-        return config_hash(self.config())
-
     def to_json(self) -> str:
         return self.model_dump_json()
 
     @classmethod
     def from_json(cls, text: str) -> "RunSpec":
         return cls.model_validate(json.loads(text))
-
-
-def reproduction(lab: str, rows: list[tuple[str, str | None, dict[str, Any], dict[str, Any] | None]]) -> Reproduction:
-    """A Reproduction from rows (name, preset, extra overrides, quick overrides or None to
-    leave the run out of ``--quick``); quick overrides are merged over the extra ones."""
-    full = tuple(RunSpec(lab=lab, preset=preset, overrides=extra, name=name) for name, preset, extra, _ in rows)
-    quick = tuple(RunSpec(lab=lab, preset=preset, overrides=deep_merge(extra, quick), name=name)
-                  for name, preset, extra, quick in rows if quick is not None)
-    return Reproduction(full=full, quick=quick)

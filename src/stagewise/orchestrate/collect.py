@@ -26,7 +26,17 @@ points folded into one batched run each get their own seeds of it), else the run
 * ``claim.ID`` (nullable boolean: True / False / <NA> for not testable): run-level, so every
   seed row of a run carries its run's value; ``claims_all_hold`` (True when every testable
   claim holds, False when one fails, <NA> without a testable claim) and
-  ``claims_holding_fraction`` (holding / testable).
+  ``claims_holding_fraction`` (holding / testable);
+* ``claim_value.ID`` (float, NaN without one): the claim's measured value for the row's seed
+  (``Claim.per_seed[seed]``), else the run's value (``Claim.value``: the worst seed's, or the
+  ensemble's one value).
+
+Figures (:func:`figure_plan`) are drawn with :mod:`stagewise.report.sweepfigs`; an axis is
+log-scaled when declared so (``sweep.json``'s ``log_axes``, when present: the sweep's
+``logrange`` / ``loguniform`` axes), or when :func:`stagewise.report.plots.use_log_scale`
+says so (exactly geometric values, as a ``logrange`` writes them; log-spaced over >= 2
+decades). The claims' thresholds come from the summaries' claim records (``Claim.threshold``
+/ ``relation``).
 
 Runs that did not finish (failed, diverged, interrupted, running, missing) give one row per
 seed (the point's seeds, else the manifest's, else ``config.yaml``'s ``seed`` and
@@ -36,9 +46,7 @@ and error set and every metric column NaN / <NA>.
 
 from __future__ import annotations
 
-import io
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,38 +56,26 @@ import pandas as pd
 from ..errors import UserError
 from ..labs import get_lab
 from ..report.claims import Summary, read_summary
-from ..report.sweepfigs import DONE, metric_vs_axis, onset_vs_axis, parse_condition, phase_diagram
-from ..runs import atomic_write_bytes, read_manifest, write_parquet
+from ..report.sweepfigs import CLAIM_VALUE, DONE
+from ..runs import read_manifest, write_parquet
 from ..yamlio import load_yaml
 from .sweep import index
+from .sweepplot import ALL_HOLD, HOLDING, SEED_AXIS, figure_plan, file_name, save_figure
 
 __all__ = ["Collected", "check_report_spec", "collect", "collect_frame", "stage_columns"]
 
-def check_report_spec(report: Any, axes: list[str]) -> None:
+def check_report_spec(report: Any, axes: list[str], lab: str | None = None) -> None:
     """A sweep file's ``report`` section, checked before any run against this table's columns
-    (:func:`stagewise.report.sweepfigs.check_report_spec`)."""
+    (:func:`stagewise.report.sweepfigs.check_report_spec`); with ``lab``, the ``claims`` it
+    names must be claims the lab declares (``Lab.claims``; a lab declaring none is not checked)."""
     from ..report.sweepfigs import check_report_spec as check
 
-    check(report, axes, fixed=(*BASE_COLUMNS, "claims_over_seeds", ALL_HOLD, HOLDING))
+    claim_ids = [c.id for c in get_lab(lab).claims] if lab is not None else None
+    check(report, axes, fixed=(*BASE_COLUMNS, "claims_over_seeds", ALL_HOLD, HOLDING), claim_ids=claim_ids)
 
 
 TABLE = Path("collect") / "sweep.parquet"
 FIGURES = Path("collect") / "figures"
-DPI = 150
-SEED_AXIS = "seed"
-MAX_DEFAULT_METRICS = 4
-MAX_DEFAULT_ONSETS = 4
-ALL_HOLD = "claims_all_hold"
-
-
-def _key_metrics(lab: Any) -> tuple[str, ...]:
-    """The lab's default sweep metrics (``Lab.key_metrics``); none for an unknown lab."""
-    try:
-        return get_lab(str(lab)).key_metrics
-    except UserError:
-        return ()
-
-HOLDING = "claims_holding_fraction"
 BASE_COLUMNS = ("point", "hash", "run_dir", "status", "error", "seed")
 
 
@@ -185,6 +181,8 @@ def _values(run: _Run, seed: int | None) -> dict[str, Any]:
     testable = [c.holds for c in summary.claims if c.holds is not None]
     for c in summary.claims:
         row[f"claim.{c.id}"] = c.holds
+        value = c.per_seed[str(seed)] if str(seed) in c.per_seed else c.value
+        row[f"{CLAIM_VALUE}{c.id}"] = float("nan") if value is None else float(value)
     row[ALL_HOLD] = all(testable) if testable else None
     row[HOLDING] = sum(testable) / len(testable) if testable else float("nan")
     return row
@@ -216,12 +214,13 @@ def _axis_column(values: list[Any]) -> pd.Series:
 
 def _typed(rows: list[dict[str, Any]], axes: list[str]) -> pd.DataFrame:
     """The rows as a frame with stable dtypes (see the module docstring), columns in the
-    order: base, axes, claims_over_seeds, final.*, stage.*, claim.*, the two claim summaries."""
+    order: base, axes, claims_over_seeds, final.*, stage.*, claim.*, the two claim summaries,
+    claim_value.*."""
     names = list(dict.fromkeys(k for r in rows for k in r))
     axis_cols = [a for a in axes if a != SEED_AXIS]
     group = lambda prefix: [n for n in names if n.startswith(prefix)]  # noqa: E731
     order = [*BASE_COLUMNS, *axis_cols, "claims_over_seeds", *group("final."), *group("stage."), *group("claim."),
-             ALL_HOLD, HOLDING]
+             ALL_HOLD, HOLDING, *group(CLAIM_VALUE)]
     data: dict[str, pd.Series] = {}
     for name in order:
         values = [r.get(name) for r in rows]
@@ -238,8 +237,20 @@ def _typed(rows: list[dict[str, Any]], axes: list[str]) -> pd.DataFrame:
     return pd.DataFrame(data, columns=order)
 
 
+def claim_records(runs: list[_Run]) -> dict[str, dict[str, Any]]:
+    """{claim id: {threshold, relation, quantity, unit}} from the first finished run that
+    declares each claim (undeclared, version-1 claims: threshold and relation None)."""
+    out: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        for c in run.summary.claims if run.summary is not None else ():
+            if c.id not in out or (out[c.id]["threshold"] is None and c.threshold is not None):
+                out[c.id] = {"threshold": c.threshold, "relation": c.relation, "quantity": c.quantity, "unit": c.unit}
+    return out
+
+
 def collect_frame(folder: str | Path) -> tuple[pd.DataFrame, dict[str, Any], int, int]:
-    """(table, the sweep.json index, distinct runs, runs that did not finish) of a sweep folder."""
+    """(table, the sweep.json index, distinct runs, runs that did not finish) of a sweep
+    folder; the index gains ``claim_records`` (:func:`claim_records`)."""
     folder = Path(folder)
     sweep = index(folder)
     points = sweep.get("points") or []
@@ -262,122 +273,8 @@ def collect_frame(folder: str | Path) -> tuple[pd.DataFrame, dict[str, Any], int
                 row.update(_values(run, seed))
             rows.append(row)
     n_failed = sum(r.status != DONE for r in runs.values())
-    return _typed(rows, axes), {**sweep, "axes": axes}, len(runs), n_failed
-
-
-# -------------------------------------------------------------------------- figures
-def _resolve(frame: pd.DataFrame, name: str, prefixes: tuple[str, ...] = ("", "final.", "claim.", "stage.")) -> str | None:
-    for prefix in prefixes:
-        if prefix + name in frame.columns:
-            return prefix + name
-    return None
-
-
-def _resolve_value(frame: pd.DataFrame, value: str) -> str | None:
-    """A phase value with its column resolved (``loss<=0.3`` -> ``final.loss<=0.3``)."""
-    column, op, number = parse_condition(value)
-    found = _resolve(frame, column)
-    if found is None or op is None:
-        return found
-    return f"{found}{op}{number:g}"
-
-
-def _has_values(frame: pd.DataFrame, column: str) -> bool:
-    return bool(frame[column].notna().any())
-
-
-def _determines(frame: pd.DataFrame, a: str, b: str) -> bool:
-    """Whether every value of axis ``a`` comes with a single value of axis ``b`` (zipped axes)."""
-    if frame.empty:
-        return False
-    pairs = frame[[a, b]].astype(str).drop_duplicates()
-    return bool(pairs.groupby(a)[b].nunique().max() <= 1)
-
-
-def figure_plan(frame: pd.DataFrame, sweep: dict[str, Any]) -> tuple[list[tuple[str, Any]], list[str]]:
-    """([(figure name, zero-argument function returning the Figure)], warnings) from the
-    sweep's ``report`` section; each kind it leaves out gets its default. Figures are drawn
-    against every non-seed axis (the seed axis when it is the only one), except an axis
-    zipped one-to-one with an earlier one; lines split by the other such axes. Defaults: for
-    every such axis up to MAX_DEFAULT_METRICS key metrics of the
-    lab and the fraction of claims holding; with two or more non-seed axes a phase diagram of
-    the first two over ``claims_all_hold``; onsets of up to MAX_DEFAULT_ONSETS stages vs the
-    first axis."""
-    report, axes, warnings = sweep.get("report") or {}, sweep["axes"], []
-    varying = [a for a in axes if a != SEED_AXIS and a in frame]
-    plot_axes: list[str] = []
-    for a in varying:  # of axes zipped one-to-one (d with L and lambda) only the first is drawn
-        if not any(_determines(frame, p, a) and _determines(frame, a, p) for p in plot_axes):
-            plot_axes.append(a)
-    plot_axes = plot_axes or [a for a in axes if a == SEED_AXIS]
-    others = lambda axis: [a for a in plot_axes if a != axis and not _determines(frame, axis, a)]  # noqa: E731
-    if "metrics" in report:
-        metrics = []
-        for name in report["metrics"]:
-            found = _resolve(frame, name)
-            if found is None:
-                warnings.append(f"report metrics: {name!r} is not a column of the table "
-                                f"(e.g. {', '.join(c for c in frame.columns if c.startswith('final.'))[:200] or 'no final.* columns'})")
-            else:
-                metrics.append(found)
-    else:
-        finals = [c for c in frame.columns if c.startswith("final.") and _has_values(frame, c)]
-        preferred = [f"final.{m}" for m in _key_metrics(sweep.get("lab")) if f"final.{m}" in finals]
-        metrics = (preferred or finals)[:MAX_DEFAULT_METRICS] + ([HOLDING] if _has_values(frame, HOLDING) else [])
-    plan: list[tuple[str, Any]] = []
-    for axis in plot_axes:
-        for metric in metrics:
-            plan.append((f"{metric}_vs_{axis}", lambda m=metric, a=axis: metric_vs_axis(frame, m, a, by=others(a))))
-    if "phase" in report:
-        phases = []
-        for item in report["phase"]:
-            value = _resolve_value(frame, item["value"])
-            if value is None:
-                warnings.append(f"report phase: value {item['value']!r} names no column of the table")
-            else:
-                phases.append((item["x"], item["y"], value))
-    else:
-        phases = [(plot_axes[0], plot_axes[1], ALL_HOLD)] if len(plot_axes) >= 2 and ALL_HOLD in frame else []
-    for x, y, value in phases:
-        plan.append((f"phase_{value}_over_{x}_x_{y}", lambda x=x, y=y, v=value: phase_diagram(frame, x, y, v)))
-    if "onsets" in report:
-        onsets = []
-        for item in report["onsets"]:
-            stage = _resolve(frame, item["stage"], ("", "stage."))
-            if stage is None:
-                warnings.append(f"report onsets: stage {item['stage']!r} is not a column of the table "
-                                f"(stages: {', '.join(c for c in frame.columns if c.startswith('stage.')) or 'none'})")
-            else:
-                onsets.append((stage, item["axis"]))
-    else:
-        stages = [c for c in frame.columns if c.startswith("stage.") and _has_values(frame, c)][:MAX_DEFAULT_ONSETS]
-        onsets = [(s, plot_axes[0]) for s in stages] if plot_axes else []
-    for stage, axis in onsets:
-        plan.append((f"onset_{stage}_vs_{axis}", lambda s=stage, a=axis: onset_vs_axis(frame, s, a, by=others(a))))
-    return plan, warnings
-
-
-_OPS = {"<=": "_le_", ">=": "_ge_", "==": "_eq_", "!=": "_ne_", "<": "_lt_", ">": "_gt_"}
-
-
-def file_name(name: str) -> str:
-    """A figure name as a file stem: operators spelled out, anything but [A-Za-z0-9._-] as '_'."""
-    for op, word in _OPS.items():
-        name = name.replace(op, word)
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "figure"
-
-
-def _save(fig, folder: Path, stem: str) -> Path:
-    import matplotlib.pyplot as plt
-
-    try:
-        for ext in ("png", "pdf"):
-            buf = io.BytesIO()
-            fig.savefig(buf, format=ext, dpi=DPI, bbox_inches="tight")
-            atomic_write_bytes(folder / f"{stem}.{ext}", buf.getvalue())
-    finally:
-        plt.close(fig)
-    return folder / f"{stem}.png"
+    records = claim_records(list(runs.values()))
+    return _typed(rows, axes), {**sweep, "axes": axes, "claim_records": records}, len(runs), n_failed
 
 
 # --------------------------------------------------------------------------- collect
@@ -401,7 +298,7 @@ def collect(folder: str | Path) -> Collected:
         except (KeyError, ValueError) as err:
             warnings.append(f"figure {name} not drawn: {err}")
             continue
-        written.append(_save(fig, figures_dir, stem))
+        written.append(save_figure(fig, figures_dir, stem))
     keep = {p.stem for p in written}
     for old in figures_dir.iterdir():
         if old.suffix in (".png", ".pdf") and old.stem not in keep:

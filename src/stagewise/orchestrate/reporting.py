@@ -7,6 +7,10 @@ What a folder is, checked in this order::
     sweep.json                    -> "sweep"      (stagewise sweep --out DIR)
     manifest.json + config.yaml   -> "run"        (stagewise run --out DIR)
 
+Every page has one shape (:mod:`stagewise.report.pages`): the claims x runs matrix first
+(rows grouped by source, each cell a verdict and value linked to its evidence), the details
+folded below.
+
 Files written::
 
     DIR/report.html               the page: CSS inline, figures embedded as data URIs, no script,
@@ -39,7 +43,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from ..errors import UserError
-from ..report.claims import read_summary
+from ..report.claims import Claim, read_summary
 from ..report.html import FigureEntry, inside_folder
 from ..report.pages import Page, SweepPointView, reproduce_html_page, run_page, sweep_page
 from ..runs import read_manifest
@@ -214,8 +218,26 @@ def _write_sweep(folder: Path, collect_fn: Callable[[Path], Any] | None) -> Repo
         frame, pngs, warnings = collected.frame, list(collected.figures), warnings + list(collected.warnings)
     except UserError as err:
         frame, pngs, warnings = pd.DataFrame(), [], warnings + [f"collect: {m}" for m in err.messages]
-    page = sweep_page(index, views, frame, _figure_entries(folder, pngs), warnings, links, folder)
+    page = sweep_page(index, views, frame, _figure_entries(folder, pngs), warnings, links, folder,
+                      _declarations(folder, [str(p["run_dir"]) for p in points]))
     return _result(page, folder / REPORT, "sweep", run_reports=tuple(pages.values()), warnings=tuple(warnings))
+
+
+def _declarations(folder: Path, run_dirs: list[str]) -> dict[str, Claim]:
+    """Claim id -> the first Claim with that id in the summaries of the run folders inside
+    ``folder`` (the declarations the sweep's claims matrix shows; unreadable summaries skipped)."""
+    out: dict[str, Claim] = {}
+    for key in dict.fromkeys(run_dirs):
+        run_dir = _inside(folder, folder / key)
+        if run_dir is None or not (run_dir / "summary.json").is_file():
+            continue
+        try:
+            claims = read_summary(run_dir / "summary.json").claims
+        except UserError:
+            continue
+        for c in claims:
+            out.setdefault(c.id, c)
+    return out
 
 
 # ------------------------------------------------------------------------ reproduce

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from ..config import config_hash
 from ..errors import UserError
-from ..labs import Lab, RunSpec, get_lab
+from ..labs import Lab, RunSpec, get_lab, spec_config
 from ..report.claims import read_summary
 from ..report.html import reproduce_markdown
 from ..runs import read_manifest
@@ -45,7 +45,7 @@ def _plan(lab: Lab, quick: bool) -> dict[str, Any]:
 
 def _check_all(lab: Lab, specs: tuple[RunSpec, ...], folder: Path, allow_large: bool) -> list[Any]:
     """The specs' configs, each size-checked and checked by the lab (UserError before any work)."""
-    configs = [spec.config() for spec in specs]
+    configs = [spec_config(spec) for spec in specs]
     for config in configs:
         check_size(lab, config, folder, allow_large)
         lab.check(config)

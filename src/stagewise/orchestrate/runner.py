@@ -30,7 +30,7 @@ import yaml
 from ..config import config_hash, to_yaml, validate
 from ..engine import Diverged
 from ..errors import UserError
-from ..labs import Lab, RunSpec, get_lab
+from ..labs import Lab, RunSpec, get_lab, spec_config, spec_lab
 from ..runs import Interrupted, RunDirContext, RunLock, RunPaths, read_manifest, update_manifest
 from ..runs.sinks import resolve_sinks
 from ..runs.store import atomic_write_json, atomic_write_text, git_sha, now_iso, package_versions, write_parquet
@@ -276,12 +276,12 @@ def execute_spec(spec: RunSpec, run_dir: str | Path, *, progress: bool = False, 
 
     ``lab`` replaces the registry's lab of ``spec.lab`` (same name and Config; e.g. a lab
     value with a different reproduction set)."""
-    registered = spec.lab_value()
+    registered = spec_lab(spec)
     if lab is not None and (lab.name != registered.name or lab.Config is not registered.Config):
         raise ValueError(f"lab {lab.name!r} does not match the spec's lab {spec.lab!r}")
     lab = lab or registered
     resolve_sinks(sinks)
-    config = spec.config()
+    config = spec_config(spec)
     paths = RunPaths(Path(run_dir))
     resume = (paths.manifest).is_file()
     if resume:

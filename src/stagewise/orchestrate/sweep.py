@@ -55,10 +55,12 @@ def index_entry(run: SweepRun) -> list[dict[str, Any]]:
 
 
 def new_index(runs: list[SweepRun], lab: str, *, axes: list[str] | None = None, fold: str = "none",
-              report: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``sweep.json`` of these runs (the layout above)."""
+              report: dict[str, Any] | None = None, log_axes: list[str] | None = None) -> dict[str, Any]:
+    """The ``sweep.json`` of these runs (the layout above); ``log_axes``: the axes declared
+    log-spaced (``logrange``, ``random: loguniform``), which the sweep figures plot on a log scale."""
     points = [entry for run in runs for entry in index_entry(run)]
-    return {"lab": lab, "axes": list(axes or []), "fold": fold, "report": dict(report or {}), "points": points}
+    return {"lab": lab, "axes": list(axes or []), "log_axes": list(log_axes or []), "fold": fold,
+            "report": dict(report or {}), "points": points}
 
 
 def merge_index(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +73,7 @@ def merge_index(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, An
     points = [fresh.pop(p["hash"], p) for p in old["points"]] + list(fresh.values())
     folds = {old.get("fold", "none"), new["fold"]}
     return {"lab": new["lab"], "axes": list(dict.fromkeys([*old.get("axes", []), *new["axes"]])),
+            "log_axes": list(dict.fromkeys([*old.get("log_axes", []), *new.get("log_axes", [])])),
             "fold": new["fold"] if len(folds) == 1 else "mixed", "report": new["report"] or old.get("report") or {},
             "points": points}
 
@@ -142,7 +145,7 @@ def run_runs(runs: list[SweepRun], out: str | Path, opts: ExecutorOptions,
 
 def run_sweep(points: list[SweepPoint], out: str | Path, lab: str, *, opts: ExecutorOptions | None = None,
               fold: str = "none", fold_max_seeds: int = 64, axes: list[str] | None = None,
-              report: dict[str, Any] | None = None, extend: bool = False,
+              report: dict[str, Any] | None = None, extend: bool = False, log_axes: list[str] | None = None,
               on_result: Callable[[PointResult], None] | None = None) -> list[PointResult]:
     """Fold the points into runs, check everything (:func:`check_folder`, :func:`preflight`),
     then write ``sweep.json`` (merged with the folder's, :func:`merge_index`) and run them
@@ -156,7 +159,7 @@ def run_sweep(points: list[SweepPoint], out: str | Path, lab: str, *, opts: Exec
     preflight(runs, out, opts)
     writable_dir(out, "--out")
     fresh = new_index(runs, lab, axes=axes if axes is not None else list(points[0].values) if points else [],
-                      fold=fold, report=report)
+                      fold=fold, report=report, log_axes=log_axes)
     atomic_write_json(out / "sweep.json", merge_index(old, fresh))  # first, so the folder is a sweep folder at once
     by_hash = {r.hash: r for r in run_runs(runs, out, opts, on_result)}
     return [by_hash[p.hash] for p in points]

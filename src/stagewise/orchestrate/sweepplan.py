@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..config import config_hash, deep_merge, dotted_overrides, validate
 from ..errors import UserError
-from ..labs import RunSpec, get_lab
+from ..labs import RunSpec, get_lab, spec_config, spec_lab
 from ..yamlio import load_yaml
 
 MAX_POINTS = 100_000  # a sweep larger than this is a typo, not a plan
@@ -151,6 +151,11 @@ class SweepSpec(BaseModel):
     executor: dict[str, Any] = Field(default_factory=dict)
     report: dict[str, Any] = Field(default_factory=dict)
 
+    def log_axes(self) -> list[str]:
+        """The axes given log-spaced (``logrange``, ``random: loguniform``): plotted on a log scale."""
+        return [name for name, spec in self.axes.items() if isinstance(spec, dict)
+                and ("logrange" in spec or spec.get("random") == "loguniform")]
+
 
 @dataclass(frozen=True)
 class SweepPoint:
@@ -162,7 +167,7 @@ class SweepPoint:
     validated: Any = field(default=None, compare=False, repr=False)  # the spec's config, when already validated
 
     def config(self) -> Any:
-        return self.validated if self.validated is not None else self.spec.config()
+        return self.validated if self.validated is not None else spec_config(self.spec)
 
     @property
     def label(self) -> str:
@@ -197,7 +202,7 @@ def fold_points(points: list[SweepPoint], fold: str = "none", max_seeds: int = 6
     for p in points:
         first, n = _seed_range(p)
         rest = deep_merge(p.spec.overrides, {"seed": 0, "n_seeds": 1})
-        key = config_hash(validate(p.spec.lab_value().Config, rest))  # the config without its seeds
+        key = config_hash(validate(spec_lab(p.spec).Config, rest))  # the config without its seeds
         groups.setdefault(key, []).append((first, n, p))
     runs: list[tuple[int, SweepRun]] = []
     order = {p.hash: i for i, p in enumerate(points)}
@@ -229,9 +234,9 @@ def _folded(chunk: list[tuple[int, int, SweepPoint]], start: int, total: int, al
     head = chunk[0][2].spec
     spec = RunSpec(lab=head.lab, overrides=deep_merge(head.overrides, {"seed": start, "n_seeds": total}),
                    name=f"{chunk[0][2].label} .. ({total} seeds)")
-    config = spec.config()
-    check_size(head.lab_value(), config, None, allow_large)
-    head.lab_value().check(config)
+    config = spec_config(spec)
+    check_size(spec_lab(head), config, None, allow_large)
+    spec_lab(head).check(config)
     return SweepRun(config_hash(config), spec, tuple(m[2] for m in chunk),
                     tuple(tuple(range(m[0], m[0] + m[1])) for m in chunk))
 

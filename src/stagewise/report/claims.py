@@ -11,7 +11,9 @@ After a run, :meth:`ClaimSpec.result` turns the measured per-seed values into a
 the verdict, in one vocabulary everywhere (:data:`VERDICTS`): ``holds`` / ``fails`` /
 ``not testable`` (with the reason). A claim over seeds (``over="every"``) holds when every
 seed's value passes; its ``value`` is the worst seed's. An ensemble claim (``over="run"``)
-is one value for the whole run.
+is one value for the whole run. :meth:`Claim.with_not_testable` turns a result into "not testable"
+(e.g. data outside the theory), :meth:`Claim.with_required_fraction` judges a per-seed
+claim by a configured fraction of passing seeds.
 
 :class:`Summary` is shared by all labs: ``final`` (metric -> mean/min/max over seeds at the
 last step), ``per_seed`` (seed -> values), ``claims`` (:class:`Claim`) and ``details``
@@ -237,6 +239,22 @@ class Claim(BaseModel):
                                        "evidence": f"measured ({outcome}): {self.evidence}"})
 
 
+    def with_required_fraction(self, need: float) -> "Claim":
+        """This per-seed claim judged by the fraction of seeds that pass: it holds when
+        ``pass_fraction >= need`` (1 = every seed, :meth:`ClaimSpec.result`'s rule; a lab's
+        configured seed fraction below 1 relaxes it). A not testable claim is returned as is."""
+        if self.holds is None or self.pass_fraction is None or need >= 1:
+            return self
+        holds = bool(self.pass_fraction >= need - FRACTION_TOL)
+        note = f"holds when at least {need:g} of the seeds pass ({self.pass_fraction:.3g} do)"
+        return self.model_copy(update={"holds": holds, "verdict": "holds" if holds else "fails",
+                                       "evidence": f"{self.evidence}; {note}" if self.evidence else note})
+
+
+FRACTION_TOL = 1e-12
+"""Seed fractions are k / n: compared with this rounding margin."""
+
+
 class Stats(BaseModel):
     """Spread of one metric over seeds (None where a value is not finite)."""
 
@@ -293,11 +311,6 @@ class Summary(BaseModel):
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
-
-
-def claim(cid: str, statement: str, holds: bool | None, evidence: str) -> Claim:
-    """One tested statement; ``holds=None`` marks it not testable here (say why in ``evidence``)."""
-    return Claim(id=cid, statement=statement, holds=None if holds is None else bool(holds), evidence=evidence)
 
 
 def read_summary(path: str | Path) -> Summary:

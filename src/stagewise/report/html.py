@@ -1,18 +1,22 @@
-"""HTML building blocks for self-contained reports, and the claims.md of a reproduce folder
-(its report.html is :func:`stagewise.report.pages.reproduce_html_page`).
+"""Building blocks of the self-contained report pages, and the claims.md of a reproduce
+folder (the pages themselves: :mod:`stagewise.report.pages`).
 
-A report page is one file: CSS inline, every figure embedded as a
-``data:image/png;base64,...`` URI, no script and no external URL. All text goes through
-:func:`esc`; numbers through :func:`number` (``SIGNIFICANT`` significant digits). The pages
-themselves are built in :mod:`stagewise.report.pages`.
+Every page comes from a Jinja2 template in ``report/templates/`` (:func:`render`), with
+autoescaping on: any value a template prints (a run name, a token, a note, an error text)
+is text, never markup; markup from another template enters only as the
+:class:`markupsafe.Markup` :func:`render` returns. A page is one file: CSS inline
+(``templates/style.css``), every figure embedded as a ``data:image/png;base64,...`` URI, no
+script and no external URL. Numbers are shown by :func:`~stagewise.report.matrix.number`
+(``SIGNIFICANT`` significant digits).
 
 Paths in a report come from files a user may have received (``sweep.json``'s ``run_dir``,
 ``claims.json``'s figure names), so two rules hold for every page:
 
-* a link is written only by :func:`link`, whose href is :func:`safe_href`'s: a relative
-  path that stays inside the page's folder after normalisation, percent-encoded (or an
-  in-page ``#id``); anything else (``javascript:``, ``data:``, ``//host``, ``/abs``, ``..``
-  escaping, backslashes, control characters) is shown as plain text, not a link;
+* a link is written only by the templates' ``link`` macro, whose href is
+  :func:`safe_href`'s: a relative path that stays inside the page's folder after
+  normalisation, percent-encoded (or an in-page ``#id``); anything else (``javascript:``,
+  ``data:``, ``//host``, ``/abs``, ``..`` escaping, backslashes, control characters) is
+  shown as plain text, not a link;
 * a figure is embedded only by :func:`figures`, and only when its file, symlinks
   resolved, lies inside the report's folder (:func:`inside_folder`); others are named as
   skipped.
@@ -21,24 +25,23 @@ Paths in a report come from files a user may have received (``sweep.json``'s ``r
 from __future__ import annotations
 
 import base64
-import html
-import math
 import re
-from urllib.parse import quote
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
+from urllib.parse import quote
 
-import pandas as pd
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
 
-SIGNIFICANT = 4
-"""Significant digits of every float shown in a report (``f"{x:.4g}"``)."""
+from .matrix import NONE_TEXT, REASON_CHARS, SIGNIFICANT, Column, Matrix, RunClaims, as_claim, element_id, is_number
+from .matrix import markdown_cell, matrix_markdown, number, runs_matrix
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+"""The page templates (package data: ``report/templates/*``)."""
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 """First bytes of every PNG file; a figure without them is reported missing, not embedded."""
-
-NONE_TEXT = "–"
-"""How a missing value (None, NaN) is shown in a table."""
 
 URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 """A URL scheme at the start of an href (``javascript:``, ``data:``, ``C:``): never a link."""
@@ -48,85 +51,6 @@ IN_PAGE_ANCHOR = re.compile(r"^#[A-Za-z0-9_-]+$")
 
 FORBIDDEN_IN_HREF = re.compile(r"[\x00-\x1f\x7f\\]")
 """Control characters and backslashes (which browsers drop or read as '/'): never a link."""
-
-CSS = (
-    "body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222;background:#fff}"
-    "h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}h3{font-size:1em}"
-    "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 7px;font-size:13px;"
-    "vertical-align:top;text-align:left}th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}"
-    ".held{background:#d9f2d9;color:#145214}.notheld{background:#f8d7d7;color:#8a0000}.untestable{background:#eee;color:#555}"
-    ".partial{background:#fdf0cc;color:#6b4e00}tr.failed td{background:#fbe3e3}.error,.missing{color:#b00000}"
-    ".scroll{overflow-x:auto}pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:12px}"
-    "figure{margin:.8em 0}figure img{max-width:100%;border:1px solid #eee}"
-    "figcaption{font-size:12px;color:#555}.counts span{margin-right:1em}a{color:#0645ad}"
-)
-
-
-def esc(text: Any) -> str:
-    """``text`` as HTML text (quotes escaped too, so it is safe inside attributes)."""
-    return html.escape(str(text), quote=True)
-
-
-def _plain(value: Any) -> Any:
-    """A numpy scalar as the Python value it holds; anything else unchanged."""
-    if type(value).__module__ == "numpy" and hasattr(value, "item"):
-        try:
-            return value.item()
-        except (ValueError, TypeError):
-            return value
-    return value
-
-
-def number(value: Any) -> str:
-    """A compact text for a table cell: floats to ``SIGNIFICANT`` digits, bools yes/no,
-    None and NaN as ``NONE_TEXT``; anything else ``str``. Not escaped."""
-    value = _plain(value)
-    if value is None or value is pd.NA or value is pd.NaT:
-        return NONE_TEXT
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return NONE_TEXT if math.isnan(value) else f"{value:.{SIGNIFICANT}g}"
-    return str(value)
-
-
-def is_number(value: Any) -> bool:
-    """Whether a cell is numeric (then right-aligned)."""
-    value = _plain(value)
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """How a claim's ``holds`` is shown: css class and words."""
-
-    css: str
-    text: str
-
-
-def verdict(holds: bool | None, words: tuple[str, str, str] = ("yes", "no", "not testable")) -> Verdict:
-    """True / False / None -> held / not held / untestable, with the given words."""
-    if holds is None:
-        return Verdict("untestable", words[2])
-    return Verdict("held", words[0]) if holds else Verdict("notheld", words[1])
-
-
-def td(value: Any, css: str = "") -> str:
-    """One escaped cell; numbers right-aligned."""
-    classes = " ".join(c for c in (css, "num" if is_number(value) else "") if c)
-    return f"<td class='{classes}'>{esc(number(value))}</td>" if classes else f"<td>{esc(number(value))}</td>"
-
-
-def table(header: Sequence[str], rows: Iterable[Sequence[str]], row_css: Sequence[str] | None = None) -> str:
-    """A table from escaped header names and rows of ready ``<td>`` strings (see :func:`td`)."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = []
-    for i, row in enumerate(rows):
-        css = row_css[i] if row_css is not None and i < len(row_css) and row_css[i] else ""
-        body.append(f"<tr class='{css}'>" + "".join(row) + "</tr>" if css else "<tr>" + "".join(row) + "</tr>")
-    return f"<div class='scroll'><table><tr>{head}</tr>{''.join(body)}</table></div>"
 
 
 def safe_href(path: Any, *, up: int = 0) -> str | None:
@@ -167,22 +91,24 @@ def safe_href(path: Any, *, up: int = 0) -> str | None:
     return "/".join([".."] * climbs + [quote(segment, safe="") for segment in kept])
 
 
-def link(href: str | None, text: Any, *, up: int = 0) -> str:
-    """``<a href=...>text</a>`` when :func:`safe_href` accepts ``href`` (``up``: see there),
-    else ``text`` alone, escaped: a path that may not be a link is shown, never followed."""
-    target = safe_href(href, up=up)
-    if target is None:
-        return esc(text)
-    return f"<a href='{esc(target)}'>{esc(text)}</a>"
+def _environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined,
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = number
+    env.filters["safe_href"] = lambda href, up=0: safe_href(href, up=up)
+    env.tests["number"] = is_number
+    env.globals.update(none_text=NONE_TEXT, reason_chars=REASON_CHARS)
+    return env
 
 
-def details(summary: str, body: str, is_open: bool = False) -> str:
-    """A collapsible block (plain HTML: readable without script)."""
-    return f"<details{' open' if is_open else ''}><summary>{esc(summary)}</summary>{body}</details>"
+ENVIRONMENT = _environment()
+"""The one Jinja2 environment of every page: autoescape on, undefined names are errors."""
 
 
-def pre(text: str) -> str:
-    return f"<pre>{esc(text)}</pre>"
+def render(template: str, **context: Any) -> Markup:
+    """``templates/TEMPLATE`` rendered with ``context`` (every value escaped unless it is
+    already :class:`~markupsafe.Markup`, i.e. another template's output)."""
+    return Markup(ENVIRONMENT.get_template(template).render(**context))
 
 
 def inside_folder(root: str | Path, path: str | Path) -> Path | None:
@@ -216,11 +142,21 @@ class FigureEntry:
 
 
 @dataclass(frozen=True)
+class ShownFigure:
+    """What the figures template gets: the name and either the data URI or why it is not shown."""
+
+    name: str
+    uri: str | None
+    pdf_href: str | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class FigureBlock:
     """The rendered figures: the HTML, the PNGs embedded (page order) and the names not
     embedded (unreadable, no PNG, or outside the report's folder)."""
 
-    html: str
+    html: Markup
     embedded: tuple[Path, ...]
     missing: tuple[str, ...]
 
@@ -229,45 +165,63 @@ def figures(entries: Sequence[FigureEntry], root: str | Path) -> FigureBlock:
     """Every figure whose PNG lies inside ``root`` (the report's folder; symlinks resolved,
     :func:`inside_folder`) embedded; one outside becomes a visible 'figure NAME skipped: not
     inside the report's folder' (its bytes are never read), one that cannot be read a
-    visible 'missing figure NAME'. The PDF link goes through :func:`link`."""
-    parts, embedded, missing = [], [], []
+    visible 'missing figure NAME'. The PDF link goes through the ``link`` macro."""
+    shown, embedded, missing = [], [], []
     for entry in entries:
         if inside_folder(root, entry.png) is None:
             missing.append(entry.name)
-            parts.append(f"<p class='missing'>figure {esc(entry.name)} skipped: not inside the report's folder</p>")
+            shown.append(ShownFigure(entry.name, None, None, f"figure {entry.name} skipped: not inside the report's folder"))
             continue
         uri = png_data_uri(entry.png)
         if uri is None:
             missing.append(entry.name)
-            parts.append(f"<p class='missing'>missing figure {esc(entry.name)}</p>")
+            shown.append(ShownFigure(entry.name, None, None, f"missing figure {entry.name}"))
             continue
         embedded.append(entry.png)
-        pdf = f" · {link(entry.pdf_href, 'PDF')}" if entry.pdf_href else ""
-        parts.append(f"<figure><img alt='{esc(entry.name)}' src='{uri}'><figcaption>{esc(entry.name)}{pdf}"
-                     "</figcaption></figure>")
-    return FigureBlock("\n".join(parts), tuple(embedded), tuple(missing))
-
-
-def page(title: str, body: Iterable[str]) -> str:
-    """A whole self-contained document."""
-    return "\n".join([f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{esc(title)}</title>"
-                      f"<style>{CSS}</style></head><body>", *body, "</body></html>"])
+        shown.append(ShownFigure(entry.name, uri, entry.pdf_href))
+    return FigureBlock(render("figures.html", figures=shown) if shown else Markup(""), tuple(embedded), tuple(missing))
 
 
 # ----------------------------------------------------------------- reproduce claims.md
-def _mark(holds: bool | None) -> str:
-    return "untestable" if holds is None else "yes" if holds else "no"
+def reproduce_matrix(report: dict[str, Any], links: dict[str, str] | None = None) -> Matrix:
+    """The claims x runs matrix of a reproduce report (``claims.json``): a column per run
+    (its header links to the run's section, ``#run-NAME``), each cell to the claim's
+    evidence there (``#ev-NAME-ID``); on a report over labs (``lab`` "all", runs named
+    ``LAB/NAME``) a row per lab and claim id."""
+    over_labs = report.get("lab") == "all"
+    runs = []
+    for run in report["runs"]:
+        name = str(run["name"])
+        column = Column(name, "#" + element_id("run", name), str(run.get("status")))
+        runs.append(RunClaims(column, [as_claim(c) for c in run.get("claims") or []], len(run.get("seeds") or []),
+                              lambda cid, name=name: "#" + element_id("ev", name, cid),
+                              name.split("/", 1)[0] if over_labs and "/" in name else ""))
+    return runs_matrix(runs)
 
 
 def reproduce_markdown(report: dict[str, Any]) -> str:
-    lines = [f"# stagewise reproduce {report['lab']}{' --quick' if report['quick'] else ''}", ""]
+    """``claims.md``: the claims x runs matrix grouped by source (one vocabulary: holds /
+    fails / not testable, with the reason), then each run's status, evidence and figures."""
+    matrix = reproduce_matrix(report)
+    counts = matrix.counts()
+    lines = [f"# stagewise reproduce {report['lab']}{' --quick' if report.get('quick') else ''}", "",
+             f"{matrix.n_claims} claims over {len(report['runs'])} runs: "
+             + ", ".join(f"{word} {n}" for word, n in counts.items()), "", "## Claims", ""]
+    lines += matrix_markdown(matrix) or ["no claims", ""]
+    lines += ["## Runs", ""]
     for run in report["runs"]:
-        lines += [f"## {run['name']} (preset {run['preset']}, seeds {run['seeds']}, {run['status']}, {run['seconds']} s)", ""]
-        if run["error"]:
-            lines += [f"**{run['status']}**: {run['error']}", ""]
-        lines += [
-                  "| claim | holds | evidence |", "|---|---|---|"]
-        for c in run["claims"]:
-            lines.append(f"| {c['id']}: {c['statement']} | {_mark(c['holds'])} | {c['evidence']} |")
-        lines += [""] + [f"![{Path(f).stem}]({f})" for f in run["figures"]] + [""]
+        heading = (f"### {run['name']} (preset {run.get('preset')}, seeds {run.get('seeds')}, {run['status']}, "
+                   f"{number(run.get('seconds'))} s)")
+        lines += [heading, ""]
+        if run.get("error"):
+            lines += [f"**{run['status']}**: {markdown_cell(run['error'])}", ""]
+        claims = [as_claim(c) for c in run.get("claims") or []]
+        if claims:
+            lines += ["| claim | evidence |", "|---|---|"]
+            lines += [f"| {markdown_cell(c.id)} | {markdown_cell(c.evidence or NONE_TEXT)} |" for c in claims]
+        lines += [""] + [f"![{Path(f).stem}]({f})" for f in run.get("figures") or []] + [""]
     return "\n".join(lines)
+
+
+__all__ = ["SIGNIFICANT", "NONE_TEXT", "number", "is_number", "safe_href", "inside_folder", "render", "figures",
+           "FigureEntry", "FigureBlock", "reproduce_markdown", "reproduce_matrix"]

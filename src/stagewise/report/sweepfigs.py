@@ -9,39 +9,42 @@ takes that frame and column names and returns a matplotlib Figure:
 * :func:`phase_diagram`: over two axes, the fraction k/n of finished seeds where a condition
   holds (a boolean column, or ``COLUMN OP NUMBER`` such as ``final.loss<=0.3``);
 * :func:`onset_vs_axis`: a stage's onset step vs an axis; seeds that never reach it are
-  counted and marked.
+  counted and marked;
+* :func:`claim_value_vs_axis`: a claim's measured value (``claim_value.ID``) vs an axis, with
+  the declared threshold drawn as a horizontal line.
 
 Rows whose run did not finish (``status != "done"``) are left out of every statistic and
-counted in the titles. A numeric axis is drawn on a log scale when its values are all > 0 and
-span more than LOG_SPAN x; other axes (strings, booleans) are drawn as evenly spaced categories.
+counted in the titles. A numeric axis is drawn on a log scale when it is declared log-spaced
+(``log_axes``: the sweep's ``logrange`` / ``loguniform`` axes) or its values are
+(:func:`stagewise.report.plots.use_log_scale`); other axes (strings, booleans) are drawn as
+evenly spaced categories. Figures follow the conventions of :mod:`stagewise.report.plots`.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 from typing import Any
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.patches import Rectangle
 
-matplotlib.use("Agg")  # headless: figures are files
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
-
-from ..errors import UserError  # noqa: E402
-from .plots import STYLE  # noqa: E402
+from ..errors import UserError
+from .plots import PANEL_SIZE, figure, label_axes, legend_outside, palette, use_log_scale
 
 DONE = "done"
-LOG_SPAN = 20.0  # a positive numeric axis spanning more than this factor is drawn on a log scale
+LINE_FIGURE = (PANEL_SIZE[0] + 2.2, PANEL_SIZE[1] + 0.9)  # inches: one line panel and its outside legend
 MAX_GROUPS = 8  # more combinations of the other axes than this: pooled into one line
 EMPTY_CELL = "0.85"  # grey of a phase-diagram cell without a finished row
 OPERATORS = {"<=": np.less_equal, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
              "<": np.less, ">": np.greater}
 _CONDITION = re.compile(r"^\s*(?P<column>.+?)\s*(?P<op><=|>=|==|!=|<|>)\s*(?P<rhs>[^<>=!\s]+)\s*$")
-TABLE_PREFIXES = ("final.", "stage.", "claim.")  # the per-run column families of the sweep table
-REPORT_KEYS = {"metrics": "a list of column names", "phase": "a list of {x, y, value}", "onsets": "a list of {stage, axis}"}
+TABLE_PREFIXES = ("final.", "stage.", "claim.", "claim_value.")  # the per-run column families of the sweep table
+CLAIM_VALUE = "claim_value."  # column prefix of a claim's measured value per seed
+REPORT_KEYS = {"metrics": "a list of column names", "phase": "a list of {x, y, value}", "onsets": "a list of {stage, axis}",
+               "claims": "a list of claim ids (measured value vs every axis, threshold drawn)"}
 
 
 # --------------------------------------------------------------------------- conditions
@@ -119,14 +122,15 @@ def _fmt(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, (float, np.floating)) else str(value)
 
 
-def _positions(series: pd.Series) -> tuple[np.ndarray, list[Any], bool]:
-    """(x of every row, levels, log scale): numeric axes keep their values, others are
+def _positions(series: pd.Series, declared_log: bool = False) -> tuple[np.ndarray, list[Any], bool]:
+    """(x of every row, levels, log scale): numeric axes keep their values (log scale when
+    ``declared_log`` or :func:`~stagewise.report.plots.use_log_scale` says so), others are
     placed at 0..n-1 in the order of :func:`axis_levels`."""
     levels = axis_levels(series)
     if _is_numeric_axis(series):
         x = series.astype("Float64").to_numpy(float, na_value=np.nan)
         lv = np.asarray(levels, float)
-        log = bool(len(lv) and np.all(lv > 0) and np.log10(lv.max()) - np.log10(lv.min()) > np.log10(LOG_SPAN))
+        log = bool(len(lv) and np.all(lv > 0) and use_log_scale(lv, declared_log))
         return x, levels, log
     index = {str(v): i for i, v in enumerate(levels)}
     return np.array([index.get(str(v), np.nan) for v in series], float), levels, False
@@ -158,16 +162,18 @@ def _finish_axis(ax, axis: str, levels: list[Any], log: bool, numeric: bool) -> 
 
 
 def _spread(ax, x: np.ndarray, y: np.ndarray, color: str, label: str) -> None:
-    """Mean line, min..max band and one dot per finite value, at every distinct x."""
+    """Mean line, min..max band and one dot per finite value, at every distinct x (one
+    series: ``gid`` = ``label``)."""
     keep = np.isfinite(x) & np.isfinite(y)
     x, y = x[keep], y[keep]
     if not x.size:
         return
     xs = np.unique(x)  # (X,) ascending
     stats = np.array([[y[x == v].mean(), y[x == v].min(), y[x == v].max()] for v in xs])  # (X, 3) mean, min, max
-    ax.scatter(x, y, s=12, color=color, alpha=0.45, lw=0, zorder=3)
-    ax.fill_between(xs, stats[:, 1], stats[:, 2], color=color, alpha=0.15, lw=0)
-    ax.plot(xs, stats[:, 0], color=color, marker="o", ms=3, lw=1.6, label=label or None, zorder=4)
+    gid = label or "values"
+    ax.scatter(x, y, s=12, color=color, alpha=0.45, lw=0, zorder=3, gid=gid)
+    ax.fill_between(xs, stats[:, 1], stats[:, 2], color=color, alpha=0.15, lw=0, gid=gid)
+    ax.plot(xs, stats[:, 0], color=color, marker="o", ms=3, lw=1.6, label=label or "mean over seeds", zorder=4, gid=gid)
 
 
 def _title_counts(n_failed: int, n_missing: int, missing_what: str) -> str:
@@ -184,46 +190,66 @@ def _require(frame: pd.DataFrame, *columns: str) -> None:
 
 
 # --------------------------------------------------------------------------- figures
-def metric_vs_axis(frame: pd.DataFrame, metric: str, axis: str, *, by: list[str] | None = None):
+def metric_vs_axis(frame: pd.DataFrame, metric: str, axis: str, *, by: list[str] | None = None,
+                   log_axes: Collection[str] = ()):
     """``metric`` against ``axis``: per axis value the mean over the finished seeds (line),
     the min..max band and every seed (dots); one line per combination of the ``by`` columns
     (pooled when there are more than MAX_GROUPS). The title counts failed rows and finished
     rows without a value."""
-    return _line_plot(frame, metric, axis, by, ylabel=metric, title=f"{metric} vs {axis}",
-                      missing_note="finished without a value")
+    return _line_plot(frame, metric, axis, by, ylabel=f"{metric} (as logged)", title=f"{metric} vs {axis}",
+                      missing_note="finished without a value", log_axes=log_axes)
+
+
+def claim_value_vs_axis(frame: pd.DataFrame, claim_id: str, axis: str, *, threshold: float | None,
+                        relation: str | None, quantity: str = "", unit: str = "", by: list[str] | None = None,
+                        log_axes: Collection[str] = ()):
+    """A claim's measured value (column ``claim_value.ID``: the seed's value, else the run's)
+    against ``axis`` as :func:`metric_vs_axis` draws a metric, with the declared threshold as
+    a horizontal line (the claim holds where ``value relation threshold``)."""
+    column = CLAIM_VALUE + claim_id
+    ylabel = (quantity or f"value of claim {claim_id}") + (f" ({unit})" if unit else "")
+    rule = f"holds where value {relation} {threshold:g}" if threshold is not None and relation else "no declared threshold"
+    fig = _line_plot(frame, column, axis, by, ylabel=ylabel, title=f"claim {claim_id} vs {axis} ({rule})",
+                     missing_note="finished without a value", log_axes=log_axes)
+    if threshold is not None and relation:
+        ax = fig.axes[0]
+        ax.axhline(threshold, color="k", ls="--", lw=1.0, label=f"threshold: {relation} {threshold:g}")
+        legend_outside(ax)
+    return fig
 
 
 def _line_plot(frame: pd.DataFrame, column: str, axis: str, by: list[str] | None, *, ylabel: str, title: str,
-               missing_note: str, mark_missing: bool = False):
-    """The figure of :func:`metric_vs_axis` and :func:`onset_vs_axis`: ``column`` against
-    ``axis`` over the finished rows, grouped by ``by``; ``mark_missing`` marks the finished
-    rows without a value (a stage never reached) at the top, with their count per axis value."""
+               missing_note: str, mark_missing: bool = False, log_axes: Collection[str] = ()):
+    """The figure of :func:`metric_vs_axis`, :func:`onset_vs_axis` and :func:`claim_value_vs_axis`:
+    ``column`` against ``axis`` over the finished rows, grouped by ``by``; ``mark_missing``
+    marks the finished rows without a value (a stage never reached) at the top, with their
+    count per axis value; legend right of the axes."""
     frame = frame.reset_index(drop=True)
     _require(frame, column, axis, "status")
     done = frame["status"].astype(str).to_numpy() == DONE
-    x, levels, log = _positions(frame[axis])
+    x, levels, log = _positions(frame[axis], axis in log_axes)
     y = _numeric(frame, column)
     missing = done & ~np.isfinite(y)
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(5.5, 3.8))
-        groups, pooled = _groups(frame[done], by)
-        for i, (label, rows) in enumerate(groups):
-            pos = frame.index.get_indexer(rows)
-            _spread(ax, x[pos], y[pos], f"C{i}", label)
-        if mark_missing:
-            marker = ax.get_xaxis_transform()  # x in data, y in axes fraction
-            for xv in np.unique(x[missing & np.isfinite(x)]):
-                count = int((missing & (x == xv)).sum())
-                ax.scatter([xv], [0.97], marker="v", color="C3", s=28, transform=marker, clip_on=False, zorder=5)
-                ax.text(xv, 0.90, f"{count} never", transform=marker, ha="center", va="top", fontsize=7, color="C3")
-        _finish_axis(ax, axis, levels, log, _is_numeric_axis(frame[axis]))
-        ax.set_ylabel(ylabel)
-        note = _title_counts(int((~done).sum()), int(missing.sum()), missing_note)
-        pooled_note = f"; pooled over {', '.join(by or [])}" if pooled else ""
-        ax.set_title(title + (f"\n{note}" if note else "") + pooled_note, fontsize=9)
-        if len(groups) > 1 and ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, frameon=False)
-        fig.tight_layout()
+    fig, axs = figure(1, 1, LINE_FIGURE, layout="constrained")
+    ax = axs[0, 0]
+    groups, pooled = _groups(frame[done], by)
+    for (label, rows), color in zip(groups, palette(len(groups) + 1)[1:] if mark_missing else palette(len(groups))):
+        pos = frame.index.get_indexer(rows)
+        _spread(ax, x[pos], y[pos], color, label)
+    if mark_missing:
+        marker = ax.get_xaxis_transform()  # x in data, y in axes fraction
+        for i, xv in enumerate(np.unique(x[missing & np.isfinite(x)])):
+            count = int((missing & (x == xv)).sum())
+            ax.scatter([xv], [0.97], marker="v", color=palette(1)[0], s=28, transform=marker, clip_on=False, zorder=5,
+                       gid="never", label=None if i else "seeds never reaching it")
+            ax.text(xv, 0.90, f"{count} never", transform=marker, ha="center", va="top", fontsize=7,
+                    color=palette(1)[0])
+    _finish_axis(ax, axis, levels, log, _is_numeric_axis(frame[axis]))
+    ax.set_ylabel(ylabel)
+    note = _title_counts(int((~done).sum()), int(missing.sum()), missing_note)
+    pooled_note = f"; pooled over {', '.join(by or [])}" if pooled else ""
+    ax.set_title(title + (f"\n{note}" if note else "") + pooled_note, fontsize=9)
+    legend_outside(ax)
     return fig
 
 
@@ -262,45 +288,51 @@ def phase_diagram(frame: pd.DataFrame, x: str, y: str, value: str):
     cells = phase_cells(frame, x, y, value)
     xs, ys = axis_levels(frame[x]), axis_levels(frame[y])
     grid = cells["fraction"].to_numpy(float).reshape(len(ys), len(xs)) if len(cells) else np.zeros((0, 0))  # (Y, X)
-    with plt.rc_context({**STYLE, "axes.grid": False}):
-        fig, ax = plt.subplots(figsize=(1.0 + 0.9 * max(len(xs), 3), 1.2 + 0.7 * max(len(ys), 2)))
-        image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0.0, vmax=1.0, origin="lower",
-                          aspect="auto", extent=(-0.5, len(xs) - 0.5, -0.5, len(ys) - 0.5))
-        for i, cell in enumerate(cells.itertuples()):
-            col, row = i % len(xs), i // len(xs)
-            if cell.n == 0:
-                ax.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, facecolor=EMPTY_CELL, hatch="//",
-                                       edgecolor="0.6", lw=0))
-                color = "0.25"
-            else:
-                color = "white" if cell.fraction < 0.6 else "black"
-            ax.text(col, row, cell.label, ha="center", va="center", fontsize=7, color=color)
-        ax.set_xticks(range(len(xs)), [_fmt(v) for v in xs])
-        ax.set_yticks(range(len(ys)), [_fmt(v) for v in ys])
-        ax.set_xlabel(x)
-        ax.set_ylabel(y)
-        failed = int(cells["failed"].sum()) if len(cells) else 0
-        ax.set_title(f"fraction of seeds where {value} holds" + (f"\n{failed} failed rows" if failed else ""), fontsize=9)
-        fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
-        fig.tight_layout()
+    fig, axs = figure(1, 1, (1.6 + max(0.9 * len(xs), PANEL_SIZE[0]), 1.2 + 0.7 * max(len(ys), 2)), layout="constrained")
+    ax = axs[0, 0]
+    ax.grid(False)
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0.0, vmax=1.0, origin="lower",
+                      aspect="auto", extent=(-0.5, len(xs) - 0.5, -0.5, len(ys) - 0.5))
+    for i, cell in enumerate(cells.itertuples()):
+        col, row = i % len(xs), i // len(xs)
+        if cell.n == 0:
+            ax.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, facecolor=EMPTY_CELL, hatch="//",
+                                   edgecolor="0.6", lw=0))
+            color = "0.25"
+        else:
+            color = "white" if cell.fraction < 0.6 else "black"
+        ax.text(col, row, cell.label, ha="center", va="center", fontsize=7, color=color)
+    ax.set_xticks(range(len(xs)), [_fmt(v) for v in xs])
+    ax.set_yticks(range(len(ys)), [_fmt(v) for v in ys])
+    label_axes(ax, x, y)
+    failed = int(cells["failed"].sum()) if len(cells) else 0
+    ax.set_title(f"fraction of seeds where {value} holds" + (f"\n{failed} failed rows" if failed else ""), fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03, label="fraction of seeds (k/n)")
     return fig
 
 
-def onset_vs_axis(frame: pd.DataFrame, stage: str, axis: str, *, by: list[str] | None = None):
+def onset_vs_axis(frame: pd.DataFrame, stage: str, axis: str, *, by: list[str] | None = None,
+                  log_axes: Collection[str] = (), never_reached: Collection[str] = ()):
     """The onset step in ``stage`` (a ``stage.*`` column, NaN = never reached) against
     ``axis``: mean over the finished seeds that reach it, min..max band, every seed as a dot;
     seeds that never reach it are marked with a triangle at the top with their count per axis
-    value, and counted in the title."""
-    return _line_plot(frame, stage, axis, by, ylabel=f"onset step ({stage})", title=f"onset of {stage} vs {axis}",
+    value, and counted in the title; ``never_reached``: the stages no run reached (not drawn,
+    named in the title)."""
+    never = f"\nnever reached by any run: {', '.join(never_reached)}" if never_reached else ""
+    return _line_plot(frame, stage, axis, by, ylabel=f"onset of {stage.removeprefix('stage.')} (training step)",
+                      title=f"onset of {stage} vs {axis}{never}", log_axes=log_axes,
                       missing_note="finished rows never reach it (marked at the top)", mark_missing=True)
 
 
 # ---------------------------------------------------------------------- report spec
-def check_report_spec(report: Any, axes: list[str], fixed: tuple[str, ...] = ()) -> None:
+def check_report_spec(report: Any, axes: list[str], fixed: tuple[str, ...] = (),
+                      claim_ids: Collection[str] | None = None) -> None:
     """Check a sweep file's ``report`` section before any run: keys ``metrics`` (list of
     column names), ``phase`` (list of {x, y, value}; x, y axes of the sweep, value a column or
-    COLUMN OP NUMBER, the column an axis, one of ``fixed`` or a ``final.``/``stage.``/``claim.``
-    column) and ``onsets`` (list of {stage, axis}); one-line UserError otherwise.
+    COLUMN OP NUMBER, the column an axis, one of ``fixed`` or a ``final.``/``stage.``/
+    ``claim.``/``claim_value.`` column), ``onsets`` (list of {stage, axis}) and ``claims``
+    (list of claim ids; with ``claim_ids``, the lab's declared ids, each must be one of them
+    or a case of one, ``ID_CASE``); one-line UserError otherwise.
     Whether the named metrics and stages exist is known only after the runs (collect warns)."""
     if report is None:
         return
@@ -308,11 +340,19 @@ def check_report_spec(report: Any, axes: list[str], fixed: tuple[str, ...] = ())
         raise UserError(f"sweep report: expected a mapping with {', '.join(REPORT_KEYS)}, got {type(report).__name__}")
     unknown = sorted(set(report) - set(REPORT_KEYS))
     if unknown:
-        raise UserError(f"sweep report: unknown key {unknown[0]!r}; allowed: " + "; ".join(f"{k} ({v})" for k, v in REPORT_KEYS.items()))
+        allowed = "; ".join(f"{k} ({v})" for k, v in REPORT_KEYS.items())
+        raise UserError(f"sweep report: unknown key {unknown[0]!r}; allowed: {allowed}")
     known_axes = ", ".join(axes) or "none"
     metrics = report.get("metrics", [])
     if not isinstance(metrics, list) or not all(isinstance(m, str) and m.strip() for m in metrics):
         raise UserError(f"sweep report: metrics={metrics!r}: expected {REPORT_KEYS['metrics']}")
+    claims = report.get("claims", [])
+    if not isinstance(claims, list) or not all(isinstance(c, str) and c.strip() for c in claims):
+        raise UserError(f"sweep report: claims={claims!r}: expected {REPORT_KEYS['claims']}")
+    declared = sorted(claim_ids or ())
+    for cid in claims if declared else ():
+        if not any(cid == d or cid.startswith(d + "_") for d in declared):
+            raise UserError(f"sweep report: claims: {cid!r} is not a claim of the lab; claims: {', '.join(declared)}")
     for key, fields in (("phase", ("x", "y", "value")), ("onsets", ("stage", "axis"))):
         items = report.get(key, [])
         if not isinstance(items, list):

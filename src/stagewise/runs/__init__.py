@@ -1,15 +1,44 @@
-"""The run store: run directories, manifests, streamed metrics, tables, checkpoints, locks."""
+"""The run store: run directories, manifests, streamed metrics, tables, checkpoints, locks.
 
-from .context import Checkpoint, Interrupted, RunDirContext, RunPaths
-from .manifest import read_manifest, update_manifest
-from .memory import MemoryContext
-from .store import (
-    Checkpoints, MetricSink, RunLock, TableStore, atomic_write_bytes, atomic_write_json, atomic_write_text, load_snapshot,
-    safe_csv, save_snapshot, write_parquet,
-)
+The names load on first use (PEP 562): importing the package (or a light submodule such as
+:mod:`.sizes`) imports no torch or pandas."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .context import Checkpoint, Interrupted, RunDirContext, RunPaths
+    from .manifest import read_manifest, update_manifest
+    from .memory import MemoryContext
+    from .store import (
+        Checkpoints, MetricSink, RunLock, TableStore, atomic_write_bytes, atomic_write_json, atomic_write_text, load_snapshot,
+        safe_csv, save_snapshot, write_parquet,
+    )
+
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(("Checkpoint", "Interrupted", "RunDirContext", "RunPaths"), ".context"),
+    **dict.fromkeys(("read_manifest", "update_manifest"), ".manifest"),
+    "MemoryContext": ".memory",
+    **dict.fromkeys(("Checkpoints", "MetricSink", "RunLock", "TableStore", "atomic_write_bytes", "atomic_write_json",
+                     "atomic_write_text", "load_snapshot", "safe_csv", "save_snapshot", "write_parquet"), ".store"),
+}
 
 __all__ = [
     "Checkpoint", "Checkpoints", "Interrupted", "MemoryContext", "MetricSink", "RunDirContext", "RunLock", "RunPaths",
     "TableStore", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "load_snapshot", "read_manifest",
     "safe_csv", "save_snapshot", "update_manifest", "write_parquet",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

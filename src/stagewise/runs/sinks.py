@@ -18,27 +18,26 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import struct
 import time
 import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..errors import NotAvailable, UserError
 
 ENV_VAR = "STAGEWISE_SINKS"
-SINK_PACKAGES = {"tensorboard": ("tensorboard", "crc32c"), "wandb": ("wandb",)}
+SINK_PACKAGES = {"tensorboard": ("tensorboard",), "wandb": ("wandb",)}
 """Sink name -> the modules it imports (each sink is an extra: ``pip install -e '.[NAME]'``)."""
 
 TB_FOLDER = "tensorboard"
-TB_FILE_VERSION = "brain.Event:2"  # the first event of every event file
-TFRECORD_MASK_DELTA = 0xA282EAD8  # added to the rotated CRC in TFRecord framing
-TB_WRITE_BUFFER = 1 << 20  # bytes buffered before the event file is written to (flushed at checkpoints)
+TB_QUEUE = 1024  # events the writer's thread may hold before an add waits (all written at each checkpoint)
+TB_FLUSH_SECS = 120  # the writer's own periodic flush, between checkpoints
+TB_STAMP_WAIT = 2.0  # most seconds a resumed run waits so its event file's stamp sorts after the earlier ones
 WANDB_PROJECT = "stagewise"
 WANDB_SETTINGS = {"console": "off", "silent": True, "disable_git": True, "save_code": False,
                   "x_disable_stats": True, "x_disable_meta": True, "x_save_requirements": False}
@@ -73,7 +72,7 @@ def resolve_sinks(requested: Sequence[str] | None = None, environ: Mapping[str, 
     return tuple(n for n in SINK_PACKAGES if n in chosen)
 
 
-def open_sinks(names: Sequence[str], root: str | Path, seeds: Sequence[int]) -> "SinkFanout | None":
+def open_sinks(names: Sequence[str], root: str | Path, seeds: Sequence[int]) -> SinkFanout | None:
     """Sinks for the run directory ``root`` (nothing is written before the first record);
     None when ``names`` is empty."""
     makers = {"tensorboard": TensorBoardSink, "wandb": WandbSink}
@@ -120,33 +119,21 @@ class SinkFanout:
 
 
 # ------------------------------------------------------------------------- TensorBoard
-def masked_crc32c(data: bytes) -> int:
-    """The masked CRC of TFRecord framing: ``c = CRC-32C(data)`` (the ``crc32c`` package, a
-    C extension), rotated right by 15 bits, plus :data:`TFRECORD_MASK_DELTA` (mod 2**32)."""
-    from crc32c import crc32c
-
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + TFRECORD_MASK_DELTA) & 0xFFFFFFFF
-
-
-def tfrecord(data: bytes) -> bytes:
-    """TFRecord framing of one serialized Event: length (uint64 LE), its masked CRC (uint32
-    LE), the data, the data's masked CRC (uint32 LE)."""
-    header = struct.pack("<Q", len(data))
-    return header + struct.pack("<I", masked_crc32c(header)) + data + struct.pack("<I", masked_crc32c(data))
-
-
 class TensorBoardSink:
-    """Event files under ``ROOT/tensorboard/``, one per start or resume of the run.
+    """Event files under ``ROOT/tensorboard/``, one per start or resume of the run, written
+    by PyTorch's TensorBoard writer (``torch.utils.tensorboard.writer.FileWriter``, which
+    frames the records and their checksums through tensorboard's own ``RecordWriter``).
 
-    One ``Event`` (tensorboard's ``event_pb2``) per record, its ``Summary`` holding one
-    ``Value(tag="{metric}/seed{seed}", simple_value=float32)`` per metric and seed. The
-    messages of a record shape are built once and their values refilled per record (a
-    fresh Summary of 24 x 64 values costs about 10 times more). A file's name starts
-    ``events.out.tfevents.{stamp}`` with a stamp (seconds) above every earlier file's, so a
-    resumed run's file sorts last and TensorBoard shows its values where it repeats steps.
-    At close (and at a flush that saw new metrics) a Custom Scalars layout is written: one
-    chart per metric with all seeds, one category per variant.
+    One ``Event`` per record, its ``Summary`` holding one ``Value(tag="{metric}/seed{seed}",
+    simple_value=float32)`` per metric and seed (M x S values, metric-major). The messages of
+    a record shape are built once and their values refilled per record (the writer
+    serializes each event as it is added; a fresh Summary of 24 x 64 values costs about 10
+    times more). A file's name starts ``events.out.tfevents.{stamp}`` (seconds, the
+    writer's): a resumed run whose earlier file has this second's stamp waits for the next
+    second (at most :data:`TB_STAMP_WAIT` s), so its file sorts last and TensorBoard shows
+    its values where it repeats steps. At close (and at a flush that saw new metrics) a
+    Custom Scalars layout is written (``torch.utils.tensorboard.summary.custom_scalars``):
+    one chart per metric with all seeds, one category per variant.
     """
 
     name = "tensorboard"
@@ -154,26 +141,24 @@ class TensorBoardSink:
     def __init__(self, root: Path, seeds: Sequence[int]):
         self.folder = root / TB_FOLDER
         self.seeds = list(seeds)
-        self._file = None
+        self._writer = None
         self._events: dict[tuple[str, tuple[str, ...]], tuple[Any, list[Any]]] = {}  # shape -> (Event, its Values)
         self._metrics: dict[str, str] = {}  # metric -> variant, in first-logged order
         self._layout_size = 0  # metrics covered by the last layout written
 
-    def _write_event(self, event: Any) -> None:
-        event.wall_time = time.time()
-        self._file.write(tfrecord(event.SerializeToString()))
+    def _open(self) -> Any:
+        if self._writer is None:
+            from torch.utils.tensorboard.writer import FileWriter
 
-    def _open(self) -> None:
-        if self._file is None:
-            from tensorboard.compat.proto import event_pb2
-
-            self.folder.mkdir(parents=True, exist_ok=True)
-            parts = [p.name.split(".") for p in self.folder.glob("events.out.tfevents.*")]
-            stamps = [int(n[3]) for n in parts if len(n) > 3 and n[3].isdigit()]
-            stamp = max([int(time.time()), *(s + 1 for s in stamps)])
-            path = self.folder / f"events.out.tfevents.{stamp:010d}.{socket.gethostname()}.{os.getpid()}"
-            self._file = open(path, "xb", buffering=TB_WRITE_BUFFER)
-            self._write_event(event_pb2.Event(step=0, file_version=TB_FILE_VERSION))
+            parts = [p.name.split(".") for p in self.folder.glob("events.out.tfevents.*")] if self.folder.is_dir() else []
+            latest = max([int(n[3]) for n in parts if len(n) > 3 and n[3].isdigit()], default=-1)
+            wait = latest + 1 - time.time()  # the new file's stamp must exceed every earlier file's
+            if wait > TB_STAMP_WAIT:
+                raise RuntimeError(f"{self.folder} holds an event file stamped {latest}, later than the clock")
+            if wait > 0:
+                time.sleep(wait)
+            self._writer = FileWriter(str(self.folder), max_queue=TB_QUEUE, flush_secs=TB_FLUSH_SECS)
+        return self._writer
 
     def _record_event(self, variant: str, names: Sequence[str]) -> tuple[Any, list[Any]]:
         """The Event of a record shape and its M x S Values (metric-major), built at first use."""
@@ -192,38 +177,28 @@ class TensorBoardSink:
         event, slots = self._record_event(variant, names)
         for slot, value in zip(slots, np.asarray(values, dtype=float).reshape(-1).tolist(), strict=True):
             slot.simple_value = value  # float32, rounded to nearest (beyond float32: inf)
-        event.step = int(step)
-        self._open()
-        self._write_event(event)
+        self._open().add_event(event, step=int(step))  # serialized here: the slots may be refilled at once
 
     def _write_layout(self) -> None:
-        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
-        from tensorboard.plugins.custom_scalar import layout_pb2, metadata
+        from torch.utils.tensorboard.summary import custom_scalars
 
-        categories: dict[str, list[Any]] = {}
+        layout: dict[str, dict[str, list[Any]]] = {}
         for metric, variant in self._metrics.items():
-            content = layout_pb2.MultilineChartContent(tag=[f"^{re.escape(metric)}/seed-?[0-9]+$"])
-            categories.setdefault(variant, []).append(layout_pb2.Chart(title=metric, multiline=content))
-        layout = layout_pb2.Layout(category=[layout_pb2.Category(title=variant or "metrics", chart=charts)
-                                             for variant, charts in categories.items()])
-        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, tensor_shape=tensor_shape_pb2.TensorShapeProto(),
-                                        string_val=[layout.SerializeToString()])
-        value = summary_pb2.Summary.Value(tag=metadata.CONFIG_SUMMARY_TAG, metadata=metadata.create_summary_metadata(),
-                                          tensor=tensor)
-        self._write_event(event_pb2.Event(step=0, summary=summary_pb2.Summary(value=[value])))
+            layout.setdefault(variant or "metrics", {})[metric] = ["Multiline", [f"^{re.escape(metric)}/seed-?[0-9]+$"]]
+        self._writer.add_summary(custom_scalars(layout), global_step=0)
         self._layout_size = len(self._metrics)
 
     def flush(self) -> None:
-        if self._file is not None:
+        if self._writer is not None:
             if len(self._metrics) != self._layout_size:
                 self._write_layout()
-            self._file.flush()
+            self._writer.flush()
 
     def close(self) -> None:
-        if self._file is not None:
+        if self._writer is not None:
             self.flush()
-            self._file.close()
-            self._file = None
+            writer, self._writer = self._writer, None
+            writer.close()
             self._layout_size = 0  # a reopened file gets its own layout
 
 

@@ -1,9 +1,11 @@
 """Per-seed claims of the disentangled lab, computed from the ``stages`` table only.
 
-Every stage claim is tested on each seed separately and holds when at least
-``thresholds.seed_fraction`` of the seeds pass (default: every seed); the evidence gives
-the fraction and the per-seed values. All thresholds are config fields fixed before the
-runs (docs/disentangled.md section 4 says why each is what it is):
+Every claim instantiates a declared :mod:`.claimspecs` claim (one quantity each; the
+accuracy parts of the loss-level criteria are claims of their own, ``*_acc``). A stage claim
+is tested on each seed separately and holds when at least ``thresholds.seed_fraction`` of
+the seeds pass (default: every seed); the claim gives the per-seed values and the pass
+fraction. All thresholds are config fields fixed before the runs, their defaults the
+declared ones (docs/disentangled.md section 4 says why each is what it is):
 
 - P learned at t1 / kept at the end: K1 on P-bearing test queries <= p_loss * log 2 and
   P-only test accuracy >= p_learned (where the test split has P-only queries).
@@ -26,13 +28,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...report.claims import Claim, claim
+from ...report.claims import Claim, ClaimSpec
+from . import claimspecs as cs
 from .config import Config
 
 LOG2 = math.log(2.0)
 CHANCE = 0.5  # accuracy of a sign that knows nothing about the label
 Q_ACC = "test.acc.q_part"  # accuracy of sign(f^2) on Q-bearing test queries (= Q-only accuracy on Q-only queries)
-REVIEW_FLOOR = math.log1p(math.exp(-1.0))  # the reviewer's lower bound on K1, log(1 + e^-1)
+REVIEW_FLOOR = math.log1p(math.exp(-1.0))  # the reviewer's lower bound on K1, log(1 + e^-1) (= cs.REVIEW_K1_FLOOR.threshold)
 
 
 def control_of(variant: str) -> str:
@@ -69,12 +72,6 @@ class SeedValues:
 
 def _fmt(values: np.ndarray, digits: int = 3) -> str:
     return ", ".join("nan" if not np.isfinite(v) else f"{v:.{digits}f}" for v in values)
-
-
-def _verdict(config: Config, passed: np.ndarray) -> tuple[bool, str]:
-    """(holds, "k/n seeds pass"): holds when the passing fraction reaches seed_fraction."""
-    n, k = len(passed), int(np.sum(passed))
-    return bool(n and k / n >= config.thresholds.seed_fraction), f"{k}/{n} seeds pass"
 
 
 def control_bound(control: SeedValues, stage: str, quantile: float) -> float:
@@ -123,98 +120,111 @@ def staged_fraction(config: Config, run: SeedValues, control: SeedValues) -> flo
     return float(np.mean(np.logical_and.reduce([passes[k] for k in STAGED])))
 
 
+def judged_by(spec: ClaimSpec, threshold: float) -> ClaimSpec:
+    """``spec`` with the threshold this run's config fixed (``thresholds.*``); the declared
+    one when the config keeps the default."""
+    return spec if math.isclose(threshold, spec.threshold, rel_tol=0, abs_tol=1e-15) else \
+        spec.model_copy(update={"threshold": float(threshold)})
+
+
+def _per_seed(config: Config, spec: ClaimSpec, values: np.ndarray, evidence: str, seeds: list[int]) -> Claim:
+    """``spec`` over the seeds, judged with ``thresholds.seed_fraction`` (1: every seed)."""
+    return spec.result(values, evidence, seeds=seeds).with_required_fraction(config.thresholds.seed_fraction)
+
+
+def _accuracy(config: Config, spec: ClaimSpec, acc: np.ndarray, evidence: str, seeds: list[int]) -> Claim:
+    """An accuracy part on P-only queries: not testable when the test split has none (NaN)."""
+    if not np.isfinite(acc).any():
+        return spec.not_testable("no P-only test queries in this data (e.g. composite labels with p0 = 0)", evidence)
+    return _per_seed(config, spec, acc, evidence, seeds)
+
+
 def stage_claims(config: Config, stages: pd.DataFrame, variant: str = "") -> list[Claim]:
-    """The per-seed stage claims of one variant, paired with its shuffled-label control."""
+    """The per-seed stage claims of one variant, paired with its shuffled-label control
+    (:mod:`.claimspecs`: losses in units of log 2, thresholds from ``thresholds.*``)."""
     th, t1, end = config.thresholds, config.train.t1, config.train.steps
     run, control = SeedValues.of(stages, variant), SeedValues.of(stages, control_of(variant))
     if run.empty:
         return []
+    seeds = run.seeds
     passes = stage_passes(config, run, control)
-    lp, lq = th.p_loss * LOG2, th.q_loss * LOG2
     g = run.get
     bound1 = control_bound(control, "stage1", th.control_quantile)
     bound2 = control_bound(control, "stage2", th.control_quantile)
-    out = []
-    holds, frac = _verdict(config, passes["p_learned_stage1"])
-    out.append(claim("p_learned_stage1", f"P is learned in stage 1, per seed: K1 on P-bearing test queries at t1 = {t1} "
-                     f"<= {th.p_loss:g} log 2 = {lp:.3f} and P-only accuracy >= {th.p_learned:g}", holds,
-                     f"{frac}; K1 {_fmt(g('stage1', 'test.K1.p_queries'))}; P-only acc {_fmt(g('stage1', 'test.acc.p_only'), 2)}"))
+    k1_1, k1_2 = g("stage1", "test.K1.p_queries"), g("stage2", "test.K1.p_queries")
+    k2_1, k2_2 = g("stage1", "test.K2.q_queries"), g("stage2", "test.K2.q_queries")
+    ap1, ap2 = g("stage1", "test.acc.p_only"), g("stage2", "test.acc.p_only")
+    aq1, aq2 = g("stage1", Q_ACC), g("stage2", Q_ACC)
+    p1 = f"t1 = {t1}: K1 {_fmt(k1_1)}; P-only acc {_fmt(ap1, 2)}"
+    p2 = f"end (t = {end}): K1 {_fmt(k1_2)}; P-only acc {_fmt(ap2, 2)}"
+    out = [_per_seed(config, judged_by(cs.P_LEARNED_STAGE1, th.p_loss), k1_1 / LOG2, p1, seeds),
+           _accuracy(config, judged_by(cs.P_LEARNED_STAGE1_ACC, th.p_learned), ap1, p1, seeds)]
+    q1 = f"t1 = {t1}: K2 {_fmt(k2_1)}; Q-part acc {_fmt(aq1, 2)}"
+    out.append(_per_seed(config, judged_by(cs.Q_NOT_LEARNED_STAGE1, th.q_flat), np.abs(k2_1 - LOG2) / LOG2, q1, seeds))
+    acc1 = judged_by(cs.Q_NOT_LEARNED_STAGE1_ACC, 0.0)
     if control.empty:
-        out.append(claim("q_not_learned_stage1", "Q is not learned in stage 1 (needs the shuffled-label control)", None,
-                         "no control in this run (experiment.control=false)"))
+        out.append(acc1.not_testable("no shuffled-label control in this run (experiment.control=false)", q1))
     else:
-        holds, frac = _verdict(config, passes["q_not_learned_stage1"])
-        out.append(claim("q_not_learned_stage1", f"Q is not learned in stage 1, per seed: K2 on Q-bearing test queries at t1 "
-                         f"within {th.q_flat:g} log 2 of log 2 ({(1 - th.q_flat) * LOG2:.3f}..{(1 + th.q_flat) * LOG2:.3f}) and "
-                         f"Q-part accuracy at t1 no farther from 1/2 than the shuffled-label control's {th.control_quantile:g} quantile "
-                         "of |acc - 1/2|", holds,
-                         f"{frac}; K2 {_fmt(g('stage1', 'test.K2.q_queries'))}; Q-part acc {_fmt(g('stage1', Q_ACC), 2)}; "
-                         f"control band 0.5 +- {bound1:.3f} (control Q-part acc {_fmt(control.get('stage1', Q_ACC), 2)})"))
-    holds, frac = _verdict(config, passes["q_learned_stage2"])
-    out.append(claim("q_learned_stage2", f"Q is learned in stage 2 (loss level), per seed: K2 on Q-bearing test queries at the end "
-                     f"(t = {end}) <= {th.q_loss:g} log 2 = {lq:.3f}", holds,
-                     f"{frac}; K2 at t1 {_fmt(g('stage1', 'test.K2.q_queries'))}; at the end {_fmt(g('stage2', 'test.K2.q_queries'))}"))
-    holds, frac = _verdict(config, passes["p_kept_stage2"])
-    out.append(claim("p_kept_stage2", f"P is kept in stage 2, per seed: K1 on P-bearing test queries at the end <= {lp:.3f} and "
-                     f"P-only accuracy >= {th.p_learned:g}", holds,
-                     f"{frac}; K1 {_fmt(g('stage2', 'test.K1.p_queries'))}; P-only acc {_fmt(g('stage2', 'test.acc.p_only'), 2)}"))
-    holds, frac = _verdict(config, passes["q_accuracy_stage2"])
-    out.append(claim("q_accuracy_stage2", f"Q-part test accuracy at the end >= {th.q_learned:g} and above the control's "
-                     f"band 1/2 + its {th.control_quantile:g} quantile of |acc - 1/2|, per seed (accuracy level only)", holds,
-                     f"{frac}; Q-part acc at t1 {_fmt(g('stage1', Q_ACC), 2)}; at the end "
-                     f"{_fmt(g('stage2', Q_ACC), 2)}; control band at the end 0.5 +- {bound2:.3f}"))
-    staged = np.logical_and.reduce([passes[k] for k in STAGED])
-    holds, frac = _verdict(config, staged)
-    out.append(claim("two_stage_per_seed", "the four loss-level stage criteria hold together, per seed", holds, frac))
+        out.append(_per_seed(config, acc1, np.abs(aq1 - CHANCE) - bound1,
+                             f"{q1}; control band 0.5 +- {bound1:.3f} (control Q-part acc {_fmt(control.get('stage1', Q_ACC), 2)})",
+                             seeds))
+    out.append(_per_seed(config, judged_by(cs.Q_LEARNED_STAGE2, th.q_loss), k2_2 / LOG2,
+                         f"K2 at t1 {_fmt(k2_1)}; at the end {_fmt(k2_2)}", seeds))
+    out.append(_per_seed(config, judged_by(cs.P_KEPT_STAGE2, th.p_loss), k1_2 / LOG2, p2, seeds))
+    out.append(_accuracy(config, judged_by(cs.P_KEPT_STAGE2_ACC, th.p_learned), ap2, p2, seeds))
+    q2 = f"Q-part acc at t1 {_fmt(aq1, 2)}; at the end {_fmt(aq2, 2)}"
+    out.append(_per_seed(config, judged_by(cs.Q_ACCURACY_STAGE2, th.q_learned), aq2, q2, seeds))
+    if control.empty:
+        out.append(cs.Q_ACCURACY_ABOVE_CONTROL.not_testable("no shuffled-label control in this run (experiment.control=false)", q2))
+    else:
+        out.append(_per_seed(config, cs.Q_ACCURACY_ABOVE_CONTROL, aq2 - CHANCE - bound2,
+                             f"{q2}; control band at the end 0.5 +- {bound2:.3f}", seeds))
+    count = np.sum([passes[k] for k in STAGED], axis=0).astype(float)  # (S,) criteria passed
+    out.append(_per_seed(config, cs.TWO_STAGE_PER_SEED, count,
+                         f"{int(np.sum(count >= len(STAGED)))}/{len(count)} seeds pass; criteria passed per seed "
+                         + ", ".join(str(int(c)) for c in count), seeds))
     if not control.empty:
         ctrl_q = control.get("stage2", "test.K2.q_queries")
-        out.append(claim("control_not_staged", f"the shuffled-label control does not learn Q: K2 at the end > {lq:.3f} in every "
-                         "control seed (the stage claims can fail)", bool(np.all(ctrl_q > lq)),
-                         f"control K2 at the end {_fmt(ctrl_q)}"))
+        out.append(judged_by(cs.CONTROL_NOT_STAGED, th.q_loss).result(ctrl_q / LOG2, f"control K2 at the end {_fmt(ctrl_q)}",
+                                                                      seeds=control.seeds))
     return out
 
 
 def spectral_claims(config: Config, stages: pd.DataFrame, truncation: dict[str, float], variant: str = "") -> list[Claim]:
-    """The corollary ("small singular values carry P, large ones Q") at the end, twice: on
-    whole spectra (||W||_2 < ||V||_2 per seed, plus the truncation of blockdiag(W, V)) and on
-    the signal parts (|w*^T W w*| < sigma_max(Z^T V Z) per seed): noise in V can make the
-    whole-spectrum comparison hold while V's signal is tiny."""
+    """The corollary ("small singular values carry P, large ones Q") at the end, three times:
+    on whole spectra (||W||_2 / ||V||_2 per seed), on the truncation of blockdiag(W, V)
+    (means over seeds), and on the signal parts (|w*^T W w*| / sigma_max(Z^T V Z) per seed):
+    noise in V can make the whole-spectrum comparison hold while V's signal is tiny."""
     run = SeedValues.of(stages, variant)
     if run.empty:
         return []
     g = lambda c: run.get("stage2", c)  # noqa: E731
-    whole = g("W.spectral") < g("V.spectral")
-    trunc_ok = (truncation.get("bottom.p_only", np.nan) >= truncation.get("top.p_only", np.nan)
-                and truncation.get("top.q_only", np.nan) >= truncation.get("bottom.q_only", np.nan))
-    holds, frac = _verdict(config, whole)
     d = config.data.d
-    out = [claim("spectral_corollary", f"whole spectra: ||W||_2 < ||V||_2 per seed, and keeping the bottom {d} of the {2 * d} "
-                 f"singular directions of blockdiag(W, V) keeps P at least as well as the top {d}, while the top {d} keep Q at "
-                 f"least as well as the bottom {d} (mean over seeds)", holds and bool(trunc_ok),
-                 f"{frac}; ||W||_2 {_fmt(g('W.spectral'))}; ||V||_2 {_fmt(g('V.spectral'))}; truncation "
-                 + ", ".join(f"{k} {v:.3f}" for k, v in sorted(truncation.items())))]
-    signal = np.abs(g("W.signal")) < g("V.signal.sv.0")
-    holds, frac = _verdict(config, signal)
-    out.append(claim("spectral_corollary_signal", "signal parts: |w*^T W w*| (P's singular value) < sigma_max(Z^T V Z) "
-                     "(Q's, V projected on span zeta) per seed", holds,
-                     f"{frac}; P signal {_fmt(np.abs(g('W.signal')))}; Q signal sv0 {_fmt(g('V.signal.sv.0'))}, "
-                     f"sv1 {_fmt(g('V.signal.sv.1'))}; ||V||_2 {_fmt(g('V.spectral'))}; share of ||V||_F^2 on span zeta "
-                     f"{_fmt(g('V.signal_share'))}"))
+    spectra = f"||W||_2 {_fmt(g('W.spectral'))}; ||V||_2 {_fmt(g('V.spectral'))}"
+    out = [_per_seed(config, cs.SPECTRAL_COROLLARY, g("W.spectral") / g("V.spectral"), spectra, run.seeds)]
+    margin = min(truncation.get("bottom.p_only", np.nan) - truncation.get("top.p_only", np.nan),
+                 truncation.get("top.q_only", np.nan) - truncation.get("bottom.q_only", np.nan))
+    out.append(cs.SPECTRAL_TRUNCATION.result(margin, f"keeping {d} of {2 * d} directions: "
+                                             + ", ".join(f"{k} {v:.3f}" for k, v in sorted(truncation.items()))))
+    out.append(_per_seed(config, cs.SPECTRAL_SIGNAL, np.abs(g("W.signal")) / g("V.signal.sv.0"),
+                         f"P signal {_fmt(np.abs(g('W.signal')))}; Q signal sv0 {_fmt(g('V.signal.sv.0'))}, "
+                         f"sv1 {_fmt(g('V.signal.sv.1'))}; {spectra}; share of ||V||_F^2 on span zeta "
+                         f"{_fmt(g('V.signal_share'))}", run.seeds))
     return out
 
 
-def review_claim(config: Config, stages: pd.DataFrame, variant: str = "") -> Claim | None:
+def review_claims(config: Config, stages: pd.DataFrame, variant: str = "") -> list[Claim]:
     """The reviewer's point: K1 at the unit-margin reference W* = c w* w*^T (c sets the mean
     P margin y f^1 over P-bearing test queries to 1) is at least log(1 + e^-1) (Jensen:
-    softplus(-m) is convex, so E softplus(-m) >= softplus(-E m)) and so never near 0; the
-    trained K1 is shown beside it."""
+    softplus(-m) is convex, so E softplus(-m) >= softplus(-E m)) and so never near 0, and
+    below log 2; the trained K1 is shown beside it. Empty when the reference was not logged."""
     run = SeedValues.of(stages, variant)
     ref = run.get("stage2", "review.K1_ref") if not run.empty else np.array([])
     if not ref.size or not np.all(np.isfinite(ref)):
-        return None
+        return []
     trained = run.get("stage1", "test.K1.p_queries")
-    return claim("review_k1_floor", f"K1 at the unit-margin reference W* is >= the reviewer's log(1 + e^-1) = {REVIEW_FLOOR:.3f} "
-                 f"and < log 2 = {LOG2:.3f}, per seed", bool(np.all((ref >= REVIEW_FLOOR) & (ref < LOG2))),
-                 f"K1(W*) {_fmt(ref)}; K1 at W* scaled to the trained ||W||_F {_fmt(run.get('stage2', 'review.K1_ref_at_norm'))}; "
-                 f"trained K1 at t1 {_fmt(trained)} (below the floor in {int(np.sum(trained < REVIEW_FLOOR))} seeds: "
-                 "a trained margin above 1)")
+    evidence = (f"K1(W*) {_fmt(ref)}; K1 at W* scaled to the trained ||W||_F {_fmt(run.get('stage2', 'review.K1_ref_at_norm'))}; "
+                f"trained K1 at t1 {_fmt(trained)} (below the floor in {int(np.sum(trained < REVIEW_FLOOR))} seeds: "
+                "a trained margin above 1)")
+    return [cs.REVIEW_K1_FLOOR.result(ref, evidence, seeds=run.seeds),
+            cs.REVIEW_K1_BELOW_LOG2.result(ref / LOG2, evidence, seeds=run.seeds)]

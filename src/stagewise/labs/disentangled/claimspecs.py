@@ -1,10 +1,139 @@
 """The disentangled lab's declared claims (:class:`~stagewise.report.claims.ClaimSpec`), fixed before any run.
 
 Imports nothing heavy: `stagewise claims disentangled` lists these without torch.
+
+Paper 1 is Gong et al. (arXiv 2502.20681); its body is not available, so sources are its
+abstract, the Theorem-2 bound named in the review, and the review discussion
+(/work/shared/specs/disentangled-lab.md). Losses are in units of log 2 (the loss of an
+output that knows nothing). The thresholds are the defaults of ``thresholds.*``; a run that
+overrides one is judged by its own value, which its claims carry (:mod:`.claims`). "every
+seed" claims hold when each seed passes (``thresholds.seed_fraction`` = 1), a lower
+``seed_fraction`` makes a claim hold when that fraction of the seeds pass.
 """
 
 from __future__ import annotations
 
-from ...report.claims import ClaimSpec
+from ...report.claims import ClaimSpec, own, paper1, reviewer
 
-CLAIMS: tuple[ClaimSpec, ...] = ()
+_ABSTRACT = "abstract (stage 1 learns the elementary feature P, stage 2 the specialized Q without forgetting P)"
+_SHUFFLED = "the shuffled-label control (variant 'control', experiment.control=true): labels permuted, nothing to learn"
+_FLOOR_K = ("the branch's L2 optimum softplus(-m*) (docs/disentangled.md; spec section 5): K2* = 0.685 nats (0.99 log 2) "
+            "at the default, so the loss-level claim fails there by construction")
+
+# --- stage claims (claims.py: stage_claims), per seed -----------------------------------------------------------------
+P_LEARNED_STAGE1 = ClaimSpec(
+    id="p_learned_stage1", statement="P is learned in stage 1 (loss level)", source=paper1(_ABSTRACT),
+    quantity="K1 on P-bearing test queries at t1", relation="<=", threshold=0.5, unit="log 2",
+    floor="softplus(-m_P*) of the L2 fixed point (0.01-0.025 below the measured K1)", control=_SHUFFLED)
+P_LEARNED_STAGE1_ACC = ClaimSpec(
+    id="p_learned_stage1_acc", statement="P is learned in stage 1 (accuracy level, where P-only test queries exist)",
+    source=paper1(_ABSTRACT), quantity="P-only test accuracy at t1", relation=">=", threshold=0.95, control=_SHUFFLED)
+Q_NOT_LEARNED_STAGE1 = ClaimSpec(
+    id="q_not_learned_stage1", statement="Q is not learned in stage 1 (loss level): K2 stays at log 2",
+    source=paper1(_ABSTRACT), quantity="|K2 on Q-bearing test queries at t1 - log 2|", relation="<=", threshold=0.05,
+    unit="log 2", control="ablation no-noise (experiment.kind=ablations: Q picked up in the large-LR stage)")
+Q_NOT_LEARNED_STAGE1_ACC = ClaimSpec(
+    id="q_not_learned_stage1_acc", statement="Q is not learned in stage 1 (accuracy level): the Q-part accuracy at t1 is "
+    "no farther from 1/2 than the shuffled-label control's 0.95 quantile of |acc - 1/2|",
+    source=paper1(_ABSTRACT), quantity="|Q-part test accuracy at t1 - 1/2| minus the control's quantile of it",
+    relation="<=", threshold=0.0, control="ablation no-noise (the Q-part accuracy at t1 leaves the control's band)")
+Q_LEARNED_STAGE2 = ClaimSpec(
+    id="q_learned_stage2", statement="Q is learned in stage 2 (loss level)", source=paper1(_ABSTRACT),
+    quantity="K2 on Q-bearing test queries at the end", relation="<=", threshold=0.5, unit="log 2", floor=_FLOOR_K,
+    control="ablation no-anneal (constant eta1) and " + _SHUFFLED)
+P_KEPT_STAGE2 = ClaimSpec(
+    id="p_kept_stage2", statement="P is kept in stage 2 (loss level)", source=paper1(_ABSTRACT),
+    quantity="K1 on P-bearing test queries at the end", relation="<=", threshold=0.5, unit="log 2",
+    floor="softplus(-m_P*) of the L2 fixed point", control=_SHUFFLED)
+P_KEPT_STAGE2_ACC = ClaimSpec(
+    id="p_kept_stage2_acc", statement="P is kept in stage 2 (accuracy level, where P-only test queries exist)",
+    source=paper1(_ABSTRACT), quantity="P-only test accuracy at the end", relation=">=", threshold=0.95, control=_SHUFFLED)
+Q_ACCURACY_STAGE2 = ClaimSpec(
+    id="q_accuracy_stage2", statement="Q is learned in stage 2 at the accuracy level", source=paper1(_ABSTRACT),
+    quantity="Q-part test accuracy at the end", relation=">=", threshold=0.85,
+    control="ablation no-anneal (Q-part accuracy 0.47-0.78 at a constant large rate) and " + _SHUFFLED)
+Q_ACCURACY_ABOVE_CONTROL = ClaimSpec(
+    id="q_accuracy_stage2_above_control", statement="the Q-part accuracy at the end is above the shuffled-label "
+    "control's band 1/2 + its 0.95 quantile of |acc - 1/2|",
+    source=paper1(_ABSTRACT), quantity="Q-part test accuracy at the end - 1/2 minus the control's quantile of |acc - 1/2|",
+    relation=">", threshold=0.0, control=_SHUFFLED)
+TWO_STAGE_PER_SEED = ClaimSpec(
+    id="two_stage_per_seed", statement="the four loss-level stage criteria (P learned at t1, Q not learned at t1, Q learned "
+    "and P kept at the end; each with its accuracy part) hold together", source=paper1(_ABSTRACT),
+    quantity="number of the four criteria a seed passes", relation=">=", threshold=4.0,
+    control=_SHUFFLED + " (fails Q learned)")
+CONTROL_NOT_STAGED = ClaimSpec(
+    id="control_not_staged", statement="the shuffled-label control does not learn Q, so the stage claims can fail",
+    source=own("falsifiability of the stage claims"), quantity="control's K2 on Q-bearing test queries at the end",
+    relation=">", threshold=0.5, unit="log 2",
+    control="a control whose labels are not permuted (experiment.control with the true labels) learns Q and fails it")
+
+# --- the spectral corollary (claims.py: spectral_claims) --------------------------------------------------------------
+_COROLLARY = paper1("abstract (corollary: small singular values carry elementary knowledge, large ones specialized)")
+SPECTRAL_COROLLARY = ClaimSpec(
+    id="spectral_corollary", statement="whole spectra at the end: P's matrix W has the smaller spectral norm",
+    source=_COROLLARY, quantity="||W||_2 / ||V||_2 at the end", relation="<", threshold=1.0,
+    control="data.zeta large (e.g. 3: Q easier than P, V learned first; spec section 5)")
+SPECTRAL_TRUNCATION = ClaimSpec(
+    id="spectral_corollary_truncation", statement="keeping the bottom d of the 2d singular directions of blockdiag(W, V) "
+    "keeps P at least as well as the top d, and the top d keep Q at least as well as the bottom d (means over seeds)",
+    source=_COROLLARY, quantity="min(bottom - top P-only accuracy, top - bottom Q-only accuracy) after truncation",
+    relation=">=", threshold=0.0, over="run", control="data.zeta large (e.g. 3: Q easier than P)")
+SPECTRAL_SIGNAL = ClaimSpec(
+    id="spectral_corollary_signal", statement="signal parts: P's singular value |w*^T W w*| is below Q's sigma_max(Z^T V Z)",
+    source=_COROLLARY, quantity="|w*^T W w*| / sigma_max(Z^T V Z) at the end", relation="<", threshold=1.0,
+    control="data.zeta large (e.g. 3: Q easier than P)")
+
+# --- the reviewer's floor (claims.py: review_claims) -------------------------------------------------------------------
+_REVIEW = reviewer("review: the Theorem-2 bound on the P loss hides a log 2 lower bound; K1 at the reference weight "
+                   ">= log(1 + e^-1)")
+REVIEW_K1_FLOOR = ClaimSpec(
+    id="review_k1_floor", statement="K1 at the unit-margin reference W* is at least the reviewer's log(1 + e^-1)",
+    source=_REVIEW, quantity="K1 at W* = c w* w*^T (mean P margin 1)", relation=">=", threshold=0.31326168751822286,
+    unit="nats (log(1 + e^-1))", floor="log(1 + e^-1) = 0.313 (Jensen)",
+    control="none run: a reference with mean P margin above 1 (c larger) goes below it")
+REVIEW_K1_BELOW_LOG2 = ClaimSpec(
+    id="review_k1_below_log2", statement="K1 at the unit-margin reference W* is below log 2", source=_REVIEW,
+    quantity="K1 at W* = c w* w*^T", relation="<", threshold=1.0, unit="log 2",
+    control="none run: a reference with mean P margin <= 0 (c <= 0) is at or above log 2")
+
+# --- ablations (summary.py: ablation_claims), one value per run --------------------------------------------------------
+ANNEALING_NEEDED = ClaimSpec(
+    id="annealing_needed", statement="with the baseline staged per seed, constant eta1 (no annealing) leaves K2 above its "
+    "learned level", source=reviewer("review discussion: the authors call annealing crucial"),
+    quantity="fraction of the no-anneal seeds where Q is learned (loss level)", relation="<=", threshold=0.0, over="run",
+    control="ablation anneal-fixed-noise (the rate annealed: Q learned where the baseline learns it)")
+NOISE_NEEDED = ClaimSpec(
+    id="noise_needed", statement="with the baseline staged per seed, removing the update noise makes Q picked up in the "
+    "large-LR stage", source=own("reconstruction: the update noise hides Q in stage 1 (Li-Wei-Ma)"),
+    quantity="fraction of the no-noise seeds passing q_not_learned_stage1 (both parts)", relation="<=", threshold=0.0,
+    over="run", control="the baseline itself (its seeds pass q_not_learned_stage1)")
+Q_LEARNED_WITH = ClaimSpec(
+    id="q_learned_with", statement="the ablation's one change lets Q be learned at the loss level",
+    source=own("which part of annealing matters: the lower rate or the end of the noise"),
+    quantity="fraction of the ablation's seeds where Q is learned (loss level)", relation=">=", threshold=1.0, over="run",
+    control="ablation no-anneal (neither change: Q not learned)")
+ROBUST = ClaimSpec(
+    id="robust", statement="the per-seed criterion holds in every d x seed block",
+    source=own("robustness over d and seed blocks"), quantity="smallest fraction of seeds passing, over the blocks",
+    relation=">=", threshold=1.0, over="run", control="ablation no-anneal's settings in the blocks (Q not learned)")
+
+# --- d-scaling (summary.py: bound_claims), one value per run -----------------------------------------------------------
+BOUND_TENDS_TO_ZERO = ClaimSpec(
+    id="bound_tends_to_zero", statement="the P loss K1 (queries carrying P) at the end of stage 1 tends to 0 as d grows "
+    "(d = 16..512 with L >= 3 sqrt(d) log d, no extrapolation)", source=paper1("Theorem 2 (the upper bound on the P loss)"),
+    quantity="K1 on P-bearing queries at t1 at the largest d", relation="<=", threshold=0.05, over="run",
+    floor="log(1 + e^-1) = 0.313 at the unit-margin reference (the reviewer's floor)",
+    control="the reviewer's floor: a K1 held at log(1 + e^-1) fails it (tests)")
+BOUND_MONOTONE = ClaimSpec(
+    id="bound_monotone", statement="K1 at the end of stage 1 does not rise as d grows (d = 16..512, L >= 3 sqrt(d) log d)",
+    source=paper1("Theorem 2 (the upper bound on the P loss)"),
+    quantity="largest rise of K1 between consecutive d", relation="<=", threshold=0.01, over="run",
+    control="none run: a schedule that under-trains the larger d (train.steps fixed low while d grows) makes K1 rise")
+
+CLAIMS: tuple[ClaimSpec, ...] = (
+    P_LEARNED_STAGE1, P_LEARNED_STAGE1_ACC, Q_NOT_LEARNED_STAGE1, Q_NOT_LEARNED_STAGE1_ACC, Q_LEARNED_STAGE2, P_KEPT_STAGE2,
+    P_KEPT_STAGE2_ACC, Q_ACCURACY_STAGE2, Q_ACCURACY_ABOVE_CONTROL, TWO_STAGE_PER_SEED, CONTROL_NOT_STAGED,
+    SPECTRAL_COROLLARY, SPECTRAL_TRUNCATION, SPECTRAL_SIGNAL, REVIEW_K1_FLOOR, REVIEW_K1_BELOW_LOG2,
+    ANNEALING_NEEDED, NOISE_NEEDED, Q_LEARNED_WITH, ROBUST, BOUND_TENDS_TO_ZERO, BOUND_MONOTONE,
+)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from ...config import MAX_STEPS, ConfigModel, RunBase, Threads, TrainBase
 
-Finite = dict(allow_inf_nan=False)
+Finite: dict[str, Any] = {"allow_inf_nan": False}
 
 
 class DataConfig(ConfigModel):

@@ -1,8 +1,12 @@
-"""Figures of the disentangled lab, drawn from the logged metrics."""
+"""Figures of the disentangled lab, drawn from the logged metrics with the conventions of
+:mod:`stagewise.report.plots` (labelled axes, legends outside, distinct colours per panel,
+grids that stay readable at the report's width). The per-variant stage numbers of an
+ablation or grid run are a table, not a figure: ``summary.details["ablations"]`` /
+``summary.details["grid"]`` (variant -> stage1/stage2 losses, Q-part accuracy,
+``staged_fraction``)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -10,13 +14,19 @@ import numpy as np
 import pandas as pd
 
 from ...measure import series
-from ...report.plots import figure, save, seed_lines
 from ...report.claims import Summary
+from ...report.plots import (PALETTE, STEP_LABEL, has_values, label_axes, legend_outside, panel_grid, palette, save,
+                             seed_lines)
 from ..contract import Tables
-from .config import Config
 from .claims import LOG2, REVIEW_FLOOR, STAGED
+from .config import Config
 
-KIND_COLORS = (("p_only", "C0", "P-only"), ("q_only", "C3", "Q-only"), ("both", "C2", "both"))
+KIND_COLORS = (("p_only", PALETTE[0], "P-only"), ("q_only", PALETTE[1], "Q-only"), ("both", PALETTE[2], "both"))
+ACCURACY = "test accuracy (fraction)"
+BRANCH_LOSS = "branch loss (nats)"
+FRACTION_PASSING = "fraction of seeds passing"
+HEAT_PANEL = (3.6, 2.6)  # (width, height) inches of one heat-map panel
+SV_SHOWN = 4  # top singular values drawn per matrix
 
 
 def _stage_line(ax, config: Config) -> None:
@@ -24,25 +34,26 @@ def _stage_line(ax, config: Config) -> None:
 
 
 def accuracy_panels(ax_acc, ax_loss, config: Config, frame: pd.DataFrame, prefix: str = "", legend: bool = True) -> None:
+    """Test accuracy by query kind (dashed: the learned thresholds) and, with ``ax_loss``, the
+    train branch losses K1, K2 against the step."""
     for kind, color, label in KIND_COLORS:
         seed_lines(ax_acc, frame, f"{prefix}test.acc.{kind}", label=label, color=color)
     th = config.thresholds
-    ax_acc.axhline(th.p_learned, color="C0", ls="--", lw=0.6)
-    ax_acc.axhline(th.q_learned, color="C3", ls="--", lw=0.6)
+    ax_acc.axhline(th.p_learned, color=PALETTE[0], ls="--", lw=0.6)
+    ax_acc.axhline(th.q_learned, color=PALETTE[1], ls="--", lw=0.6)
     ax_acc.set_ylim(0.3, 1.02)
-    ax_acc.set_ylabel("test accuracy")
+    label_axes(ax_acc, STEP_LABEL, ACCURACY)
     if ax_loss is not None:
-        seed_lines(ax_loss, frame, f"{prefix}train.K1", label="K1 (P part)", color="C0")
-        seed_lines(ax_loss, frame, f"{prefix}train.K2", label="K2 (Q part)", color="C3")
+        seed_lines(ax_loss, frame, f"{prefix}train.K1", label="K1 (P part)", color=PALETTE[0])
+        seed_lines(ax_loss, frame, f"{prefix}train.K2", label="K2 (Q part)", color=PALETTE[1])
         ax_loss.axhline(LOG2, color="k", ls=":", lw=0.8, label="log 2")
-        ax_loss.set_ylabel("train branch loss")
-        ax_loss.legend(fontsize=7)
+        label_axes(ax_loss, STEP_LABEL, f"train {BRANCH_LOSS}")
+        legend_outside(ax_loss)
     for ax in (ax_acc, ax_loss):
         if ax is not None:
-            ax.set_xlabel("t")
             _stage_line(ax, config)
     if legend:
-        ax_acc.legend(fontsize=7, loc="lower right")
+        legend_outside(ax_acc)
 
 
 def loss_level_panel(ax, config: Config, frame: pd.DataFrame, prefix: str = "") -> None:
@@ -51,41 +62,53 @@ def loss_level_panel(ax, config: Config, frame: pd.DataFrame, prefix: str = "") 
     th = config.thresholds
     control = f"{prefix.rstrip('/')}|control/" if prefix else "control/"
     seed_lines(ax, frame, f"{control}test.K2.q_queries", label="K2, control", color="0.6")
-    seed_lines(ax, frame, f"{prefix}test.K1.p_queries", label="K1 (P part), P-bearing queries", color="C0")
-    seed_lines(ax, frame, f"{prefix}test.K2.q_queries", label="K2 (Q part), Q-bearing queries", color="C3")
-    ax.axhspan((1 - th.q_flat) * LOG2, (1 + th.q_flat) * LOG2, color="C3", alpha=0.08, lw=0)
+    seed_lines(ax, frame, f"{prefix}test.K1.p_queries", label="K1 (P part), P-bearing queries", color=PALETTE[0])
+    seed_lines(ax, frame, f"{prefix}test.K2.q_queries", label="K2 (Q part), Q-bearing queries", color=PALETTE[1])
+    ax.axhspan((1 - th.q_flat) * LOG2, (1 + th.q_flat) * LOG2, color=PALETTE[1], alpha=0.08, lw=0)
     ax.axhline(LOG2, color="k", ls=":", lw=0.8, label="log 2")
-    ax.axhline(th.q_loss * LOG2, color="C3", ls="--", lw=0.6, label=f"{th.q_loss:g} log 2")
+    ax.axhline(th.q_loss * LOG2, color=PALETTE[1], ls="--", lw=0.6, label=f"{th.q_loss:g} log 2")
     ax.axhline(REVIEW_FLOOR, color="0.5", ls="-.", lw=0.6, label="log(1 + 1/e)")
-    ax.set_ylabel("test branch loss")
-    ax.set_xlabel("t")
+    label_axes(ax, STEP_LABEL, f"test {BRANCH_LOSS}")
     _stage_line(ax, config)
-    ax.legend(fontsize=6)
+    legend_outside(ax)
 
 
 def two_stage(config: Config, frame: pd.DataFrame, folder: Path) -> list[Path]:
-    fig, axes = figure(1, 4, (18, 4))
+    """Accuracies, train branch losses, the loss level against its control, and the weight
+    norms with their signal parts (2 x 2 panels; dotted: t1)."""
+    fig, axes = panel_grid(4)
     accuracy_panels(axes[0, 0], axes[0, 1], config, frame)
-    axes[0, 0].set_title("P-only / Q-only / both queries (dotted: t1)")
+    axes[0, 0].set_title("P-only / Q-only / both queries")
     axes[0, 1].set_title("train branch losses K1, K2")
-    loss_level_panel(axes[0, 2], config, frame)
-    axes[0, 2].set_title("loss level: test K1, K2 and the control (band: Q not learned)")
-    seed_lines(axes[0, 3], frame, "W.fro", label="||W||_F", color="C0")
-    seed_lines(axes[0, 3], frame, "V.fro", label="||V||_F", color="C3")
-    seed_lines(axes[0, 3], frame, "W.signal", label="w*^T W w*", color="C0", transform=lambda t, v: np.abs(v))
-    seed_lines(axes[0, 3], frame, "V.signal.sv.0", label="sigma_max(Z^T V Z)", color="C1")
-    axes[0, 3].set_yscale("log")
-    axes[0, 3].set_title("weight norms and signal parts")
-    axes[0, 3].legend(fontsize=7)
-    _stage_line(axes[0, 3], config)
-    fig.tight_layout()
+    loss_level_panel(axes[1, 0], config, frame)
+    axes[1, 0].set_title("loss level vs control (band: Q not learned)")
+    norms = axes[1, 1]
+    seed_lines(norms, frame, "W.fro", label="||W||_F", color=PALETTE[0])
+    seed_lines(norms, frame, "V.fro", label="||V||_F", color=PALETTE[1])
+    seed_lines(norms, frame, "W.signal", label="|w*^T W w*|", color=PALETTE[4], transform=lambda t, v: np.abs(v))
+    seed_lines(norms, frame, "V.signal.sv.0", label="sigma_max(Z^T V Z)", color=PALETTE[3])
+    norms.set_yscale("log")
+    norms.set_title("weight norms and signal parts")
+    label_axes(norms, STEP_LABEL, "norm (weight units)")
+    legend_outside(norms)
+    _stage_line(norms, config)
+    fig.suptitle("two-stage dynamics (dotted: t1)", fontsize=9)
     return save(fig, folder, "two_stage")
+
+
+def _heat(ax, grid: np.ndarray):
+    image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+    for (i, j), v in np.ndenumerate(grid):
+        ax.text(j, i, "-" if np.isnan(v) else f"{v:.2f}", ha="center", va="center", fontsize=7,
+                color="w" if not np.isnan(v) and v < 0.5 else "k")
+    ax.grid(False)
+    return image
 
 
 def phase_diagram(config: Config, summary: dict[str, Any], folder: Path) -> list[Path]:
     """Fraction of seeds passing all four loss-level stage criteria (and each one) over the
     grid: two axes as a heat map (rows: the first axis, columns: the second), one panel per
-    combination of any further axes; one axis: a bar row."""
+    criterion and combination of any further axes; one axis: a single column."""
     from itertools import product
 
     axes_values = summary["grid_axes"]
@@ -94,34 +117,28 @@ def phase_diagram(config: Config, summary: dict[str, Any], folder: Path) -> list
     rest = names[2:]
     combos = list(product(*(axes_values[k] for k in rest))) or [()]
     criteria = ("staged", *STAGED)
-    fig, axs = figure(len(combos), len(criteria), (3.3 * len(criteria), 2.8 * len(combos) + 0.6))
+    fig, axs = panel_grid(len(combos) * len(criteria), panel=HEAT_PANEL, legend=False)
     cells = summary["grid"]
-    for r, combo in enumerate(combos):
+    rows, cols = axes_values[row_ax], axes_values[col_ax] if col_ax else [None]
+    image = None
+    for n, (combo, criterion) in enumerate(product(combos, criteria)):
         fixed = dict(zip(rest, combo))
-        for c, criterion in enumerate(criteria):
-            ax = axs[r, c]
-            rows, cols = axes_values[row_ax], axes_values[col_ax] if col_ax else [None]
-            grid = np.full((len(rows), len(cols)), np.nan)
-            for i, rv in enumerate(rows):
-                for j, cv in enumerate(cols):
-                    point = {row_ax: rv, **({col_ax: cv} if col_ax else {}), **fixed}
-                    cell = cells.get(_variant_name(names, point), {})
-                    value = cell.get("staged_fraction") if criterion == "staged" else cell.get("pass_fraction", {}).get(criterion)
-                    grid[i, j] = np.nan if value is None else value
-            image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
-            for (i, j), v in np.ndenumerate(grid):
-                ax.text(j, i, "-" if np.isnan(v) else f"{v:.2f}", ha="center", va="center", fontsize=7,
-                        color="w" if not np.isnan(v) and v < 0.5 else "k")
-            ax.set_yticks(range(len(rows)), [f"{v:g}" for v in rows] if c == 0 else [])
-            if c == 0:
-                ax.set_ylabel(row_ax)
-            ax.set_xticks(range(len(cols)), [f"{v:g}" for v in cols] if col_ax else [""])
-            ax.set_xlabel(col_ax or "")
-            ax.grid(False)
-            title = criterion.replace("_", " ") + ("" if not fixed else "\n" + ", ".join(f"{k}={v:g}" for k, v in fixed.items()))
-            ax.set_title(title, fontsize=8, parse_math=False)
-    fig.colorbar(image, ax=axs, shrink=0.6, pad=0.02, label="fraction of seeds passing")
-    fig.suptitle("phase diagram: per-seed loss-level stage criteria (thresholds fixed before the runs)")
+        ax = axs.flat[n]
+        grid = np.full((len(rows), len(cols)), np.nan)  # (R, C)
+        for i, rv in enumerate(rows):
+            for j, cv in enumerate(cols):
+                point = {row_ax: rv, **({col_ax: cv} if col_ax else {}), **fixed}
+                cell = cells.get(_variant_name(names, point), {})
+                value = cell.get("staged_fraction") if criterion == "staged" else cell.get("pass_fraction", {}).get(criterion)
+                grid[i, j] = np.nan if value is None else value
+        image = _heat(ax, grid)
+        ax.set_yticks(range(len(rows)), [f"{v:g}" for v in rows])
+        ax.set_xticks(range(len(cols)), [f"{v:g}" for v in cols] if col_ax else [""])
+        label_axes(ax, col_ax or "(one grid axis: single column)", row_ax)
+        title = criterion.replace("_", " ") + ("" if not fixed else "\n" + ", ".join(f"{k}={v:g}" for k, v in fixed.items()))
+        ax.set_title(title, fontsize=8, parse_math=False)
+    fig.colorbar(image, ax=list(fig.axes), shrink=0.6, label=FRACTION_PASSING)
+    fig.suptitle("phase diagram: per-seed loss-level stage criteria (thresholds fixed before the runs)", fontsize=9)
     return save(fig, folder, "phase_diagram")
 
 
@@ -138,84 +155,73 @@ def robustness(summary: dict[str, Any], folder: Path) -> list[Path]:
     names = list(cells)
     criteria = ("staged", *STAGED)
     grid = np.array([[cells[n].get("staged_fraction") if k == "staged" else cells[n].get("pass_fraction", {}).get(k)
-                      for k in criteria] for n in names], dtype=float)
-    fig, axes = figure(1, 1, (1.6 * len(criteria) + 2, 0.45 * len(names) + 1.5))
+                      for k in criteria] for n in names], dtype=float)  # (cells, criteria)
+    fig, axes = panel_grid(1, panel=(1.6 * len(criteria) + 2, 0.45 * len(names) + 1.5), legend=False)
     ax = axes[0, 0]
-    ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-    for (i, j), v in np.ndenumerate(grid):
-        ax.text(j, i, "-" if np.isnan(v) else f"{v:.2f}", ha="center", va="center", fontsize=7,
-                color="w" if not np.isnan(v) and v < 0.5 else "k")
+    image = _heat(ax, grid)
+    ax.invert_yaxis()
     ax.set_xticks(range(len(criteria)), [c.replace("_", " ") for c in criteria], rotation=20, fontsize=7)
     ax.set_yticks(range(len(names)), names, fontsize=7)
-    ax.grid(False)
+    label_axes(ax, "stage criterion", "d, seed block")
+    fig.colorbar(image, ax=ax, shrink=0.8, label=FRACTION_PASSING)
     ax.set_title("fraction of seeds passing, per d and seed block")
     return save(fig, folder, "robustness")
 
 
+def _truncation_rows(config: Config, frame: pd.DataFrame) -> pd.DataFrame:
+    rows = frame[(frame["step"] == config.train.steps) & frame["metric"].str.startswith("truncate.")]
+    if not len(rows):
+        return rows
+    parts = rows["metric"].str.split(".", expand=True)  # truncate, keep, k, acc, kind
+    rows = rows.assign(keep=parts[1], k=parts[2].astype(int), kind=parts[4])
+    return rows[rows["kind"] != "both"]
+
+
 def spectra(config: Config, frame: pd.DataFrame, folder: Path) -> list[Path]:
-    """Singular values of W and V over training, stable ranks, and the truncation curves."""
-    d, end = config.data.d, config.train.steps
-    fig, axes = figure(1, 3, (14, 4))
-    for name, color, ax in (("W", "C0", axes[0, 0]), ("V", "C3", axes[0, 0])):
-        for i in range(min(d, 4)):
-            steps, vals = series(frame, f"{name}.sv.{i}")
-            if vals.size:
-                ax.plot(steps, np.nanmean(vals, 1), color=color, alpha=1 - 0.2 * i, lw=1, label=f"{name} sv {i}" if i == 0 else None)
-    axes[0, 0].set_title("top singular values of W (blue) and V (red)")
-    axes[0, 0].legend(fontsize=7)
-    seed_lines(axes[0, 1], frame, "W.stable_rank", label="W", color="C0")
-    seed_lines(axes[0, 1], frame, "V.stable_rank", label="V", color="C3")
-    axes[0, 1].set_title("stable rank")
-    axes[0, 1].legend(fontsize=7)
-    for ax in axes[0, :2]:
-        ax.set_xlabel("t")
+    """Top singular values of W and V over training, stable ranks, and the truncation curves
+    (a panel without data is left out)."""
+    d = config.data.d
+    svs = [(name, i) for name in ("W", "V") for i in range(min(d, SV_SHOWN)) if has_values(frame, f"{name}.sv.{i}")]
+    truncation = _truncation_rows(config, frame)
+    fig, axes = panel_grid(2 + bool(len(truncation)))
+    flat = list(axes.flat)
+    for (name, i), color in zip(svs, palette(len(svs))):
+        steps, vals = series(frame, f"{name}.sv.{i}")
+        with np.errstate(all="ignore"):
+            flat[0].plot(steps, np.nanmean(vals, 1), color=color, lw=1, label=f"{name}: singular value {i + 1}")
+    flat[0].set_title("top singular values (mean over seeds)")
+    label_axes(flat[0], STEP_LABEL, "singular value (weight units)")
+    seed_lines(flat[1], frame, "W.stable_rank", label="W", color=PALETTE[0])
+    seed_lines(flat[1], frame, "V.stable_rank", label="V", color=PALETTE[1])
+    flat[1].set_title("stable rank")
+    label_axes(flat[1], STEP_LABEL, "stable rank (dimensions)")
+    for ax in flat[:2]:
         _stage_line(ax, config)
-    ax = axes[0, 2]
-    rows = frame[(frame["step"] == end) & frame["metric"].str.startswith("truncate.")]
-    if len(rows):
-        parts = rows["metric"].str.split(".", expand=True)  # truncate, keep, k, acc, kind
-        rows = rows.assign(keep=parts[1], k=parts[2].astype(int), kind=parts[4])
-        for (keep, kind), grp in rows.groupby(["keep", "kind"]):
-            if kind == "both":
-                continue
+        legend_outside(ax)
+    if len(truncation):
+        ax = flat[2]
+        groups = list(truncation.groupby(["keep", "kind"]))
+        for ((keep, kind), grp), color in zip(groups, palette(len(groups))):
             mean = grp.groupby("k")["value"].mean()
-            ax.plot(mean.index, mean.values, marker="o", ms=3, ls="-" if keep == "top" else "--",
-                    color="C0" if kind == "p_only" else "C3", label=f"{keep}-k, {kind.replace('_', '-')}")
-        ax.set_xlabel("k singular directions kept (of 2d)")
-        ax.set_ylabel("test accuracy")
-        ax.legend(fontsize=7)
-    ax.set_title("truncating blockdiag(W, V) at the end")
-    fig.tight_layout()
+            ax.plot(mean.index, mean.values, marker="o", ms=3, ls="-" if keep == "top" else "--", color=color,
+                    label=f"{keep}-k, {kind.replace('_', '-')}")
+        label_axes(ax, "k singular directions kept (of 2d)", ACCURACY)
+        ax.set_title("truncating blockdiag(W, V) at the end")
+        legend_outside(ax)
     return save(fig, folder, "spectra")
 
 
 def ablations(config: Config, frame: pd.DataFrame, summary: dict[str, Any], folder: Path, key: str = "ablations") -> list[Path]:
-    """One accuracy panel per variant and the stage table (ablations or grid)."""
+    """One accuracy panel per variant (the stage numbers per variant: ``summary.details[key]``,
+    shown as a table by the report)."""
     variants = list(summary[key])
-    cols = 4
-    rows = math.ceil(len(variants) / cols)
-    fig, axes = figure(rows + 1, cols, (15, 3.2 * (rows + 1)))
+    fig, axes = panel_grid(len(variants))
     for i, variant in enumerate(variants):
         ax = axes.flat[i]
-        accuracy_panels(ax, None, config, frame, f"{variant}/", legend=i == 0)
-        ax.set_title(variant, parse_math=False)  # names built from config values: a '$' is not mathtext
-    for ax in axes.flat[len(variants):]:
-        ax.axis("off")
-    table_ax = axes[rows, 0]
-    for ax in axes[rows, 1:]:
-        ax.remove()
-    cols = ("stage1.K1.p_queries", "stage1.K2.q_queries", "stage2.K1.p_queries", "stage2.K2.q_queries", "stage2.acc.q_part")
-    cells = [[v] + [f"{summary[key][v][k]:.3f}" for k in cols] + [_fraction(summary[key][v].get("staged_fraction"))]
-             for v in variants]
-    table = table_ax.table(cellText=cells, colLabels=["variant", "K1 @ t1", "K2 @ t1", "K1 @ end", "K2 @ end", "Q-part acc @ end",
-                                                      "seeds staged"],
-                           loc="center", bbox=[0, 0, 4.2, 1])
-    table.auto_set_font_size(False)
-    table.set_fontsize(8)
-    for cell in table.get_celld().values():
-        cell.get_text().set_parse_math(False)
-    fig.suptitle(f"{key} on the same data and seeds (mean over seeds)")
-    fig.subplots_adjust(hspace=0.45, wspace=0.3)
+        accuracy_panels(ax, None, config, frame, f"{variant}/", legend=True)
+        ax.set_title(f"{variant} (seeds staged: {_fraction(summary[key][variant].get('staged_fraction'))})",
+                     parse_math=False, fontsize=8)  # names built from config values: a '$' is not mathtext
+    fig.suptitle(f"{key} on the same data and seeds (dotted: t1)", fontsize=9)
     return save(fig, folder, key)
 
 
@@ -224,22 +230,22 @@ def _fraction(value) -> str:
 
 
 def d_scaling(summary: dict[str, Any], folder: Path) -> list[Path]:
+    """Train branch losses at the end of each stage against d, beside the bound's shape."""
     rows = summary["d_scaling"]
     ds = [r["d"] for r in rows]
-    fig, axes = figure(1, 2, (11, 4))
+    fig, axes = panel_grid(2)
+    curves = [("K1_{}", "o-", "K1 (P part, all prompts)"), ("K1.p_queries_{}", "o:", "K1, queries with P"),
+              ("K2_{}", "s-", "K2 (Q part, all prompts)"), ("K2.q_queries_{}", "s:", "K2, queries with Q")]
     for ax, stage in zip(axes[0], ("stage1", "stage2")):
-        ax.plot(ds, [r[f"K1_{stage}"] for r in rows], "o-", color="C0", label="K1 (P part, all prompts)")
-        ax.plot(ds, [r[f"K1.p_queries_{stage}"] for r in rows], "o:", color="C0", label="K1, queries with P")
-        ax.plot(ds, [r[f"K2_{stage}"] for r in rows], "s-", color="C3", label="K2 (Q part, all prompts)")
-        ax.plot(ds, [r[f"K2.q_queries_{stage}"] for r in rows], "s:", color="C3", label="K2, queries with Q")
-        ax.plot(ds, [r["bound_shape"] for r in rows], "k--", lw=1, label="sqrt(d) log d / L + 1/sqrt(log d)")
+        for (key, style, label), color in zip(curves, (PALETTE[0], PALETTE[3], PALETTE[1], PALETTE[4])):
+            ax.plot(ds, [r[key.format(stage)] for r in rows], style, color=color, label=label)
+        ax.plot(ds, [r["bound_shape"] for r in rows], "k--", lw=1, label="bound shape sqrt(d) log d / L + 1/sqrt(log d)")
         ax.axhline(LOG2, color="k", ls=":", lw=0.8, label="log 2")
         ax.axhline(REVIEW_FLOOR, color="0.5", ls="-.", lw=0.8, label="log(1 + 1/e)")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("d")
-        ax.set_title(f"train branch losses at the end of {stage.replace('stage', 'stage ')}")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+        label_axes(ax, "dimension d", f"train {BRANCH_LOSS}")
+        ax.set_title(f"end of {stage.replace('stage', 'stage ')}")
+        legend_outside(ax)
     return save(fig, folder, "d_scaling")
 
 

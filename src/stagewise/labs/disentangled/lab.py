@@ -1,22 +1,21 @@
-"""The disentangled-feature lab's contract: presets, run, summary, figures."""
+"""The disentangled-feature lab's contract: presets, run, summary, figures.
+
+Importing this module is cheap (config, claims, presets): the functions that need torch,
+numpy or pandas import them when called.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...config import deep_merge
-from ...engine import resolve_device
 from ...errors import UserError
+from ..contract import Lab, RunContext, RunResult, reproduction
 from .claimspecs import CLAIMS
-from ..contract import Lab, RunContext, RunResult
-from ..spec import reproduction
 from .config import Config
-from .data import validate_spec
-from .experiments import groups, run_group
-from .figures import make_figures
-from .resources import estimate
-from .summary import summarize
-from .train import data_spec
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 NAME = "disentangled"
 DESCRIPTION = "elementary (P) then specialized (Q) features: normalized ReLU attention, large then annealed LR (Gong et al. 2025; reconstructed)"
@@ -76,6 +75,11 @@ REPRODUCE = reproduction(NAME, _REPRODUCE)
 
 def check(config: Config) -> None:
     """Data specs of every group (d-scaling changes d and L) before any work."""
+    from ...engine import resolve_device
+    from .data import validate_spec
+    from .experiments import groups
+    from .train import data_spec
+
     resolve_device(config.device)
     for group in groups(config):
         for member in {m.data_key()[1:]: m for m in group.members}.values():
@@ -86,6 +90,8 @@ def check(config: Config) -> None:
 
 def run(config: Config, ctx: RunContext) -> RunResult:
     """Run every group of the experiment, resuming inside the group a checkpoint names."""
+    from .experiments import groups, run_group
+
     plan = groups(config)
     resume = ctx.resume_state()
     first = resume.group if resume is not None else 0
@@ -98,6 +104,27 @@ def run(config: Config, ctx: RunContext) -> RunResult:
         "groups": [{"name": g.name, "members": len(g.members), "d": g.config.data.d, "prompt_len": g.config.data.prompt_len,
                     "l2": g.config.train.l2, "variants": sorted({m.variant for m in g.members})} for g in plan],
     })
+
+
+def summarize(config: Config, frame: pd.DataFrame, tables, result: RunResult):
+    """The run's Summary (:func:`.summary.summarize`)."""
+    from .summary import summarize as summarize_run
+
+    return summarize_run(config, frame, tables, result)
+
+
+def make_figures(config: Config, frame: pd.DataFrame, tables, summary, folder):
+    """The lab's figures (:func:`.figures.make_figures`)."""
+    from .figures import make_figures as draw
+
+    return draw(config, frame, tables, summary, folder)
+
+
+def estimate(config: Config):
+    """Peak memory and disk of a run (:func:`.resources.estimate`)."""
+    from .resources import estimate as estimate_resources
+
+    return estimate_resources(config)
 
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,

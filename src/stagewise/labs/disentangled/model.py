@@ -10,7 +10,7 @@ The output for the query q = x_L is, per *branch* b with key-query matrix A_b::
 
 norm: "L" sum_l y_l r_l / L, "L-1" ... / (L-1), "sum" sum_l y_l r_l / (sum_l r_l + eps).
 Loss: logistic log(1 + exp(-y_L f)) averaged over prompts (+ L2 outside this module).
-Gradients are closed form (checked against autograd in the tests).
+Gradients are closed form (checked against autograd in tests/test_gradients.py).
 
 Shapes: M members, N prompts, C = L-1 context tokens, d block dim (2d for "full").
 Members that share a dataset (the same seed under several hyper-parameter variants) are

@@ -57,7 +57,7 @@ ROBUSTNESS_BYTES_PER_CELL = 2_500
 def estimate(config: Config) -> Resources:
     from .experiments import grid_variants
 
-    dc, tc, ex = config.data, config.train, config.experiment
+    dc, ex = config.data, config.experiment
     dims = ex.dims if ex.kind in ("d-scaling", "robustness") else [dc.d]
     d = max(dims)
     L = dc.prompt_len

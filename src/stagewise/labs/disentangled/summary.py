@@ -9,11 +9,13 @@ import numpy as np
 import pandas as pd
 
 from ...measure import detect_stages, values_at
-from ...report.claims import Claim, Stats, Summary, claim
+from ...report.claims import Claim, Stats, Summary
 from ..contract import RunResult, Tables
-from .claims import (LOG2, Q_ACC, REVIEW_FLOOR, STAGED, SeedValues, control_bound, control_of, review_claim, spectral_claims,
-                     stage_claims, stage_passes, staged_fraction)
+from . import claimspecs as cs
+from .claims import (LOG2, Q_ACC, REVIEW_FLOOR, STAGED, SeedValues, control_bound, control_of, judged_by, review_claims,
+                     spectral_claims, stage_claims, stage_passes, staged_fraction)
 from .config import Config
+
 
 def _mean(frame: pd.DataFrame, metric: str, step: int) -> float:
     return _nanmean(values_at(frame, metric, step))  # nan where no seed has a value
@@ -76,38 +78,50 @@ FRACTION_TOL = 1e-12  # seed fractions are k / n: compare with a rounding margin
 
 
 def ablation_claims(config: Config, tables: dict[str, dict[str, Any]]) -> list[Claim]:
-    """What each ablation changes, per seed at the loss level (fractions of seeds passing)."""
+    """What each ablation changes, per seed at the loss level (fractions of seeds passing).
+    annealing_needed and noise_needed presuppose a baseline staged per seed: not testable
+    when it is not."""
     base = tables["baseline"]
-    staged = bool(base.get("staged_fraction") is not None and base["staged_fraction"] >= config.thresholds.seed_fraction)
     need = config.thresholds.seed_fraction
+    staged = bool(base.get("staged_fraction") is not None and base["staged_fraction"] >= need - FRACTION_TOL)
+    unstaged = f"the baseline is not staged per seed (staged in {base.get('staged_fraction')} of the seeds, needs {need:g})"
     frac = lambda v, k: tables[v]["pass_fraction"][k] if v in tables and "pass_fraction" in tables[v] else None  # noqa: E731
     out = []
     if "no-anneal" in tables:
         f = frac("no-anneal", "q_learned_stage2")
-        out.append(claim("annealing_needed", "with the baseline staged per seed, constant eta1 (no annealing) leaves K2 above its "
-                         f"learned level: Q learned in at most {1 - need:g} of the seeds",
-                         staged and f is not None and f <= 1 - need + FRACTION_TOL,
-                         f"baseline staged in {base.get('staged_fraction')} of seeds; no-anneal Q learned (loss level) in {f} of seeds; "
-                         f"mean K2 at the end: baseline {base['stage2.K2.q_queries']:.3f}, no-anneal {tables['no-anneal']['stage2.K2.q_queries']:.3f}"))
+        spec = judged_by(cs.ANNEALING_NEEDED, 1 - need + FRACTION_TOL if need < 1 else 0.0)
+        evidence = (f"baseline staged in {base.get('staged_fraction')} of seeds; no-anneal Q learned (loss level) in {f} of "
+                    f"seeds; mean K2 at the end: baseline {base['stage2.K2.q_queries']:.3f}, no-anneal "
+                    f"{tables['no-anneal']['stage2.K2.q_queries']:.3f}")
+        out.append(spec.result(_value(f), evidence) if staged else spec.not_testable(unstaged, evidence, values=_value(f)))
     if "no-noise" in tables:
         f = frac("no-noise", "q_learned_stage2")
-        out.append(claim("noise_needed", "with the baseline staged per seed, removing the update noise makes q_not_learned_stage1 "
-                         "fail in every seed (Q picked up in the large-LR stage)",
-                         staged and tables["no-noise"]["pass_fraction"]["q_not_learned_stage1"] == 0.0,
-                         f"baseline staged in {base.get('staged_fraction')} of seeds; no-noise: Q not learned at t1 in "
-                         f"{tables['no-noise']['pass_fraction']['q_not_learned_stage1']} of seeds, mean Q-part acc at t1 "
-                         f"{tables['no-noise']['stage1.acc.q_part']:.3f}, K2 at the end {tables['no-noise']['stage2.K2.q_queries']:.3f} "
-                         f"(Q learned in {f} of seeds)"))
+        flat = frac("no-noise", "q_not_learned_stage1")
+        evidence = (f"baseline staged in {base.get('staged_fraction')} of seeds; no-noise: Q not learned at t1 in "
+                    f"{flat} of seeds, mean Q-part acc at t1 {tables['no-noise']['stage1.acc.q_part']:.3f}, K2 at the end "
+                    f"{tables['no-noise']['stage2.K2.q_queries']:.3f} (Q learned in {f} of seeds)")
+        if flat is None:
+            out.append(cs.NOISE_NEEDED.not_testable("no shuffled-label control for q_not_learned_stage1", evidence))
+        else:
+            out.append(cs.NOISE_NEEDED.result(flat, evidence) if staged
+                       else cs.NOISE_NEEDED.not_testable(unstaged, evidence, values=flat))
     for name, cause in (("anneal-fixed-noise", "the lower rate alone (noise std held at noise * eta1)"),
                         ("noise-off-t1", "stopping the noise alone (rate held at eta1)")):
         if name in tables:
             f = frac(name, "q_learned_stage2")
-            out.append(claim(f"q_learned_with_{name.replace('-', '_')}", f"{cause} lets Q be learned at the loss level "
-                             f"(K2 <= {config.thresholds.q_loss:g} log 2 at the end) in at least {need:g} of the seeds",
-                             f is not None and f >= need, f"Q learned in {f} of seeds; mean K2 at t1 "
-                             f"{tables[name]['stage1.K2.q_queries']:.3f}, at the end {tables[name]['stage2.K2.q_queries']:.3f}; "
-                             f"mean Q-only acc at the end {tables[name]['stage2.acc.q_only']:.3f}"))
+            spec = judged_by(cs.Q_LEARNED_WITH, need - FRACTION_TOL if need < 1 else 1.0)
+            out.append(spec.result(_value(f), f"Q learned in {f} of seeds; mean K2 at t1 "
+                                   f"{tables[name]['stage1.K2.q_queries']:.3f}, at the end {tables[name]['stage2.K2.q_queries']:.3f}; "
+                                   f"mean Q-only acc at the end {tables[name]['stage2.acc.q_only']:.3f}",
+                                   case=name.replace("-", "_"),
+                                   statement=f"{cause} lets Q be learned at the loss level (K2 <= {config.thresholds.q_loss:g} "
+                                             f"log 2 at the end) in at least {need:g} of the seeds"))
     return out
+
+
+def _value(fraction: float | None) -> float:
+    """A fraction of seeds as a claim's value (NaN, which never passes, where it is unknown)."""
+    return math.nan if fraction is None else float(fraction)
 
 
 def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunResult) -> Summary:
@@ -125,9 +139,7 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
         summary["stage_detection"] = stage_detection(config, frame)
         claims += stage_claims(config, stages)
         claims += spectral_claims(config, stages, truncation_means(config, frame))
-        review = review_claim(config, stages)
-        if review:
-            claims.append(review)
+        claims += review_claims(config, stages)
     elif kind == "ablations":
         variants = ["baseline"] + list(config.experiment.ablations)
         tables = {v: stage_table(config, stages, v, control_of("baseline")) for v in variants}  # one null for all
@@ -147,24 +159,33 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
         claims += robustness_claims(config, cells)
     elif kind == "d-scaling":
         summary["d_scaling"] = d_table(config, frame, extras)
-        claims.append(bound_claim(summary["d_scaling"]))
+        claims += bound_claims(summary["d_scaling"])
     final, per_seed = _finals(config, frame, extras["seeds"])
     return Summary(lab="disentangled", seeds=extras["seeds"], final=final, per_seed=per_seed, claims=claims,
                    details=summary)
 
 
 def robustness_claims(config: Config, cells: dict[str, dict[str, Any]]) -> list[Claim]:
-    """Each per-seed criterion over every (d, seed block) cell: holds when every cell reaches
-    seed_fraction; the evidence lists the fraction per cell."""
+    """Each per-seed criterion over every (d, seed block) cell: its value is the smallest
+    fraction of seeds passing over the cells, judged against seed_fraction; not testable
+    when a cell has no fraction (no control)."""
     need = config.thresholds.seed_fraction
+    spec = judged_by(cs.ROBUST, need - FRACTION_TOL if need < 1 else 1.0)
     out = []
     for key in (*STAGED, "staged"):
         fracs = {name: (c.get("staged_fraction") if key == "staged" else c.get("pass_fraction", {}).get(key))
                  for name, c in cells.items()}
         known = [f for f in fracs.values() if f is not None]
-        holds = bool(known) and len(known) == len(fracs) and all(f >= need for f in known)
-        out.append(claim(f"robust_{key}", f"{key.replace('_', ' ')}: at least {need:g} of the seeds pass in every d x seed block",
-                         holds if known else None, "; ".join(f"{n}: {'n/a' if f is None else f'{f:.2f}'}" for n, f in fracs.items())))
+        evidence = "; ".join(f"{n}: {'n/a' if f is None else f'{f:.2f}'}" for n, f in fracs.items())
+        statement = f"{key.replace('_', ' ')}: at least {need:g} of the seeds pass in every d x seed block"
+        if not known:
+            out.append(spec.not_testable("no block has a pass fraction for this criterion", evidence, case=key,
+                                         statement=statement))
+        elif len(known) < len(fracs):
+            out.append(spec.result(math.nan, f"{evidence} (a block without a value counts as failing)", case=key,
+                                   statement=statement))
+        else:
+            out.append(spec.result(min(known), evidence, case=key, statement=statement))
     return out
 
 
@@ -206,37 +227,38 @@ def d_table(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) -> list
 
 BOUND_DIMS = (16, 512)  # the d range a pass/fail verdict needs (no extrapolation beyond it)
 LONG_PROMPT = 3.0  # "L >> sqrt(d) log d" read as L >= 3 sqrt(d) log d at every d
-ZERO_LOSS = 0.05  # "tends to 0": K1 at the largest d at most this
-MONOTONE_TOL = 0.01  # K1 may rise by at most this between consecutive d
+ZERO_LOSS = cs.BOUND_TENDS_TO_ZERO.threshold  # 0.05: "tends to 0": K1 at the largest d at most this
+MONOTONE_TOL = cs.BOUND_MONOTONE.threshold  # 0.01: K1 may rise by at most this between consecutive d
 
 
-def bound_claim(rows: list[dict[str, Any]]) -> Claim:
+def bound_claims(rows: list[dict[str, Any]]) -> list[Claim]:
     """Does the P loss (end of stage 1) tend to 0 as d grows, as Theorem 2 claims?
 
     Tested on K1 over the prompts whose query carries P (a Q-only query's P part is 0, so
-    its loss is log 2 whatever d is). A verdict only where it can be read off the data:
-    d spans BOUND_DIMS and L >= LONG_PROMPT sqrt(d) log d holds at every d; then it holds
-    when K1 at the largest d is <= ZERO_LOSS and K1 does not rise (by more than
-    MONOTONE_TOL) as d grows. Otherwise the claim is a report (holds = None) with the
-    numbers, including a linear fit against 1/sqrt(log d) for reading only.
+    its loss is log 2 whatever d is), as two claims: ``bound_tends_to_zero`` (K1 at the
+    largest d <= ZERO_LOSS) and ``bound_monotone`` (K1 never rises by more than
+    MONOTONE_TOL between consecutive d). A verdict only where it can be read off the data:
+    d spans BOUND_DIMS and L >= LONG_PROMPT sqrt(d) log d holds at every d; otherwise both
+    are not testable (a report) with the numbers, including a linear fit against
+    1/sqrt(log d) for reading only.
     """
     ds = np.array([r["d"] for r in rows], float)
     k1 = np.array([r["K1.p_queries_stage1"] for r in rows], float)
     table = ", ".join(f"d={int(r['d'])} (L={r['L']}, needs >= {LONG_PROMPT * math.sqrt(r['d']) * math.log(r['d']):.0f}): "
                       f"{r['K1.p_queries_stage1']:.3f}" for r in rows)
     floors = f"reviewer's floor log(1 + e^-1) = {REVIEW_FLOOR:.3f}; log 2 = {LOG2:.3f}"
-    statement = (f"the P loss K1 (queries carrying P) at the end of stage 1 tends to 0 as d grows: over d = "
-                 f"{BOUND_DIMS[0]}..{BOUND_DIMS[1]} with L >= {LONG_PROMPT:g} sqrt(d) log d, K1 never rises by more than "
-                 f"{MONOTONE_TOL:g} and ends <= {ZERO_LOSS:g} at the largest d (no extrapolation)")
     if len(ds) >= 2:
         slope, limit = np.polyfit(1 / np.sqrt(np.log(ds)), k1, 1)
         fit = f"; a linear fit against 1/sqrt(log d) would extrapolate to {limit:.3f} (not a test)"
     else:
         fit = ""
+    evidence = f"K1 by d: {table}{fit}; {floors}"
     long_enough = all(r["L"] >= LONG_PROMPT * math.sqrt(r["d"]) * math.log(r["d"]) for r in rows)
+    last = float(k1[-1]) if len(k1) else math.nan
+    rise = float(np.max(np.diff(k1))) if len(k1) >= 2 else math.nan
     if not len(ds) or ds.min() > BOUND_DIMS[0] or ds.max() < BOUND_DIMS[1] or not long_enough:
         why = (f"report only: needs d from {BOUND_DIMS[0]} to {BOUND_DIMS[1]} and L >= {LONG_PROMPT:g} sqrt(d) log d at every d"
                f" (here d = {[int(d) for d in ds]}, long enough: {long_enough})")
-        return claim("bound_tends_to_zero", statement, None, f"{why}. K1 by d: {table}{fit}; {floors}")
-    holds = bool(k1[-1] <= ZERO_LOSS and np.all(np.diff(k1) <= MONOTONE_TOL))
-    return claim("bound_tends_to_zero", statement, holds, f"K1 by d: {table}{fit}; {floors}")
+        return [cs.BOUND_TENDS_TO_ZERO.not_testable(why, evidence, values=None if math.isnan(last) else last),
+                cs.BOUND_MONOTONE.not_testable(why, evidence, values=None if math.isnan(rise) else rise)]
+    return [cs.BOUND_TENDS_TO_ZERO.result(last, evidence), cs.BOUND_MONOTONE.result(rise, evidence)]

@@ -12,13 +12,13 @@ logged at step t describe the weights after t updates.
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
 
 from ...engine import BatchedOptimizer, pack, resolve_dtype, unpack
+from ...engine.driver import StepOutput, TrainingDriver
 from ...engine.perf import training_threads
 from .config import Config
 from .data import STREAMS, DataSpec, geometry, sample_prompts
@@ -283,14 +283,41 @@ def noise_std(hyper: dict[str, torch.Tensor], lr: torch.Tensor, step: int) -> to
 def run_training(ens: Ensemble, state: State, total: int, on_step: Callable[[int, State], None],
                  progress=None) -> State:
     """Updates state.step+1 .. total, calling ``on_step(t, state)`` after each (and at the
-    start when state.step == 0)."""
+    start when state.step == 0), through the engine's step driver without a run context:
+    ``on_step`` does the logging and checkpoints (see :class:`UpdateLoop`)."""
     with training_threads(ens.config.thread_count(ens.size)):
-        if state.step == 0:
-            on_step(0, state)
-        with (progress or nullcontext(lambda n=1: None)) as advance:
-            for t in range(state.step + 1, total + 1):
-                update(ens, state, t)
-                state.step = t
-                on_step(t, state)
-                advance(1)
+        TrainingDriver(None, [m.seed for m in ens.members], total, lambda t: False, progress=progress) \
+            .run(UpdateLoop(ens, state, on_step), start=state.step)
     return state
+
+
+class UpdateLoop:
+    """The updates of one ensemble behind the engine's :class:`~stagewise.engine.driver.Loop`:
+    step t is :func:`update` number t, then ``on_step(t, state)`` (step 0: ``on_step`` only).
+    Checkpoint tensors are :meth:`State.tensors` under ``prefix`` (e.g. ``"g0."`` per group)."""
+
+    def __init__(self, ens: Ensemble, state: State, on_step: Callable[[int, State], None] | None = None, prefix: str = ""):
+        self.ens, self.current, self.on_step, self.prefix = ens, state, on_step, prefix
+
+    def step(self, t: int, log: bool) -> StepOutput:
+        if t > 0:
+            update(self.ens, self.current, t)
+            self.current.step = t
+        if self.on_step is not None:
+            self.on_step(t, self.current)
+        return StepOutput()
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The matrices, (M, d, d) each (W, V), or (M, 2d, 2d) (full weights)."""
+        names = ("W", "V") if len(self.current.weights) == 2 else ("blockdiag(W, V)",)
+        return dict(zip(names, self.current.weights))
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return self.current.tensors(self.ens, self.prefix)
+
+    def meta(self, t: int) -> dict[str, int]:
+        return {"step": t}
+
+    def restore(self, checkpoint) -> int:
+        self.current = State.restore(checkpoint.tensors, self.ens, self.prefix, checkpoint.step)
+        return self.current.step

@@ -2,16 +2,43 @@
 tasks (CounterFact, HotpotQA, BLiMP, SICK), per-example prediction categories per epoch,
 BLiMP minimal-pair evaluation, attention surgery (rank reduction) and spectra.
 
-The lab's contract value is :data:`.lab.LAB`; the pieces are importable on their own.
+The lab's contract value is :data:`.lab.LAB`; the pieces are importable on their own and
+load on first use (PEP 562), so importing the lab's contract needs no torch.
 """
 
-from .adapters import AttentionAdapter, adapter_for
-from .categories import CATEGORIES, AnswerSpace, answer_space, categorize
-from .config import Config
-from .models import LoadedModel, build, gpt2_bpe
-from .tasks import Example, Sentence, load_examples, load_sentences
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .adapters import AttentionAdapter, adapter_for
+    from .categories import CATEGORIES, AnswerSpace, answer_space, categorize
+    from .config import Config
+    from .models import LoadedModel, build, gpt2_bpe
+    from .tasks import Example, Sentence, load_examples, load_sentences
+
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(("AttentionAdapter", "adapter_for"), ".adapters"),
+    **dict.fromkeys(("CATEGORIES", "AnswerSpace", "answer_space", "categorize"), ".categories"),
+    "Config": ".config",
+    **dict.fromkeys(("LoadedModel", "build", "gpt2_bpe"), ".models"),
+    **dict.fromkeys(("Example", "Sentence", "load_examples", "load_sentences"), ".tasks"),
+}
 
 __all__ = [
     "CATEGORIES", "AnswerSpace", "AttentionAdapter", "Config", "Example", "LoadedModel", "Sentence", "adapter_for",
     "answer_space", "build", "categorize", "gpt2_bpe", "load_examples", "load_sentences",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,10 +1,42 @@
 """The lm lab's declared claims (:class:`~stagewise.report.claims.ClaimSpec`), fixed before any run.
 
 Imports nothing heavy: `stagewise claims lm` lists these without torch.
+
+Paper 1's real-model evidence (Gong et al., arXiv 2502.20681; /work/shared/specs/lm-lab.md):
+fine-tuning passes from syntactically wrong to type-correct to factually right answers; the
+authors' proposed follow-up in the review: BLiMP (syntax) is learned before SICK (semantics). One fine-tuned model is one value per run
+(``over="run"``); the times are epochs of the per-epoch evaluation, ``thresholds.half`` =
+0.5 (docs/lm.md). The earlier conjunction "(a) and (b) and (c)" of type_before_fact is
+three claims here: (c), the part the shuffled-groups control fails, keeps the id.
 """
 
 from __future__ import annotations
 
-from ...report.claims import ClaimSpec
+from ...report.claims import ClaimSpec, paper1, reviewer
 
-CLAIMS: tuple[ClaimSpec, ...] = ()
+_STAGES = paper1("abstract; the motivating GPT-2 experiment on CounterFact (syntactically wrong -> type-correct -> right)")
+_CONTROL = "preset counterfact-tiny-shuffled-groups (task.shuffle_groups=true: group labels shuffled across relations)"
+
+TYPE_BEFORE_FACT = ClaimSpec(
+    id="type_before_fact", statement="a type-correct, factually wrong phase comes before the facts: type-correct answers "
+    "make up at least half of the wrong predictions at an epoch before semantic-correct reaches half of its final count",
+    source=_STAGES, quantity="semantic-correct half-way epoch minus the first epoch where type-correct >= 0.5 of the wrong "
+    "predictions", relation=">", threshold=0.0, unit="epochs", over="run", control=_CONTROL)
+TYPE_WRONG_FIRST = ClaimSpec(
+    id="type_wrong_falls_first", statement="type-wrong answers fall to half of their epoch-0 count before semantic-correct "
+    "reaches half of its final count", source=_STAGES,
+    quantity="semantic-correct half-way epoch minus the type-wrong half-way epoch", relation=">", threshold=0.0,
+    unit="epochs", over="run", control=_CONTROL + "; measured: this part also holds there (docs/lm.md)")
+TYPE_CORRECT_PEAKS_FIRST = ClaimSpec(
+    id="type_correct_peaks_first", statement="the type-correct count peaks before the semantic-correct count",
+    source=_STAGES, quantity="semantic-correct peak epoch minus type-correct peak epoch (first maxima)", relation=">",
+    threshold=0.0, unit="epochs", over="run", control=_CONTROL + "; measured: this part also holds there (docs/lm.md)")
+SYNTAX_BEFORE_SEMANTICS = ClaimSpec(
+    id="syntax_before_semantics", statement="syntax before semantics: BLiMP's loss falls by half of its total drop before "
+    "SICK's", source=reviewer("review discussion: the authors' proposed follow-up, a syntax and a semantics task "
+                              "trained together (BLiMP, SICK)"),
+    quantity="SICK's half-drop time minus BLiMP's: epochs of the per-epoch evaluation, or where those tie, optimizer "
+    "steps of the per-task training loss", relation=">", threshold=0.0, unit="epochs (steps at a tie)", over="run",
+    control="none run in the lab: training on SICK first (BLiMP added late) would make it fail")
+
+CLAIMS: tuple[ClaimSpec, ...] = (TYPE_BEFORE_FACT, TYPE_WRONG_FIRST, TYPE_CORRECT_PEAKS_FIRST, SYNTAX_BEFORE_SEMANTICS)

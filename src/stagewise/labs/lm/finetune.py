@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ...engine import check_finite
+from ...engine.driver import StepOutput, TrainingDriver
 from ..contract import RunContext
 from .batching import Encoded, dataset_batches, last_logits, layout, length_sorted_batches, token_nll
 from .categories import SEMANTIC, TYPE_CORRECT, TYPE_WRONG, AnswerSpace, categorize, category_names
@@ -233,77 +234,113 @@ def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.
           space: AnswerSpace | None, vocab_ids: torch.Tensor | None, spectra: SpectraHook | None = None) -> int:
     """Evaluate at epoch 0, then train ``train.epochs`` epochs with an evaluation after each;
     returns the number of optimizer steps taken."""
-    t = cfg.train
-    n_batches = math.ceil(len(enc) / t.batch_size)
-    total = n_batches * t.epochs
-    opt = make_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
-    epoch, batch, step = 1, 0, 0
-    resume = ctx.resume_state()
-    if resume is not None:
-        unpack_state(resume.tensors, model, opt)
-        epoch, batch, step = resume.meta["epoch"], resume.meta["batch"], resume.meta["step"]
-    else:
-        record_epoch(cfg, model, enc, ctx, device, 0, 0, space, vocab_ids, spectra)
-        if 0 in t.snapshot_epochs or t.epochs == 0:
-            snapshot(ctx, model, vocab_ids, 0, 0)
+    loop = FineTuneLoop(cfg, model, enc, ctx, device, space, vocab_ids, spectra)
+    n, epochs = loop.n_batches, cfg.train.epochs
 
-    # per-task training loss since the last logged step (mixtures): (T, 2) summed loss, count
-    per_task = torch.zeros(len(enc.tasks), 2, dtype=torch.float64) if len(enc.tasks) > 1 else None
-    if resume is not None and "acc.per_task" in resume.tensors:
-        per_task = resume.tensors["acc.per_task"].clone()
+    def logged(step: int) -> bool:
+        return step % cfg.train.log_every == 0 or step % n == 0  # every log_every steps and at epoch ends
 
-    def check_weights() -> None:
-        """Divergence of the weights after ``step`` updates (one member: a leading axis of 1)."""
-        check_finite(step, [cfg.seed], None, {name: p.detach()[None] for name, p in model.named_parameters()})
+    def checkpoint_due(step: int) -> bool:
+        """At the next step after a stop request; at the end of every checkpoint_every-th epoch but the last."""
+        return ctx.stop_requested() or (step % n == 0 and ctx.should_checkpoint(step // n) and step // n < epochs)
 
-    def checkpoint() -> None:
-        check_weights()  # no checkpoint holds non-finite weights
-        state = pack_state(model, opt)
-        if per_task is not None:
-            state["acc.per_task"] = per_task
-        ctx.save_checkpoint(step, state, {"epoch": epoch, "batch": batch, "step": step})
+    TrainingDriver(ctx, [cfg.seed], loop.total, logged, "fine-tuning", checkpoint_due, check_finite).run(loop)
+    return loop.updates
 
-    with ctx.progress(total, "fine-tuning", start=step) as advance:
-        while epoch <= t.epochs:
+
+class FineTuneLoop:
+    """The optimizer steps of :func:`train` behind the engine's :class:`~stagewise.engine.driver.Loop`.
+
+    Step t is optimizer step t (batch ``t - (epoch - 1) * n_batches`` of its epoch); after
+    an epoch's last step the whole training set is evaluated (``after``), so a checkpoint at
+    an epoch end holds the next epoch's start.
+    """
+
+    def __init__(self, cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.device,
+                 space: AnswerSpace | None, vocab_ids: torch.Tensor | None, spectra: SpectraHook | None):
+        self.cfg, self.model, self.enc, self.ctx, self.device = cfg, model, enc, ctx, device
+        self.space, self.vocab_ids, self.spectra = space, vocab_ids, spectra
+        self.n_batches = math.ceil(len(enc) / cfg.train.batch_size)
+        self.total = self.n_batches * cfg.train.epochs
+        self.opt = make_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+        self.epoch, self.batch, self.updates = 1, 0, 0
+        self.batches: list[torch.Tensor] | None = None  # the current epoch's batches (rows)
+        # per-task training loss since the last logged step (mixtures): (T, 2) summed loss, count
+        self.per_task = torch.zeros(len(enc.tasks), 2, dtype=torch.float64) if len(enc.tasks) > 1 else None
+
+    def restore(self, checkpoint) -> int:
+        unpack_state(checkpoint.tensors, self.model, self.opt)
+        meta = checkpoint.meta
+        self.epoch, self.batch, self.updates = meta["epoch"], meta["batch"], meta["step"]
+        if "acc.per_task" in checkpoint.tensors:
+            self.per_task = checkpoint.tensors["acc.per_task"].clone()
+        if self.batch == self.n_batches:  # saved before its epoch's evaluation (older runs)
+            self.end_epoch()
+        return self.updates
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """Parameters with a leading member axis of 1 (one model)."""
+        return {name: p.detach()[None] for name, p in self.model.named_parameters()}
+
+    def state(self) -> dict[str, torch.Tensor]:
+        state = pack_state(self.model, self.opt)
+        if self.per_task is not None:
+            state["acc.per_task"] = self.per_task
+        return state
+
+    def meta(self, t: int) -> dict[str, int]:
+        return {"epoch": self.epoch, "batch": self.batch, "step": self.updates}
+
+    def step(self, t: int, log: bool) -> StepOutput:
+        cfg, model, enc = self.cfg, self.model, self.enc
+        if t == 0:
+            record_epoch(cfg, model, enc, self.ctx, self.device, 0, 0, self.space, self.vocab_ids, self.spectra)
+            if 0 in cfg.train.snapshot_epochs or cfg.train.epochs == 0:
+                snapshot(self.ctx, model, self.vocab_ids, 0, 0)
+            return StepOutput()
+        if self.batches is None or self.batch == 0:
             model.train()
-            order = epoch_order(cfg, len(enc), epoch)
-            batches = dataset_batches(len(enc), t.batch_size, order)
-            while batch < n_batches:
-                lr = learning_rate(cfg, epoch, step, total)
-                for group in opt.param_groups:
-                    group["lr"] = lr
-                loss = batch_loss(model, enc, batches[batch], cfg, device, per_task)
-                check_finite(step + 1, [cfg.seed], {f"training loss in epoch {epoch}": loss.detach().reshape(1)})
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if t.grad_clip is not None:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-                opt.step()
-                step, batch = step + 1, batch + 1
-                if step % t.log_every == 0 or batch == n_batches:
-                    values = {"train.batch_loss": loss.detach().reshape(1), "lr": torch.tensor([lr])}
-                    if per_task is not None:
-                        mean = per_task[:, 0] / per_task[:, 1].clamp(min=1)  # (T,) since the last log
-                        values.update({f"train.batch_loss.{name}": mean[i].reshape(1)
-                                       for i, name in enumerate(enc.tasks) if per_task[i, 1] > 0})
-                        per_task.zero_()
-                    ctx.log(step, values)
-                    check_weights()  # after the update; its record is kept
-                if spectra is not None and t.spectra_every and step % t.spectra_every == 0:
-                    log_spectra(ctx, step, model, spectra)
-                advance()
-                if t.eval_every and step % t.eval_every == 0 and batch < n_batches:  # inside the epoch
-                    record_epoch(cfg, model, enc, ctx, device, step / n_batches, step, space, vocab_ids, None)
-                    model.train()
-                if ctx.stop_requested():
-                    checkpoint()
-            record_epoch(cfg, model, enc, ctx, device, epoch, step, space, vocab_ids, spectra)
-            if epoch in t.snapshot_epochs or epoch == t.epochs:
-                snapshot(ctx, model, vocab_ids, epoch, step)
-            epoch, batch = epoch + 1, 0
-            if ctx.should_checkpoint(epoch - 1) and epoch <= t.epochs:
-                checkpoint()
-    return step
+            self.batches = dataset_batches(len(enc), cfg.train.batch_size, epoch_order(cfg, len(enc), self.epoch))
+        lr = learning_rate(cfg, self.epoch, self.updates, self.total)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        loss = batch_loss(model, enc, self.batches[self.batch], cfg, self.device, self.per_task)
+        guard = {f"training loss in epoch {self.epoch}": loss.detach().reshape(1)}
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.train.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+        self.opt.step()
+        self.updates, self.batch = self.updates + 1, self.batch + 1
+        if not log:
+            return StepOutput(guard=guard)
+        values = {"train.batch_loss": loss.detach().reshape(1), "lr": torch.tensor([lr])}
+        if self.per_task is not None:
+            mean = self.per_task[:, 0] / self.per_task[:, 1].clamp(min=1)  # (T,) since the last log
+            values.update({f"train.batch_loss.{name}": mean[i].reshape(1)
+                           for i, name in enumerate(enc.tasks) if self.per_task[i, 1] > 0})
+            self.per_task.zero_()
+        return StepOutput(values, guard=guard)
+
+    def after(self, t: int) -> None:
+        """Spectra, evaluations inside the epoch, and at its end the epoch's evaluation and snapshot."""
+        cfg, step = self.cfg, self.updates
+        if self.spectra is not None and cfg.train.spectra_every and step % cfg.train.spectra_every == 0:
+            log_spectra(self.ctx, step, self.model, self.spectra)
+        if cfg.train.eval_every and step % cfg.train.eval_every == 0 and self.batch < self.n_batches:  # inside the epoch
+            record_epoch(cfg, self.model, self.enc, self.ctx, self.device, step / self.n_batches, step, self.space,
+                         self.vocab_ids, None)
+            self.model.train()
+        if self.batch == self.n_batches:
+            self.end_epoch()
+
+    def end_epoch(self) -> None:
+        """The evaluation (and snapshot) after the epoch's last step; moves to the next epoch."""
+        cfg, epoch, step = self.cfg, self.epoch, self.updates
+        record_epoch(cfg, self.model, self.enc, self.ctx, self.device, epoch, step, self.space, self.vocab_ids, self.spectra)
+        if epoch in cfg.train.snapshot_epochs or epoch == cfg.train.epochs:
+            snapshot(self.ctx, self.model, self.vocab_ids, epoch, step)
+        self.epoch, self.batch = epoch + 1, 0
 
 
 def snapshot(ctx: RunContext, model: Any, vocab_ids: torch.Tensor | None, epoch: int, step: int) -> None:

@@ -1,21 +1,19 @@
-"""The LM lab's contract: presets, run, summary, figures (real Hugging Face causal LMs)."""
+"""The LM lab's contract: presets, run, summary, figures (real Hugging Face causal LMs).
+
+Importing this module is cheap (config, claims, presets): the functions that need torch,
+transformers or pandas import them when called.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...engine import resolve_device, resolve_dtype
-from ...engine.perf import training_threads
+from ..contract import Lab, RunContext, RunResult, reproduction
 from .claimspecs import CLAIMS
-from ..contract import Lab, RunContext, RunResult
-from ..spec import reproduction
 from .config import Config
-from .figures import make_figures
-from .models import check_model, is_tiny
-from .finetune import train
-from .prepare import prepare, read_data
-from .resources import estimate
-from .summary import summarize
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 NAME = "lm"
 DESCRIPTION = ("real Hugging Face causal LMs: syntactically wrong -> type-correct -> factually right, per-task loss of "
@@ -69,6 +67,10 @@ def check(config: Config) -> None:
     """Device, dtype, the model (a package, a local folder or GGUF file, or a hub id in the
     local cache or downloadable now: offline is one line at once) and every task's data (read
     and validated), before the run folder is made."""
+    from ...engine import resolve_device, resolve_dtype
+    from .models import check_model
+    from .prepare import read_data
+
     device = resolve_device(config.device)
     resolve_dtype(config.dtype, ("float32", "bfloat16"), device)
     check_model(config.model)
@@ -76,6 +78,12 @@ def check(config: Config) -> None:
 
 
 def run(config: Config, ctx: RunContext) -> RunResult:
+    """Prepare the model and data, fine-tune (resuming if ``ctx`` holds a checkpoint), note
+    the dropped and kept examples; returns the extras the summary needs."""
+    from ...engine.perf import training_threads
+    from .finetune import train
+    from .prepare import prepare
+
     prep = prepare(config)
     ctx.note("dropped_multi_token", prep.dropped)
     counts = {task: int((prep.encoded.task == i).sum()) for i, task in enumerate(prep.encoded.tasks)}
@@ -98,9 +106,32 @@ def _auto_threads(config: Config) -> int:
     times slower on a busy 2-core machine), every available core for real models."""
     import os
 
+    from .models import is_tiny
+
     if is_tiny(config.model):
         return 1
     return max(1, len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else max(1, os.cpu_count() or 1)
+
+
+def summarize(config: Config, frame: pd.DataFrame, tables, result: RunResult):
+    """The run's Summary (:func:`.summary.summarize`)."""
+    from .summary import summarize as summarize_run
+
+    return summarize_run(config, frame, tables, result)
+
+
+def make_figures(config: Config, frame: pd.DataFrame, tables, summary, folder):
+    """The lab's figures (:func:`.figures.make_figures`)."""
+    from .figures import make_figures as draw
+
+    return draw(config, frame, tables, summary, folder)
+
+
+def estimate(config: Config):
+    """Peak memory and disk of a run (:func:`.resources.estimate`)."""
+    from .resources import estimate as estimate_resources
+
+    return estimate_resources(config)
 
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,

@@ -3,14 +3,15 @@
 
 Claims (thresholds fixed before any run: ``thresholds.half`` = 0.5):
 
-* ``type_before_fact`` (answer framing): (a) the type-wrong count falls to half its epoch-0
-  value at an epoch before the semantic-correct count reaches half its final value, (b) the
-  type-correct count peaks (first maximum) at an epoch before the semantic-correct count
-  does, and (c) before that half-way epoch there is an epoch where type-correct makes up at
-  least half of the wrong predictions. (a) and (b) are the issue's wording; they also hold
-  in the shuffled-groups control, so (c) is what makes the claim falsifiable. Null when it
-  cannot be tested: fewer than 2 epochs, no type-wrong example at epoch 0, or no
-  semantic-correct example at the end.
+* ``type_before_fact`` (answer framing, part (c)): before the epoch where the
+  semantic-correct count reaches half its final value there is an epoch where type-correct
+  makes up at least half of the wrong predictions; ``type_wrong_falls_first`` (a): the
+  type-wrong count falls to half its epoch-0 value before that epoch;
+  ``type_correct_peaks_first`` (b): the type-correct count peaks (first maximum) before the
+  semantic-correct count does. (a) and (b) are the issue's wording; they also hold in the
+  shuffled-groups control, so (c) is what makes the claim falsifiable. Not testable:
+  fewer than 2 epochs, no type-wrong example at epoch 0, or no semantic-correct example at
+  the end. Declared in :mod:`.claimspecs`.
 * ``syntax_before_semantics`` (runs with both blimp and sick): the epoch where the BLiMP
   task's loss has fallen by half of its total drop (epoch-0 loss minus the lowest loss)
   precedes SICK's; a tie at epoch resolution is decided by the per-task training loss
@@ -25,8 +26,9 @@ import numpy as np
 import pandas as pd
 
 from ...measure import detect_stages
-from ...report.claims import Claim, Stats, Summary, claim
+from ...report.claims import Claim, Stats, Summary
 from ..contract import RunResult, Tables
+from . import claimspecs as cs
 from .categories import CATEGORIES
 from .config import Config
 
@@ -132,21 +134,45 @@ def syntax_claim(config: Config, frame: pd.DataFrame) -> tuple[Claim, dict[str, 
                        "loss_final": float(loss[-1]) if len(loss) else None}
     e_b, e_s = found["blimp"]["half_drop_epoch"], found["sick"]["half_drop_epoch"]
     s_b, s_s = found["blimp"]["half_drop_step"], found["sick"]["half_drop_step"]
+    lead, reason = None, ""  # SICK's half-drop time minus BLiMP's (> 0: syntax first)
     if e_b is None or e_s is None:
-        holds, how = None, "a task's loss never falls"
+        reason = how = "a task's loss never falls"
     elif e_b != e_s:
-        holds, how = bool(e_b < e_s), "decided at epoch resolution"
+        lead, how = float(e_s - e_b), "decided at epoch resolution"
     elif s_b is None or s_s is None or s_b == s_s:
-        holds, how = None, "tied at epoch and step resolution"
+        reason = how = "tied at epoch and step resolution"
     else:
-        holds, how = bool(s_b < s_s), f"tied at epoch {e_b}; decided at step resolution"
+        lead, how = float(s_s - s_b), f"tied at epoch {e_b}; decided at step resolution"
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     b, k = found["blimp"], found["sick"]
     evidence = (f"BLiMP loss {fmt(b['loss_0'])} -> {fmt(b['loss_min'])}, half of the drop at epoch {e_b} (step {s_b}); "
                 f"SICK {fmt(k['loss_0'])} -> {fmt(k['loss_min'])}, at epoch {e_s} (step {s_s}); {how}")
     statement = (f"syntax before semantics ({config.task.framing} framing): BLiMP's loss falls by {half:g} of its total drop "
                  "before SICK's (epochs; steps break a tie)")
-    return claim("syntax_before_semantics", statement, holds, evidence), found
+    spec = cs.SYNTAX_BEFORE_SEMANTICS
+    if lead is None:
+        return spec.not_testable(reason, evidence, statement=statement), found
+    return spec.result(lead, evidence, statement=statement), found
+
+
+def type_claims(facts: dict[str, Any], evidence: str, control: str = "") -> list[Claim]:
+    """type_before_fact (part (c)), type_wrong_falls_first (a) and type_correct_peaks_first
+    (b) from :func:`type_before_fact`'s numbers: each an epoch lead (> 0: the type-level
+    event first); an event that never happens is NaN, which fails. All three are not
+    testable where ``type_before_fact`` is (``evidence`` then says why)."""
+    specs = (cs.TYPE_BEFORE_FACT, cs.TYPE_WRONG_FIRST, cs.TYPE_CORRECT_PEAKS_FIRST)
+    note = lambda spec: spec.statement + control  # noqa: E731
+    if "part_a" not in facts:
+        reason = evidence.removeprefix("not testable: ")
+        return [spec.not_testable(reason, statement=note(spec)) for spec in specs]
+
+    def lead(late: Any, early: Any) -> float:
+        return float("nan") if late is None or early is None else float(late) - float(early)
+
+    sem = facts["semantic_half_epoch"]
+    leads = (lead(sem, facts["type_correct_majority_epoch"]), lead(sem, facts["type_wrong_half_epoch"]),
+             lead(facts["semantic_peak_epoch"], facts["type_correct_peak_epoch"]))
+    return [spec.result(value, evidence, statement=note(spec)) for spec, value in zip(specs, leads)]
 
 
 def _at_evaluations(frame: pd.DataFrame, metric: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -226,14 +252,10 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
                 task: {str(_num(e)): {c: int(v) for c, v in row.items()}
                        for e, row in category_counts(predictions, task).iterrows()}
                 for task in config.task.tasks()}
-        holds, evidence, facts = type_before_fact(counts, half)
+        _, evidence, facts = type_before_fact(counts, half)
         details["type_before_fact"] = facts
         control = " (control: group labels shuffled; the claim should fail or be null)" if config.task.shuffle_groups else ""
-        claims.append(claim("type_before_fact",
-                            f"syntactically right before factually right{control}: (a) type-wrong falls to {half:g} of its "
-                            f"epoch-0 count before semantic-correct reaches {half:g} of its final count, (b) type-correct peaks "
-                            f"before semantic-correct, and (c) type-correct is >= {half:g} of the wrong predictions at an "
-                            "epoch before that", holds, evidence))
+        claims += type_claims(facts, evidence, control)
     if {"blimp", "sick"} <= set(config.task.tasks()):
         syntax, found = syntax_claim(config, frame)
         details["syntax_before_semantics"] = found

@@ -2,16 +2,34 @@
 GD on a one-layer transformer converges in direction to max-margin solutions.
 
 The lab's contract value is :data:`.lab.LAB` (a :class:`~stagewise.labs.contract.Lab`);
-the pieces are importable on their own for use from Python.
+the pieces are importable on their own for use from Python. They load on first use
+(PEP 562), so importing the lab's contract (``stagewise config ntp``) needs no torch.
 """
 
-from .config import Config
-from .data import build_dataset, example1, load_json_dataset, random_dataset, to_tensors
-from .dataset import NTPDataset, QueryStructure, Sample
-from .generalize import GenCase, build_suite, classify
-from .maxmargin import MaxMarginTargets, max_margin_targets, min_norm_margin, prop2_wkq, wkq_star, wov_star
-from .problem import Problem, build_problem, member_dataset
-from .train import Params, cosine, train_two_stage
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .data import build_dataset, example1, load_json_dataset, random_dataset, to_tensors
+    from .dataset import NTPDataset, QueryStructure, Sample
+    from .generalize import GenCase, build_suite, classify
+    from .maxmargin import MaxMarginTargets, max_margin_targets, min_norm_margin, prop2_wkq, wkq_star, wov_star
+    from .problem import Problem, build_problem, member_dataset
+    from .train import Params, cosine, train_two_stage
+
+_EXPORTS: dict[str, str] = {
+    "Config": ".config",
+    **dict.fromkeys(("build_dataset", "example1", "load_json_dataset", "random_dataset", "to_tensors"), ".data"),
+    **dict.fromkeys(("NTPDataset", "QueryStructure", "Sample"), ".dataset"),
+    **dict.fromkeys(("GenCase", "build_suite", "classify"), ".generalize"),
+    **dict.fromkeys(("MaxMarginTargets", "max_margin_targets", "min_norm_margin", "prop2_wkq", "wkq_star", "wov_star"),
+                    ".maxmargin"),
+    **dict.fromkeys(("Problem", "build_problem", "member_dataset"), ".problem"),
+    **dict.fromkeys(("Params", "cosine", "train_two_stage"), ".train"),
+}
 
 __all__ = [
     "Config", "GenCase", "MaxMarginTargets", "NTPDataset", "Params", "Problem", "QueryStructure", "Sample",
@@ -19,3 +37,15 @@ __all__ = [
     "max_margin_targets", "member_dataset", "min_norm_margin", "prop2_wkq", "random_dataset", "to_tensors", "train_two_stage", "wkq_star",
     "wov_star",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

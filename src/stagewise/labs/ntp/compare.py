@@ -29,8 +29,9 @@ import numpy as np
 import pandas as pd
 
 from ...measure import values_at
-from ...report.claims import Claim, Stats, Summary, claim
+from ...report.claims import Claim, ClaimSpec, Stats, Summary
 from ..contract import RunContext, RunResult, Tables
+from . import claimspecs as cs
 from .config import Config
 from .horizon import horizon_claims
 from .summary import FINAL_METRICS, claims, rate_fits, stage_detection, summarize
@@ -112,24 +113,25 @@ def compare_claims(config: Config, frame: pd.DataFrame) -> tuple[list[Claim], di
         steps_kq = total if VARIANTS[v]["algorithm"] == "joint" else config.train.steps_stage2
         details[v]["norm_wkq_per_step"] = [x / max(1, steps_kq) for x in details[v]["norm_wkq"]]
 
-    def test(cid: str, statement: str, a: str, b: list[str], metric: str, larger: bool) -> Claim:
+    seeds = sorted(int(s) for s in frame["seed"].unique()) if len(frame) else []
+
+    def test(spec: ClaimSpec, a: str, b: list[str], metric: str, larger: bool) -> Claim:
+        """``spec`` on ours - theirs per seed: the smallest gap to ``b`` when ``larger`` (ours
+        must be above every other), else the largest (ours must be below every other)."""
         missing = [v for v in [a, *b] if v not in final]
         if missing:
-            return claim(cid, statement, None, f"not testable: variant(s) {', '.join(missing)} not in compare")
+            return spec.not_testable(f"variant(s) {', '.join(missing)} not in compare")
         ours = final[a][metric]
-        ok = all(bool(np.all(ours > final[v][metric] if larger else ours < final[v][metric])) for v in b)
+        gaps = np.stack([ours - final[v][metric] for v in b])  # (len(b), S)
+        gap = gaps.min(axis=0) if larger else gaps.max(axis=0)  # (S,)
         parts = [f"{v} {_fmt(final[v][metric])}" for v in [a, *b]]
-        return claim(cid, statement, ok, f"{metric} at t={total}: " + ", ".join(parts))
+        return spec.result(gap, f"{metric} at t={total}: " + ", ".join(parts), seeds=seeds)
 
     claims = [
-        test("compare_wkq_two_stage_vs_joint", "two-stage NGD ends closer to W_kq* than joint NGD (higher cos, every seed)",
-             "two_stage", ["joint"], "cos_wkq", True),
-        test("compare_wov_two_stage_vs_joint", "two-stage NGD ends closer to W_ov* than joint NGD (higher cos, every seed)",
-             "two_stage", ["joint"], "cos_wov", True),
-        test("compare_wkq_ngd_vs_adam", "normalized GD ends closer to W_kq* than Adam and AdamW (higher cos, every seed)",
-             "two_stage", ["adam", "adamw"], "cos_wkq", True),
-        test("compare_norm_adamw_below_adam", "AdamW's weight decay keeps ||W_kq|| below Adam's (every seed)",
-             "adamw", ["adam"], "norm_wkq", False),
+        test(cs.COMPARE_WKQ_JOINT, "two_stage", ["joint"], "cos_wkq", True),
+        test(cs.COMPARE_WOV_JOINT, "two_stage", ["joint"], "cos_wov", True),
+        test(cs.COMPARE_WKQ_ADAM, "two_stage", ["adam", "adamw"], "cos_wkq", True),
+        test(cs.COMPARE_NORM_ADAMW, "adamw", ["adam"], "norm_wkq", False),
     ]
     return claims, details
 

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -15,6 +16,9 @@ from ...config import MAX_STEPS, ConfigModel, IntervalOrAuto, RunBase, Threads, 
 
 LOG_POINTS = 200  # train.log_every=auto: about this many logged steps per run (the figures' curves)
 SUITE_POINTS = 30  # generalize.every=auto: about this many evaluations of the generalization suite
+STAGE1_LR_SCALE = 0.2  # train.lr_stage1 = null: 0.2 / sqrt(d) [paper experiment]
+STAGE2_LR_SCALE = 0.05  # train.lr_stage2 = null: 0.05 / sqrt(d) [paper experiment]
+EXAMPLE1_VOCAB = 4  # data.source=example1: the tokens S, V, O, P (tests check it against data.example1())
 
 
 class DataConfig(ConfigModel):
@@ -83,8 +87,12 @@ class TrainConfig(TrainBase):
         "joint: both matrices for T+T1 steps, one gradient normalized jointly, step eta0 (ablation)")
     optimizer: Literal["normalized_gd", "gd", "adam", "adamw"] = Field(
         "normalized_gd", description="normalized_gd [paper]: W <- W - eta g/||g||_F; gd, adam, adamw are ablations")
-    eta0: float | None = Field(None, gt=0, allow_inf_nan=False, description="stage-1 step size; null = 0.2/sqrt(d) [paper experiment]")
-    eta: float | None = Field(None, gt=0, allow_inf_nan=False, description="stage-2 step size; null = 0.05/sqrt(d) [paper experiment]")
+    PATH = "train"
+    RENAMED = {"eta0": "lr_stage1", "eta": "lr_stage2"}
+    lr_stage1: float | None = Field(None, gt=0, allow_inf_nan=False, description="stage-1 step size eta0 (was train.eta0); null = 0.2/sqrt(d)\n"
+                                    "[paper experiment], written into the run's config.yaml as the value used")
+    lr_stage2: float | None = Field(None, gt=0, allow_inf_nan=False, description="stage-2 step size eta (was train.eta); null = 0.05/sqrt(d)\n"
+                                    "[paper experiment], written into the run's config.yaml as the value used")
     steps_stage1: int = Field(900, ge=0, le=MAX_STEPS, description="T [paper experiment: 900]")
     steps_stage2: int = Field(900, ge=0, le=MAX_STEPS, description="T1 [paper experiment: 900]")
     loss_reduction: Literal["mean", "sum"] = Field("mean", description="mean (pi-weighted) or sum; normalized GD iterates are identical")
@@ -96,6 +104,16 @@ class TrainConfig(TrainBase):
     threads: Threads = Field(
         "auto", description="CPU threads for torch while training; auto = min(cores, n_seeds // 16), at least 1.\n"
         "Small ensembles run fastest on one thread; large ones gain from more (64 seeds: 1.8x on 2 cores)")
+
+    @property
+    def eta0(self) -> float | None:
+        """Old name of :attr:`lr_stage1`."""
+        return self.lr_stage1
+
+    @property
+    def eta(self) -> float | None:
+        """Old name of :attr:`lr_stage2`."""
+        return self.lr_stage2
 
     @model_validator(mode="after")
     def _check(self):
@@ -149,7 +167,29 @@ class Config(RunBase):
         return max(1, (self.train.steps_stage1 + self.train.steps_stage2) // SUITE_POINTS)
 
     def step_sizes(self, dim: int) -> tuple[float, float]:
-        """(eta0, eta) with the paper's defaults 0.2/sqrt(d), 0.05/sqrt(d) filled in."""
-        eta0 = self.train.eta0 if self.train.eta0 is not None else 0.2 / math.sqrt(dim)
-        eta = self.train.eta if self.train.eta is not None else 0.05 / math.sqrt(dim)
+        """(eta0, eta) = (lr_stage1, lr_stage2) with the paper's defaults 0.2/sqrt(d), 0.05/sqrt(d) filled in."""
+        eta0 = self.train.lr_stage1 if self.train.lr_stage1 is not None else STAGE1_LR_SCALE / math.sqrt(dim)
+        eta = self.train.lr_stage2 if self.train.lr_stage2 is not None else STAGE2_LR_SCALE / math.sqrt(dim)
         return eta0, eta
+
+    def vocab_size(self) -> int | None:
+        """|V| of the data this config makes, without building it (None: a data file that
+        cannot be read; the lab's check reports it)."""
+        if self.data.source == "random":
+            return self.data.vocab_size
+        if self.data.source == "example1":
+            return EXAMPLE1_VOCAB
+        try:
+            tokens = json.loads(Path(self.data.file).read_text(encoding="utf-8"))["tokens"]  # type: ignore[arg-type]
+            return len(tokens) if isinstance(tokens, list) else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def derived(self) -> dict[str, Any]:
+        """data.dim = |V| (one-hot), train.lr_stage1 = 0.2/sqrt(d), train.lr_stage2 = 0.05/sqrt(d)."""
+        vocab = self.vocab_size()
+        if vocab is None:
+            return {}
+        dim = self.data.dim or vocab
+        eta0, eta = STAGE1_LR_SCALE / math.sqrt(dim), STAGE2_LR_SCALE / math.sqrt(dim)
+        return {"data.dim": vocab, "train.lr_stage1": eta0, "train.lr_stage2": eta}

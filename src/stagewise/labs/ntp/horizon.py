@@ -29,14 +29,15 @@ import numpy as np
 import pandas as pd
 
 from ...measure import log_linear_rate, series, values_at
-from ...report.claims import Claim, claim
+from ...report.claims import Claim
+from . import claimspecs as cs
 from .config import Config
 
 LATE_FRACTION = 0.5  # the late window is the last half of stage 2
 LATE_MIN_MARGIN = 6.0  # predicted margin (t eta / ||W*||) at the late window's start, every seed
-RATE_RTOL = 0.05  # |fitted rate / (-eta/||W*||) - 1| allowed (the local rate deviates ~ c / margin)
+RATE_RTOL = cs.LATE_RATE_MARGIN.threshold  # 0.05: |fitted rate / (-eta/||W*||) - 1| allowed (the local rate deviates ~ c / margin)
 GAP_FLOOR = 1e-12  # gap values at or below this are round-off and dropped from the fits
-BAND_RTOL = 1e-9  # round-off slack on Theorem 1's band (||W(1)|| = eta exactly)
+BAND_RTOL = cs.NORM_BAND_THEOREM1.threshold  # 1e-9: round-off slack on Theorem 1's band (||W(1)|| = eta exactly)
 PROP2_DISTINCT_TOL = 1e-6  # the QP and Proposition-2 directions differ when 1 - cos(W_qp, W_p2) > this
 
 
@@ -89,10 +90,7 @@ def horizon_claims(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) 
     no_target = not np.all(star > 0)
 
     # (a), (b): late rates
-    ids = ("late_rate_margin", "late_rate_theorem2")
-    texts = (f"late rates of log(L - floor) and log(1 - min optimal attention) equal -eta/||W_kq*|| "
-             f"(relative error <= {RATE_RTOL}), every seed",
-             "late rates are at least Theorem 2's C_1 = eta / (4 L_max ||W_kq*||^2) in magnitude, every seed")
+    specs = (cs.LATE_RATE_MARGIN, cs.LATE_RATE_THEOREM2)
     reason = None
     if not two_stage:
         reason = "the rate -eta/||W_kq*|| is derived for stage 2 of two-stage training (W_ov frozen)"
@@ -109,68 +107,65 @@ def horizon_claims(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) 
             reason = (f"horizon too short: the predicted margin at the late window's start (stage step "
                       f"{fits['window_stage_steps'][0]}) is {_fmt(margin0)} < {LATE_MIN_MARGIN} (needs T1 >= {need})")
     if reason is not None:
-        out += [claim(i, s, None, f"not testable: {reason}") for i, s in zip(ids, texts)]
+        out += [spec.not_testable(reason) for spec in specs]
     else:
         pred = np.asarray(fits["predicted_rate"])
         lr, ar = np.asarray(fits["loss_gap_rate"]), np.asarray(fits["attn_gap_rate"])
         lerr, aerr = lr / pred - 1, ar / pred - 1
-        ok = bool(np.all(np.abs(lerr) <= RATE_RTOL) and np.all(np.abs(aerr) <= RATE_RTOL))
         window = f"stage steps {fits['window_stage_steps'][0]}..{fits['window_stage_steps'][1]}"
-        out.append(claim(ids[0], texts[0], ok,
-                         f"{window}: loss-gap rate {_fmt(lr)}, attention-gap rate {_fmt(ar)}, -eta/||W*|| "
-                         f"{_fmt(pred)}; relative error loss {_fmt(lerr)}, attention {_fmt(aerr)}"))
+        out.append(specs[0].result(np.maximum(np.abs(lerr), np.abs(aerr)),  # (S,) the worse of the two gaps
+                                   f"{window}: loss-gap rate {_fmt(lr)}, attention-gap rate {_fmt(ar)}, -eta/||W*|| "
+                                   f"{_fmt(pred)}; relative error loss {_fmt(lerr)}, attention {_fmt(aerr)}", seeds=seeds))
         c1 = eta / (4 * l_max * star**2)
         ratio_l, ratio_a = -lr / c1, -ar / c1
         details["theorem2_rate"] = list(c1)
-        out.append(claim(ids[1], texts[1], bool(np.all(ratio_l >= 1) and np.all(ratio_a >= 1)),
-                         f"C_1 {_fmt(c1)} (L_max {_fmt(l_max)}); -rate / C_1: loss {_fmt(ratio_l)}, "
-                         f"attention {_fmt(ratio_a)}"))
+        out.append(specs[1].result(np.minimum(ratio_l, ratio_a),  # (S,)
+                                   f"C_1 {_fmt(c1)} (L_max {_fmt(l_max)}); -rate / C_1: loss {_fmt(ratio_l)}, "
+                                   f"attention {_fmt(ratio_a)}", seeds=seeds))
     out.append(_norm_band(config, frame, extras, star, l_max, no_target))
     out.append(_qp_vs_prop2(frame, extras, total))
     return out, details
 
 
 def _norm_band(config, frame, extras, star, l_max, no_target) -> Claim:
-    cid = "norm_band_theorem1"
-    text = "Theorem 1's band t eta / (2 ||W_kq*||) <= ||W_kq(t)|| <= t eta at every logged stage-2 step, every seed"
+    spec = cs.NORM_BAND_THEOREM1
     T, eta = config.train.steps_stage1, extras["eta"]
     if config.train.algorithm != "two_stage":
-        return claim(cid, text, None, "not testable: the band is for stage 2 of two-stage training")
+        return spec.not_testable("the band is for stage 2 of two-stage training")
     if config.model.init != "zero":
-        return claim(cid, text, None, "not testable: Theorem 1 starts W_kq at 0 (model.init=zero)")
+        return spec.not_testable("Theorem 1 starts W_kq at 0 (model.init=zero)")
     if no_target:
-        return claim(cid, text, None, "not testable: no max-margin target W_kq* exists for this data")
+        return spec.not_testable("no max-margin target W_kq* exists for this data")
     steps, norms = series(frame, "norm_wkq")  # (T,), (T, S)
     sel = steps > T
     if not sel.any():
-        return claim(cid, text, None, "not testable: no stage-2 step logged")
+        return spec.not_testable("no stage-2 step logged")
     t = (steps[sel] - T).astype(float)[:, None]  # (n, 1) stage time
     w = norms[sel]  # (n, S)
     upper = np.nanmax(w / (t * eta), axis=0)  # (S,) <= 1
     lower = np.nanmin(w / (t * eta / (2 * star)), axis=0)  # (S,) >= 1
     lemma6 = np.nanmin(w / (t * eta / (2 * l_max * star)), axis=0)  # (S,) >= 1
-    ok = bool(np.all(upper <= 1 + BAND_RTOL) and np.all(lower >= 1 - BAND_RTOL))
-    return claim(cid, text, ok,
-                 f"max ||W_kq|| / (t eta) {_fmt(upper)} (<= 1); min ||W_kq|| / (t eta / (2||W*||)) {_fmt(lower)} "
-                 f"(>= 1); Lemma 6's bound t eta / (2 L_max ||W*||): min ratio {_fmt(lemma6)}")
+    excursion = np.maximum(upper - 1, 1 - lower)  # (S,) <= BAND_RTOL inside the band
+    return spec.result(excursion,
+                       f"max ||W_kq|| / (t eta) {_fmt(upper)} (<= 1); min ||W_kq|| / (t eta / (2||W*||)) {_fmt(lower)} "
+                       f"(>= 1); Lemma 6's bound t eta / (2 L_max ||W*||): min ratio {_fmt(lemma6)}", seeds=extras["seeds"])
 
 
 def _qp_vs_prop2(frame, extras, total) -> Claim:
-    cid = "closer_to_qp_than_prop2"
-    text = ("at the last step W_kq is closer in direction to the QP max-margin solution than to Proposition 2's "
-            "closed form (1 - cos smaller), every seed where the two differ")
+    spec = cs.CLOSER_TO_QP
     mutual = np.asarray(extras["qp_prop2_cos"], dtype=float)  # (S,)
     if not np.all(np.isfinite(mutual)):
-        return claim(cid, text, None, "not testable: no QP max-margin target exists for this data")
+        return spec.not_testable("no QP max-margin target exists for this data")
     differ = 1 - mutual > PROP2_DISTINCT_TOL
     if not differ.any():
-        return claim(cid, text, None, f"not testable: the QP solution and Proposition 2 coincide on every seed "
-                                      f"(1 - cos <= {PROP2_DISTINCT_TOL}; max {np.nanmax(1 - mutual):.2g})")
+        return spec.not_testable(f"the QP solution and Proposition 2 coincide on every seed "
+                                 f"(1 - cos <= {PROP2_DISTINCT_TOL}; max {np.nanmax(1 - mutual):.2g})")
     qp = 1 - values_at(frame, "cos_wkq", total)[differ]
     p2 = 1 - values_at(frame, "cos_wkq_prop2", total)[differ]
     dq = values_at(frame, "dist_wkq", total)[differ]
     dp = values_at(frame, "dist_wkq_prop2", total)[differ]
-    return claim(cid, text, bool(np.all(qp < p2)),
-                 f"{int(differ.sum())}/{len(differ)} seeds differ (1 - cos(W_qp, W_p2) {_fmt(1 - mutual[differ])}); "
-                 f"at t={total}: 1 - cos to QP {_fmt(qp)}, to Prop. 2 {_fmt(p2)}; distance of unit directions "
-                 f"to QP {_fmt(dq)}, to Prop. 2 {_fmt(dp)}")
+    seeds = [s for s, d in zip(extras["seeds"], differ) if d]
+    return spec.result(qp - p2,
+                       f"{int(differ.sum())}/{len(differ)} seeds differ (1 - cos(W_qp, W_p2) {_fmt(1 - mutual[differ])}); "
+                       f"at t={total}: 1 - cos to QP {_fmt(qp)}, to Prop. 2 {_fmt(p2)}; distance of unit directions "
+                       f"to QP {_fmt(dq)}, to Prop. 2 {_fmt(dp)}", seeds=seeds)

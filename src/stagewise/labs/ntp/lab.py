@@ -1,26 +1,23 @@
-"""The NTP lab's contract: presets, run, summary, figures (see :mod:`stagewise.labs`)."""
+"""The NTP lab's contract: presets, run, summary, figures (see :mod:`stagewise.labs`).
+
+Importing this module is cheap (config, claims, presets): the functions that need torch,
+numpy or pandas import them when called.
+"""
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
-import torch
-
-from ...engine import resolve_device
+from ..contract import Lab, RunContext, RunResult, reproduction
 from .claimspecs import CLAIMS
-from ..contract import Lab, RunContext, RunResult
-from ..spec import reproduction
 from .config import Config
-from .compare import run_compare, summarize_run, variant_frame
-from .figures import make_figures
-from .resources import estimate
-from .generalize import named_cases, render
-from .model import predict, token_matrices
-from .problem import Problem, build_problem, embedding, member_dataset
-from .train import train_two_stage
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+
+    from .problem import Problem
 
 NAME = "ntp"
 DESCRIPTION = "next-token prediction: two-stage normalized GD converges to max-margin solutions (Huang, Liang, Yang 2024)"
@@ -78,12 +75,18 @@ GEN_COLUMNS = ["seed", "input", "category", "predicted", "expected", "covered", 
 def check(config: Config) -> None:
     """Everything that can fail on user input, before any work: the data and embeddings of
     the first member (the generator's checks depend on the options, not on the seed)."""
+    from ...engine import resolve_device
+    from .problem import embedding, member_dataset
+
     resolve_device(config.device)
     ds = member_dataset(config, config.seed)
     embedding(config, ds.vocab_size, config.seed)
 
 
 def _final_predictions(problem: Problem, wkq: torch.Tensor, wov: torch.Tensor) -> list[dict[str, Any]]:
+    from .generalize import render
+    from .model import predict, token_matrices
+
     key, tok = token_matrices(wkq, wov, problem.emb, unknown=True)
     pred, attn = predict(key, tok, problem.gen_idx, problem.gen_query, problem.gen_mask)  # (S, G), (S, G, Lg)
     rows = []
@@ -102,6 +105,11 @@ def _final_predictions(problem: Problem, wkq: torch.Tensor, wov: torch.Tensor) -
 
 def _named_predictions(config: Config, problem: Problem, wkq: torch.Tensor, wov: torch.Tensor) -> list[dict[str, Any]]:
     """The spec's named Example-1 cases ("S P" -> V, "O S P" -> P), seed by seed."""
+    import torch
+
+    from .generalize import named_cases, render
+    from .model import predict, token_matrices
+
     ds = problem.datasets[0]
     if config.data.source != "example1":
         return []
@@ -137,6 +145,8 @@ def report_violations(problem: Problem, ctx: RunContext) -> list[str]:
 
 def _cos(a, b) -> float:
     """cos of two matrices (1 when both are 0, 0 when one is)."""
+    import numpy as np
+
     na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
     if na == 0 or nb == 0:
         return 1.0 if na == nb else 0.0
@@ -147,6 +157,13 @@ def run(config: Config, ctx: RunContext) -> RunResult:
     """Build the batched problem, train (resuming if ``ctx`` holds a checkpoint), log the
     table ``generalization`` (one row per seed and unseen sentence) and return the extras
     the summary needs."""
+    import pandas as pd
+
+    from ...engine import resolve_device
+    from .compare import run_compare
+    from .problem import build_problem
+    from .train import train_two_stage
+
     problem = build_problem(config).to(resolve_device(config.device))
     violations = report_violations(problem, ctx)
     if config.compare:
@@ -177,13 +194,36 @@ def run(config: Config, ctx: RunContext) -> RunResult:
 
 def figures(config: Config, frame: pd.DataFrame, tables, summary, folder):
     """The lab's figures; for a comparison run, those of its main variant."""
+    from .compare import variant_frame
+
     if config.compare:
         frame = variant_frame(frame, summary.details["figures_variant"])
     return make_figures(config, frame, tables, summary, folder)
 
 
+def make_figures(config: Config, frame: pd.DataFrame, tables, summary, folder):
+    """The figures of one run's frame (:func:`.figures.make_figures`)."""
+    from .figures import make_figures as draw
+
+    return draw(config, frame, tables, summary, folder)
+
+
+def summarize(config: Config, frame: pd.DataFrame, tables, result: RunResult):
+    """The run's Summary (:func:`.compare.summarize_run`)."""
+    from .compare import summarize_run
+
+    return summarize_run(config, frame, tables, result)
+
+
+def estimate(config: Config):
+    """Peak memory and disk of a run (:func:`.resources.estimate`)."""
+    from .resources import estimate as estimate_resources
+
+    return estimate_resources(config)
+
+
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
-          summarize=summarize_run, make_figures=figures, estimate=estimate,
+          summarize=summarize, make_figures=figures, estimate=estimate,
           claims=CLAIMS, key_metrics=("loss", "gen_acc", "cos_wkq", "cos_wov"),
           smoke={"n_seeds": 2, "data": {"vocab_size": 6}, "train": {"steps_stage1": 12, "steps_stage2": 24, "checkpoint_every": 7}})
 

@@ -50,7 +50,6 @@ FIGURES = {  # measured on one seed (rounded up) and their growth with the seed 
     "figure2": FigureSize(png=94_000, png_seeds=7_500, pdf=24_000, curves=6.4, pdf_per_point=2.2),
     "rate_fits": FigureSize(png=80_000, png_seeds=14_000, pdf=28_000, curves=2.0, pdf_per_point=2.2),
     "attention": FigureSize(png=62_000, png_seeds=32_000, pdf=21_000, curves=5.1, pdf_per_point=2.2),
-    "generalization": FigureSize(png=80_000, pdf=17_500),
 }
 PARQUET_BYTES_PER_VALUE = 6.0  # metrics.parquet: stage, frozen, tiny_grad, accuracies repeat (measured 4.9 to 5.8)
 SUMMARY_BYTES_PER_VARIANT = 6_000  # each further compare variant's claims and details

@@ -10,13 +10,13 @@ those of the objective at those weights.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ...engine import BatchedOptimizer, check_finite, group_norm, pack, resolve_dtype, unpack
+from ...engine.driver import StepOutput, TrainingDriver
 from ...engine.perf import training_threads
 from ..contract import RunContext
 from .config import Config
@@ -251,87 +251,107 @@ def train_two_stage(config: Config, problem: Problem, ctx: RunContext | None = N
 
 
 def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
-    dtype = resolve_dtype(config.model.dtype)
-    tc = config.train
-    T, total = tc.steps_stage1, tc.steps_stage1 + tc.steps_stage2
-    two_stage = tc.algorithm == "two_stage"
-    eta0, eta = config.step_sizes(problem.emb.shape[1])
-    params = init_params(config, problem, dtype)
-    opt = BatchedOptimizer(tc.optimizer, tuple(tc.betas), tc.adam_eps, tc.weight_decay)
-    S = problem.n_members
-    active = torch.ones(S, dtype=torch.bool, device=problem.emb.device)
-    start = 0
-    resumed = ctx.resume_state() if ctx is not None else None
-    if resumed is not None:
-        start, tensors = resumed.step, resumed.tensors
-        device = problem.emb.device
-        params.tensors = unpack(tensors, "p", device)
-        opt.state = unpack(tensors, "opt", device)
-        active = tensors["active"].bool().to(device)
-    # sum reduction: L0 sums over the |V| collocation samples, L over each member's samples
-    summed = tc.loss_reduction == "sum"
-    scale_ov = float(problem.emb.shape[-1]) if summed else 1.0
-    scale_main = (problem.batch.weight > 0).sum(-1).to(dtype).view(-1, 1, 1) if summed else 1.0  # (S, 1, 1)
-
-    def stage_of(t: int) -> int:
-        return 1 if t <= T else 2  # step 0 (the init) counts as stage 1
-
+    loop = TwoStageLoop(config, problem)
     schedule = LogSchedule.of(config)
+    # check_finite is looked up here, at call time (tests replace this module's one)
+    driver = TrainingDriver(ctx, problem.seeds, schedule.total, schedule.logged, "ntp", check=check_finite)
+    driver.run(loop)
+    return loop.params
 
-    def should_log(t: int) -> bool:
-        return ctx is not None and schedule.logged(t)
 
-    def frozen_groups(t: int) -> tuple[str, ...]:
+class TwoStageLoop:
+    """The updates of :func:`train_two_stage` behind the engine's :class:`~stagewise.engine.driver.Loop`.
+
+    ``step(t)`` applies update t (its gradient comes from the evaluation at step t-1),
+    then evaluates the weights after t updates: the metrics when logged and the gradient
+    of update t+1 (the per-member tiny-gradient guard and the stage-2 optimizer reset act
+    here, at step t). A resumed loop first re-evaluates its checkpoint's step, unlogged.
+    """
+
+    def __init__(self, config: Config, problem: Problem):
+        self.config, self.problem, tc = config, problem, config.train
+        self.dtype = resolve_dtype(config.model.dtype)
+        self.T, self.total = tc.steps_stage1, tc.steps_stage1 + tc.steps_stage2
+        self.two_stage = tc.algorithm == "two_stage"
+        self.eta0, self.eta = config.step_sizes(problem.emb.shape[1])
+        self.params = init_params(config, problem, self.dtype)
+        self.opt = BatchedOptimizer(tc.optimizer, tuple(tc.betas), tc.adam_eps, tc.weight_decay)
+        self.active = torch.ones(problem.n_members, dtype=torch.bool, device=problem.emb.device)
+        # sum reduction: L0 sums over the |V| collocation samples, L over each member's samples
+        summed = tc.loss_reduction == "sum"
+        self.scale_ov = float(problem.emb.shape[-1]) if summed else 1.0
+        self.scale_main = (problem.batch.weight > 0).sum(-1).to(self.dtype).view(-1, 1, 1) if summed else 1.0  # (S, 1, 1)
+        self.schedule = LogSchedule.of(config)
+        self.frozen_values: dict[str, dict[str, torch.Tensor]] = {}
+        self.pending: tuple | None = None  # (grads, names, lr, mask) of the next update
+
+    def stage_of(self, t: int) -> int:
+        return 1 if t <= self.T else 2  # step 0 (the init) counts as stage 1
+
+    def frozen_groups(self, t: int) -> tuple[str, ...]:
         """Weight groups that have not moved since the start of their frozen span."""
-        if not two_stage:
+        if not self.two_stage:
             return ()
-        return (("kq",) if t <= T else ()) + (("ov",) if t >= T else ())
+        return (("kq",) if t <= self.T else ()) + (("ov",) if t >= self.T else ())
 
-    frozen_values: dict[str, dict[str, torch.Tensor]] = {}
+    def restore(self, checkpoint) -> int:
+        device = self.problem.emb.device
+        tensors = checkpoint.tensors
+        self.params.tensors = unpack(tensors, "p", device)
+        self.opt.state = unpack(tensors, "opt", device)
+        self.active = tensors["active"].bool().to(device)
+        return checkpoint.step
 
-    bar = ctx.progress(total, "ntp") if ctx is not None else nullcontext(lambda n=1: None)
-    with bar as advance:
-        for t in range(start, total + 1):
-            stage_next = stage_of(t + 1)
-            log_now = should_log(t) and not (resumed is not None and t == start)
-            need_main = log_now or not (two_stage and stage_next == 1)
-            stage1_update = two_stage and stage_next == 1
-            frozen = frozen_groups(t)
-            frozen_values = {g: v for g, v in frozen_values.items() if g in frozen}
-            ev = evaluate(params, problem, need_main, need_stage1=(log_now and "ov" not in frozen_values) or stage1_update,
-                          need_wov_grad=log_now or not two_stage, need_losses=log_now)
-            # gradient of the objective of the next update (step t+1)
-            if stage1_update:
-                grads, names, lr = params.chain(None, ev.grad0_wov * scale_ov), params.group(OV), eta0
-            elif two_stage:
-                grads, names, lr = params.chain(ev.grad_wkq * scale_main, None), params.group(KQ), eta
-            else:
-                grads = params.chain(ev.grad_wkq * scale_main, ev.grad_wov * scale_main)
-                names, lr = params.group(OV) + params.group(KQ), eta0
-            gnorm = _flat_norm([grads[n] for n in names])  # (S,)
-            tiny = (gnorm <= tc.grad_tol) | (gnorm == 0)
-            if two_stage and t == T and T > 0:
-                active = torch.ones(S, dtype=torch.bool, device=problem.emb.device)  # the guard acts per stage
-                opt.reset()
-            if tc.on_tiny_grad == "stop":
-                active = active & ~tiny
-            if log_now:
-                suite = schedule.suite(t)  # see LogSchedule
-                cached = {k: v for g in frozen for k, v in frozen_values.get(g, {}).items()}
-                values = metrics(params, problem, ev, stage_of(t), two_stage, suite, cached)
-                for g in frozen:
-                    frozen_values.setdefault(g, {k: values[k] for k in (OV_METRICS if g == "ov" else KQ_METRICS)})
-                values["tiny_grad"] = tiny.to(dtype)
-                values["frozen"] = (~active).to(dtype)
-                ctx.log(t, values)
-                check_finite(t, problem.seeds, {n: values[n] for n in ("loss", "loss_stage1")}, params.tensors)
-            if ctx is not None and t > start and (ctx.should_checkpoint(t) or t == total):
-                if not log_now:  # no checkpoint holds non-finite weights
-                    check_finite(t, problem.seeds, None, params.tensors)
-                payload = pack(p=params.tensors, opt=opt.state, active=active.to(torch.uint8))
-                ctx.save_checkpoint(t, payload, {"stage": stage_of(t)})
-            if t == total:
-                break
-            opt.step(params.tensors, grads, names, lr, active if tc.on_tiny_grad == "stop" else gnorm > 0)
-            advance(1)
-    return params
+    def weights(self) -> dict[str, torch.Tensor]:
+        return self.params.tensors
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return pack(p=self.params.tensors, opt=self.opt.state, active=self.active.to(torch.uint8))
+
+    def meta(self, t: int) -> dict[str, int]:
+        return {"stage": self.stage_of(t)}
+
+    def step(self, t: int, log: bool) -> StepOutput:
+        if t > 0:
+            if self.pending is None:  # resumed: the gradient at the checkpoint's weights
+                self.evaluate(t - 1, False)
+            grads, names, lr, mask = self.pending
+            self.opt.step(self.params.tensors, grads, names, lr, mask)
+        return self.evaluate(t, log)
+
+    def evaluate(self, t: int, log_now: bool) -> StepOutput:
+        """The weights after t updates: the metrics (``log_now``) and the gradient of update t+1."""
+        params, problem, tc, two_stage, T = self.params, self.problem, self.config.train, self.two_stage, self.T
+        stage_next = self.stage_of(t + 1)
+        need_main = log_now or not (two_stage and stage_next == 1)
+        stage1_update = two_stage and stage_next == 1
+        frozen = self.frozen_groups(t)
+        self.frozen_values = {g: v for g, v in self.frozen_values.items() if g in frozen}
+        ev = evaluate(params, problem, need_main, need_stage1=(log_now and "ov" not in self.frozen_values) or stage1_update,
+                      need_wov_grad=log_now or not two_stage, need_losses=log_now)
+        # gradient of the objective of the next update (step t+1)
+        if stage1_update:
+            grads, names, lr = params.chain(None, ev.grad0_wov * self.scale_ov), params.group(OV), self.eta0
+        elif two_stage:
+            grads, names, lr = params.chain(ev.grad_wkq * self.scale_main, None), params.group(KQ), self.eta
+        else:
+            grads = params.chain(ev.grad_wkq * self.scale_main, ev.grad_wov * self.scale_main)
+            names, lr = params.group(OV) + params.group(KQ), self.eta0
+        gnorm = _flat_norm([grads[n] for n in names])  # (S,)
+        tiny = (gnorm <= tc.grad_tol) | (gnorm == 0)
+        if two_stage and t == T and T > 0:
+            self.active = torch.ones(problem.n_members, dtype=torch.bool, device=problem.emb.device)  # the guard acts per stage
+            self.opt.reset()
+        if tc.on_tiny_grad == "stop":
+            self.active = self.active & ~tiny
+        self.pending = (grads, names, lr, self.active if tc.on_tiny_grad == "stop" else gnorm > 0)
+        if not log_now:
+            return StepOutput()
+        suite = self.schedule.suite(t)  # see LogSchedule
+        cached = {k: v for g in frozen for k, v in self.frozen_values.get(g, {}).items()}
+        values = metrics(params, problem, ev, self.stage_of(t), two_stage, suite, cached)
+        for g in frozen:
+            self.frozen_values.setdefault(g, {k: values[k] for k in (OV_METRICS if g == "ov" else KQ_METRICS)})
+        values["tiny_grad"] = tiny.to(self.dtype)
+        values["frozen"] = (~self.active).to(self.dtype)
+        return StepOutput(values, losses={n: values[n] for n in ("loss", "loss_stage1")})

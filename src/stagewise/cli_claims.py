@@ -1,0 +1,84 @@
+"""Claims at the command line: ``stagewise claims LAB`` (the declared :class:`ClaimSpec` s,
+nothing run) and the claims table of ``stagewise show`` / the end of a run (verdicts).
+
+Both group claims by their source kind, in :data:`~stagewise.report.claims.SOURCE_GROUPS`
+order; claims without a source (version-1 summaries, labs not yet declared) come last
+under :data:`UNDECLARED`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Sequence
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+UNDECLARED = "undeclared (no source)"
+"""Heading of the claims that carry no source."""
+
+VERDICT_STYLE = {"holds": "green", "fails": "red", "not testable": "yellow"}
+"""Colour of each verdict in the tables."""
+
+out_console = Console()
+
+
+def claim_groups(claims: Iterable[Any]) -> list[tuple[str, list[Any]]]:
+    """``[(heading, claims)]`` in SOURCE_GROUPS order, then the claims without a source
+    (``source`` None) under :data:`UNDECLARED`; empty groups are left out, order within a
+    group is kept. Works on :class:`ClaimSpec` and :class:`Claim` alike."""
+    from .report.claims import SOURCE_GROUPS
+
+    claims = list(claims)
+    groups = [(heading, [c for c in claims if c.source is not None and c.source.kind == kind])
+              for kind, heading in SOURCE_GROUPS.items()]
+    groups.append((UNDECLARED, [c for c in claims if c.source is None or c.source.kind not in SOURCE_GROUPS]))
+    return [(heading, members) for heading, members in groups if members]
+
+
+def _value(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def print_verdicts(console: Console, claims: Sequence[Any]) -> None:
+    """The tested claims of a summary: one table per source group with id, statement,
+    verdict (holds / fails / not testable), value (the judged, worst seed's) and the
+    reason or evidence."""
+    for heading, members in claim_groups(claims):
+        table = Table("claim", "verdict", "value", "evidence", title=escape(heading), title_justify="left",
+                      header_style="bold")
+        for claim in members:
+            verdict = str(claim.verdict)
+            detail = "; ".join(part for part in (f"reason: {claim.reason}" if claim.reason else "", claim.evidence) if part)
+            table.add_row(escape(f"{claim.id}: {claim.statement}"), f"[{VERDICT_STYLE.get(verdict, 'white')}]{verdict}[/]",
+                          _value(claim.value), escape(detail))
+        console.print(table)
+
+
+def print_specs(console: Console, lab: str, specs: Sequence[Any]) -> None:
+    """A lab's declared claims: one table per source group with id, source, statement,
+    condition, floor and control."""
+    if not specs:
+        console.print(f"lab '{lab}' declares no claims yet", highlight=False, markup=False)
+        return
+    for heading, members in claim_groups(specs):
+        table = Table("id", "source", "statement", "condition", "floor", "control", title=escape(heading),
+                      title_justify="left", header_style="bold")
+        for spec in members:
+            table.add_row(*(escape(text) for text in (spec.id, spec.source.label(), spec.statement, spec.condition(),
+                                                      spec.floor or "-", spec.control)))
+        console.print(table)
+
+
+def claims_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise labs`"),
+               as_json: bool = typer.Option(False, "--json", help="print the declared claims as a JSON list")) -> None:
+    """List LAB's declared claims and their sources (paper, theorem/figure, reviewer, own check); runs nothing."""
+    from .labs import get_lab
+
+    value = get_lab(lab)
+    if as_json:
+        typer.echo(json.dumps([spec.model_dump(mode="json") for spec in value.claims], indent=2))
+        return
+    print_specs(out_console, lab, value.claims)

@@ -1,0 +1,176 @@
+"""Claims as data: every lab's declared ClaimSpecs, ClaimSpec.result's verdicts, version-1
+summaries, and smoke runs whose claims instantiate the declarations (and fail under the
+declared control)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from stagewise import RunSpec, execute_spec
+from stagewise.config import deep_merge
+from stagewise.labs import REGISTRY, get_lab, spec_config
+from stagewise.report.claims import SOURCE_GROUPS, Claim, ClaimSpec, read_summary, own
+
+LABS = sorted(REGISTRY)
+THEORY_LABS = ("ntp", "disentangled")
+
+
+def _spec(relation: str = ">=", threshold: float = 0.5, over: str = "every") -> ClaimSpec:
+    return ClaimSpec(id="probe", statement="a probe", source=own("test"), quantity="x", relation=relation,
+                     threshold=threshold, control="none", over=over)
+
+
+# ------------------------------------------------------------------ the declarations
+
+@pytest.mark.parametrize("name", LABS)
+def test_declared_claims_are_complete(name):
+    claims = get_lab(name).claims
+    assert claims, f"lab {name} declares no claims"
+    ids = [c.id for c in claims]
+    assert len(set(ids)) == len(ids), f"duplicate ids in {name}: {ids}"
+    for c in claims:
+        assert c.source.kind in SOURCE_GROUPS and c.source.where.strip()
+        assert c.control.strip() and c.quantity.strip() and c.statement.strip()
+        assert math.isfinite(c.threshold)
+
+
+@pytest.mark.parametrize("name", LABS)
+def test_claimspecs_module_imports_only_the_claims_model(name):
+    """claimspecs.py is read without torch: it imports nothing but stagewise.report.claims."""
+    import ast
+    from pathlib import Path
+
+    import stagewise
+
+    path = Path(stagewise.__file__).parent / "labs" / name / "claimspecs.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
+              {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert modules <= {"__future__", "report.claims"}, modules
+
+
+# ------------------------------------------------------------------ ClaimSpec.result
+
+@pytest.mark.parametrize("relation, values, worst, holds", [
+    (">=", [0.7, 0.5, 0.9], 0.5, True),
+    (">", [0.7, 0.5, 0.9], 0.5, False),  # the worst seed sits on the threshold
+    ("<=", [0.1, 0.5, 0.3], 0.5, True),
+    ("<", [0.1, 0.6, 0.3], 0.6, False),
+])
+def test_result_value_is_the_worst_seed_per_relation(relation, values, worst, holds):
+    c = _spec(relation).result(values, seeds=[3, 4, 5])
+    assert c.value == worst and c.holds is holds and c.verdict == ("holds" if holds else "fails")
+    ok = [v >= 0.5 if relation == ">=" else v > 0.5 if relation == ">" else v <= 0.5 if relation == "<=" else v < 0.5
+          for v in values]
+    assert c.pass_fraction == pytest.approx(np.mean(ok))
+    assert c.per_seed == {str(s): v for s, v in zip([3, 4, 5], values)}
+    assert (c.spec_id, c.relation, c.threshold) == ("probe", relation, 0.5)
+
+
+def test_nan_never_passes_and_is_the_worst():
+    c = _spec().result([0.9, float("nan")], seeds=[0, 1])
+    assert c.holds is False and c.value is None and c.pass_fraction == 0.5 and c.per_seed == {"0": 0.9, "1": None}
+    assert _spec("<").result([float("inf")]).holds is False
+
+
+def test_mapping_and_sequence_inputs_agree():
+    as_map = _spec().result({7: 0.6, 9: 0.4})
+    as_seq = _spec().result([0.6, 0.4], seeds=[7, 9])
+    assert as_map.per_seed == as_seq.per_seed == {"7": 0.6, "9": 0.4}
+    assert as_map.value == as_seq.value == 0.4 and as_map.holds is as_seq.holds is False
+
+
+def test_run_claims_take_one_value_and_not_testable_keeps_values():
+    run = _spec(over="run")
+    assert run.result(0.7).holds is True and run.result(0.7).per_seed == {}
+    with pytest.raises(ValueError):
+        run.result([0.7, 0.8])
+    c = _spec().not_testable("outside the theory", "numbers", values=[0.9, 0.8])
+    assert c.holds is None and c.verdict == "not testable" and c.reason == "outside the theory"
+    assert c.value == 0.8 and "would hold" in c.evidence
+    made = _spec().result([0.1]).with_not_testable("breach")
+    assert made.verdict == "not testable" and made.reason == "breach" and "would fail" in made.evidence
+
+
+def test_required_fraction_relaxes_every_seed():
+    c = _spec().result([0.9, 0.9, 0.1])
+    assert c.holds is False
+    assert c.with_required_fraction(0.6).holds is True and c.with_required_fraction(0.7).holds is False
+    assert c.with_required_fraction(1.0) == c
+
+
+def test_family_ids_and_statement_override():
+    c = _spec().result([1.0], case="S_P", statement="'S P' predicts V")
+    assert c.id == "probe_S_P" and c.spec_id == "probe" and c.statement == "'S P' predicts V"
+
+
+def test_version1_summary_still_reads(tmp_path):
+    old = {"lab": "ntp", "seeds": [0], "final": {}, "per_seed": {}, "details": {},
+           "claims": [{"id": "norms_linear", "statement": "norms grow linearly", "holds": True, "evidence": "R^2 1"},
+                      {"id": "late_rate_margin", "statement": "late rates", "holds": None, "evidence": "not testable: short"}]}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(old))
+    summary = read_summary(path)
+    assert summary.schema_version == 1
+    assert [c.verdict for c in summary.claims] == ["holds", "not testable"]
+    assert all(c.source is None and c.spec_id is None and c.condition() == "" for c in summary.claims)
+    assert summary.counts() == {"holds": 1, "fails": 0, "not testable": 1}
+
+
+# ------------------------------------------------------------------ smoke runs of the theory labs
+
+def _run(name: str, root, extra: dict | None = None, run_name: str = "smoke") -> list[Claim]:
+    lab = get_lab(name)
+    spec = RunSpec(lab=name, overrides=deep_merge(dict(lab.smoke), extra or {}), name=run_name)
+    manifest = execute_spec(spec, root / run_name, raise_on_failure=True)
+    assert manifest["status"] == "done"
+    return read_summary(root / run_name / "summary.json").claims
+
+
+def _declared_instances(name: str, claims: list[Claim]) -> None:
+    declared = {c.id: c for c in get_lab(name).claims}
+    assert claims
+    for c in claims:
+        assert c.spec_id in declared, f"{name}: claim {c.id} has no declared spec"
+        spec = declared[c.spec_id]
+        assert (c.relation, c.threshold, c.quantity, c.control, c.source) == \
+               (spec.relation, spec.threshold, spec.quantity, spec.control, spec.source), c.id
+        assert c.verdict in ("holds", "fails", "not testable")
+        if c.verdict != "not testable" and c.value is not None:
+            assert spec.passes([c.value])[0] == (c.verdict == "holds") or c.pass_fraction not in (0.0, 1.0)
+
+
+@pytest.mark.parametrize("name", THEORY_LABS)
+def test_smoke_claims_instantiate_declared_specs(name, tmp_path):
+    _declared_instances(name, _run(name, tmp_path))
+
+
+def test_ntp_stage1_direction_fails_under_its_control(tmp_path):
+    """The declared control of stage1_direction (preset adam) makes it fail; two-stage NGD passes."""
+    base = {c.id: c for c in _run("ntp", tmp_path)}
+    assert base["stage1_direction"].holds is True
+    adam = {c.id: c for c in _run("ntp", tmp_path, get_lab("ntp").preset_overrides("adam"), "adam")}
+    _declared_instances("ntp", list(adam.values()))
+    assert adam["stage1_direction"].holds is False, adam["stage1_direction"]
+
+
+def test_disentangled_p_learned_fails_under_its_control(tmp_path):
+    """The declared control of p_learned_stage1 (the shuffled-label control variant) makes it
+    fail: the stage claims evaluated on the control's own records."""
+    from stagewise.labs.disentangled.claims import stage_claims
+    from stagewise.runs import TableStore
+
+    lab = get_lab("disentangled")
+    _run("disentangled", tmp_path)
+    config = spec_config(RunSpec(lab="disentangled", overrides=dict(lab.smoke), name="smoke"))
+    stages = TableStore(tmp_path / "smoke" / "tables").get("stages")
+    assert "control" in set(stages["variant"]), "the smoke run has no shuffled-label control"
+    on_run = {c.id: c for c in stage_claims(config, stages)}
+    on_control = {c.id: c for c in stage_claims(config, stages, "control")}
+    assert on_control["p_learned_stage1"].holds is False, on_control["p_learned_stage1"]
+    assert on_control["p_learned_stage1"].value > on_run["p_learned_stage1"].value  # K1 / log 2: the control learns no P
+    assert "shuffled-label control" in on_control["p_learned_stage1"].control

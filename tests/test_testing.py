@@ -1,0 +1,179 @@
+"""stagewise.testing.check_lab on a lab written outside the package (defined here, never in
+the registry): the whole suite passes, broken variants fail with a clear message, declared
+skips and missing optional packages are skipped with their reason."""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib.util import find_spec
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from pydantic import Field
+
+from stagewise.config import RunBase, TrainBase
+from stagewise.errors import NotAvailable, UserError
+from stagewise.labs import REGISTRY, Lab, Reproduction, Resources, RunResult, RunSpec, get_lab
+from stagewise.report.claims import ClaimSpec, Stats, Summary, own
+from stagewise.testing import CHECKS, ConformanceError, check_lab, check_names
+
+matplotlib.use("Agg")
+
+NAME = "tiny"
+MISSING_PACKAGE = "stagewise_no_such_package"  # what the `needs_package` preset asks for
+
+
+# ----------------------------------------------------------------- a lab outside the package
+class TinyTrain(TrainBase):
+    steps: int = Field(12, ge=1)
+    lr: float = Field(0.3, gt=0, lt=1)
+    checkpoint_every: int = 4
+
+
+class TinyConfig(RunBase):
+    """Per seed one number ``w`` (S,) pulled to ``target`` by gradient descent on
+    ``loss = (w - target)**2``: ``w <- w - lr * (w - target)``."""
+
+    target: float = 1.0
+    package: str = ""  # an optional package this config needs ("" for none)
+    train: TinyTrain = Field(default_factory=TinyTrain)
+
+
+CONVERGES = ClaimSpec(id="converges", statement="gradient descent brings w close to the target", source=own("tiny lab"),
+                      quantity="final loss", relation="<", threshold=1.0, control="lr too small")
+
+
+def tiny_check(config: TinyConfig) -> None:
+    if config.package and find_spec(config.package) is None:
+        raise NotAvailable(config.package, f"package={config.package}: not installed (pip install {config.package})")
+
+
+def tiny_run(config: TinyConfig, ctx, resume_offset: float = 0.0) -> RunResult:
+    """``resume_offset`` != 0 is a broken resume: the state it continues from is off by it."""
+    seeds = ctx.seeds
+    state, start = ctx.resume_state(), 0
+    if state is None:
+        w = torch.stack([torch.randn((), generator=torch.Generator().manual_seed(s), dtype=torch.float64) for s in seeds])
+    else:
+        w, start = state.tensors["w"] + resume_offset, state.step + 1  # (S,)
+    for step in range(start, config.train.steps):
+        ctx.log(step, {"loss": (w - config.target) ** 2, "w": w})  # (S,) each
+        w = w - config.train.lr * (w - config.target)  # (S,)
+        if ctx.should_checkpoint(step):
+            ctx.save_checkpoint(step, {"w": w})
+    ctx.log_table("final", pd.DataFrame({"seed": seeds, "w": w.tolist()}))
+    return RunResult(extras={"seeds": list(seeds)})
+
+
+def tiny_summarize(config: TinyConfig, frame: pd.DataFrame, tables, result: RunResult) -> Summary:
+    last = frame[frame["step"] == frame["step"].max()]
+    per_seed = {str(seed): dict(zip(rows["metric"], rows["value"])) for seed, rows in last.groupby("seed")}
+    final = {metric: Stats.of(rows["value"]) for metric, rows in last.groupby("metric")}
+    losses = {seed: values["loss"] for seed, values in per_seed.items()}
+    claim = CONVERGES.result(losses, f"final loss at most {max(losses.values()):.3g}")
+    return Summary(lab=NAME, seeds=result.extras["seeds"], final=final, per_seed=per_seed, claims=[claim])
+
+
+def tiny_figures(config: TinyConfig, frame: pd.DataFrame, tables, summary: Summary, folder: Path) -> list[Path]:
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots()
+    for seed, rows in frame[frame["metric"] == "loss"].groupby("seed"):
+        ax.semilogy(rows["step"], rows["value"], label=f"seed {seed}")
+    ax.legend()
+    paths = [folder / "loss.png", folder / "loss.pdf"]
+    for path in paths:
+        fig.savefig(path)
+    plt.close(fig)
+    return paths
+
+
+TINY = Lab(
+    name=NAME, description="one number per seed pulled to a target", Config=TinyConfig,
+    presets={"fast": ("six steps", {"train": {"steps": 6, "checkpoint_every": 2}}),
+             "needs_package": ("needs an optional package", {"package": MISSING_PACKAGE})},
+    reproduce=Reproduction(full=(RunSpec(lab=NAME, preset="fast", name="fast"),),
+                           quick=(RunSpec(lab=NAME, preset="fast", name="fast"),)),
+    check=tiny_check, run=tiny_run, summarize=tiny_summarize, make_figures=tiny_figures,
+    estimate=lambda config: Resources(memory_bytes=8 * config.n_seeds),
+    smoke={"n_seeds": 3, "train": {"steps": 12}}, key_metrics=("loss",), claims=(CONVERGES,),
+)
+
+
+# ------------------------------------------------------------------------------------ tests
+def test_an_unregistered_lab_passes_and_leaves_the_registry_as_it_was(tmp_path):
+    assert NAME not in REGISTRY
+    report = check_lab(TINY, workdir=tmp_path)
+    assert NAME not in REGISTRY
+    assert [r.name for r in report.results] == list(check_names(TINY))
+    assert {r.name.split("[")[0] for r in report.results} == set(CHECKS)
+    assert report.ok and {r.name for r in report.skipped} == {"preset[needs_package]"}
+    assert MISSING_PACKAGE in report["preset[needs_package]"].message  # the NotAvailable message is the reason
+    runs = [p for p in tmp_path.iterdir()]
+    assert len(runs) == 1 and (runs[0] / "smoke" / "summary.json").is_file() and not (runs[0] / "unknown-key").exists()
+
+
+def test_a_resume_that_does_not_reproduce_fails_with_a_clear_message(tmp_path):
+    broken = dataclasses.replace(TINY, run=lambda config, ctx: tiny_run(config, ctx, resume_offset=1e-3))
+    with pytest.raises(ConformanceError) as err:
+        check_lab(broken, workdir=tmp_path, checks=["smoke_run", "resume_equals_uninterrupted"])
+    (failed,) = err.value.report.failed
+    assert failed.name == "resume_equals_uninterrupted" and "resumed run differs" in failed.message
+    assert "resume_equals_uninterrupted: failed: resumed run differs" in str(err.value)
+    assert err.value.report["smoke_run"].outcome == "passed"
+
+
+def test_undeclared_claims_and_missing_key_metrics_fail(tmp_path):
+    broken = dataclasses.replace(TINY, claims=(), key_metrics=("loss", "margin"))
+    report = check_lab(broken, workdir=tmp_path, checks=["claims_declared", "key_metrics"], strict=False)
+    assert [r.outcome for r in report.results] == ["failed", "failed"]
+    assert report["claims_declared"].message == "claims not declared in Lab.claims: converges (the lab declares none)"
+    assert "key metric margin missing" in report["key_metrics"].message
+
+
+def test_declared_skips_carry_their_reason_and_unknown_names_are_errors(tmp_path):
+    skipping = dataclasses.replace(TINY, conformance_skips={"figures": "figures are drawn by the report",
+                                                            "preset[fast]": "fast is for demos"})
+    report = check_lab(skipping, workdir=tmp_path, checks=["preset", "figures"])
+    assert report["figures"].outcome == "skipped" and "figures are drawn by the report" in report["figures"].message
+    assert report["preset[fast]"].outcome == "skipped" and "fast is for demos" in report["preset[fast]"].message
+    assert report["preset[(defaults)]"].outcome == "passed"
+    with pytest.raises(UserError, match="conformance_skips: unknown check 'figure' \\(did you mean 'figures'\\?\\)"):
+        check_lab(dataclasses.replace(TINY, conformance_skips={"figure": "typo"}), workdir=tmp_path)
+    with pytest.raises(UserError, match="unknown check 'resume'"):
+        check_lab(TINY, workdir=tmp_path, checks=["resume"])
+
+
+def test_checks_of_a_failed_smoke_run_are_skipped_with_why(tmp_path):
+    def failing(config, ctx):
+        raise RuntimeError("the model did not fit")
+
+    report = check_lab(dataclasses.replace(TINY, run=failing), workdir=tmp_path,
+                       checks=["smoke_run", "figures", "key_metrics"], strict=False)
+    assert report["smoke_run"].outcome == "failed" and "RuntimeError: the model did not fit" in report["smoke_run"].message
+    for name in ("figures", "key_metrics"):
+        assert report[name].outcome == "skipped" and "smoke run, which failed" in report[name].message
+
+
+def test_a_registered_name_replaced_by_a_value_uses_the_value():
+    ntp = get_lab("ntp")
+    report = check_lab(dataclasses.replace(ntp, description=""), checks=["lab_value"], strict=False)
+    assert report["lab_value"].outcome == "failed" and "description" in report["lab_value"].message
+    assert get_lab("ntp") is ntp
+
+
+def test_the_tiny_run_converges():
+    """The tiny lab's numbers are what its docstring says (the suite is not checking a no-op)."""
+    config = TinyConfig(n_seeds=2)
+    w0 = np.array([torch.randn((), generator=torch.Generator().manual_seed(s), dtype=torch.float64).item() for s in (0, 1)])
+    expected = (1 - config.train.lr) ** config.train.steps * (w0 - config.target) + config.target
+    from stagewise.runs import MemoryContext
+
+    ctx = MemoryContext(config.seed_list())
+    tiny_run(config, ctx)
+    np.testing.assert_allclose(ctx.get("final")["w"], expected, rtol=1e-12)
