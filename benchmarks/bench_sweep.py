@@ -30,7 +30,7 @@ from stagewise.runs import read_manifest
 TRIVIAL = {"lab": "ntp", "preset": "example1", "set": {"train.steps_stage1": 2, "train.steps_stage2": 2}}
 NTP24 = {"lab": "ntp", "preset": "example1", "set": {"train.steps_stage1": 100, "train.steps_stage2": 200,
                                                      "train.checkpoint_every": 20},
-         "axes": {"train.eta": [0.01, 0.02, 0.03], "seed": {"range": [0, 8]}}}
+         "axes": {"train.lr_stage2": [0.01, 0.02, 0.03], "seed": {"range": [0, 8]}}}
 GRID64 = {"lab": "disentangled", "set": {"n_seeds": 1, "experiment.control": False, "data.d": 20,
                                          "train.steps": 400, "train.t1": 200},
           "axes": {"train.noise": [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35], "seed": {"range": [0, 8]}}}
@@ -82,7 +82,7 @@ def overhead(quick: bool) -> None:
 
 
 def speedup(quick: bool) -> None:
-    spec = NTP24 if not quick else {**NTP24, "axes": {"train.eta": [0.01], "seed": {"range": [0, 8]}}}
+    spec = NTP24 if not quick else {**NTP24, "axes": {"train.lr_stage2": [0.01], "seed": {"range": [0, 8]}}}
     walls = {}
     print(f"\n2. local executor, {len(plan(SweepSpec.model_validate(spec)))} NTP runs: 1 vs 2 workers "
           f"({os.cpu_count()} cores)")

@@ -36,7 +36,7 @@ def main() -> None:
     sizes = [n for n in (1_000, 10_000, 100_000) if n <= args.max]
     for n in sizes:
         for name, axes in (("seeds", {"seed": {"range": [0, n]}}),
-                           ("10 rates x seeds", {"train.eta": {"logrange": [0.01, 0.1, 10]}, "seed": {"range": [0, n // 10]}})):
+                           ("10 rates x seeds", {"train.lr_stage2": {"logrange": [0.01, 0.1, 10]}, "seed": {"range": [0, n // 10]}})):
             count, seconds = timed({**BASE, "axes": axes})
             print(f"{name:<34} {count:>8} {seconds:>9.2f} {1e6 * seconds / count:>9.0f}")
     start = time.perf_counter()

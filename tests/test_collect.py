@@ -27,9 +27,9 @@ from stagewise.report.sweepfigs import condition, metric_vs_axis, onset_vs_axis,
 # plain GD with eta0 = eta = 1e308 overflows the weights at the first stage-2 step: that point diverges
 BASE = {"lab": "ntp", "preset": "example1",
         "set": {"train.steps_stage1": 6, "train.steps_stage2": 10, "train.optimizer": "gd", "n_seeds": 2}}
-AXES = {"axes": {"train.eta0": [1.0, 1.0e308], "train.eta": [0.5, 1.0e308]}, "zip": [["train.eta0", "train.eta"]]}
-REPORT = {"metrics": ["loss"], "phase": [{"x": "train.eta0", "y": "train.eta", "value": "claims_all_hold"}],
-          "onsets": [{"stage": "wov_aligned", "axis": "train.eta0"}]}
+AXES = {"axes": {"train.lr_stage1": [1.0, 1.0e308], "train.lr_stage2": [0.5, 1.0e308]}, "zip": [["train.lr_stage1", "train.lr_stage2"]]}
+REPORT = {"metrics": ["loss"], "phase": [{"x": "train.lr_stage1", "y": "train.lr_stage2", "value": "claims_all_hold"}],
+          "onsets": [{"stage": "wov_aligned", "axis": "train.lr_stage1"}]}
 
 
 @contextlib.contextmanager
@@ -115,15 +115,15 @@ def test_parquet_round_trip_and_recollect_is_idempotent(swept):
 def test_figures_are_written_and_stale_ones_removed(swept):
     out, got = swept
     names = sorted(p.name for p in got.figures)
-    assert names == sorted(["final.loss_vs_train.eta0.png",  # eta is zipped with eta0: not drawn again
-                            "phase_claims_all_hold_over_train.eta0_x_train.eta.png",
-                            "onset_stage.wov_aligned_vs_train.eta0.png"])
+    assert names == sorted(["final.loss_vs_train.lr_stage1.png",  # eta is zipped with eta0: not drawn again
+                            "phase_claims_all_hold_over_train.eta0_x_train.lr_stage2.png",
+                            "onset_stage.wov_aligned_vs_train.lr_stage1.png"])
     for png in got.figures:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.with_suffix(".pdf").read_bytes()[:4] == b"%PDF"
     assert got.warnings == []
     set_report(out, {"metrics": ["loss", "no_such_metric"], "phase": [], "onsets": []})
     fewer = collect(out)
-    assert [p.name for p in fewer.figures] == ["final.loss_vs_train.eta0.png"]
+    assert [p.name for p in fewer.figures] == ["final.loss_vs_train.lr_stage1.png"]
     assert sorted(p.name for p in (out / "collect" / "figures").iterdir()) == sorted(
         [p.name for p in fewer.figures] + [p.with_suffix(".pdf").name for p in fewer.figures])
     assert len(fewer.warnings) == 1 and "no_such_metric" in fewer.warnings[0]
@@ -133,11 +133,11 @@ def test_figures_are_written_and_stale_ones_removed(swept):
 def test_a_folded_index_gives_the_rows_of_the_unfolded_sweep(swept, tmp_path):
     out, _ = swept
     unfolded = tmp_path / "u"
-    single = {**BASE, "set": {**BASE["set"], "n_seeds": 1, "train.eta0": 1.0, "train.eta": 0.5}, "axes": {"seed": [0, 1]}}
+    single = {**BASE, "set": {**BASE["set"], "n_seeds": 1, "train.lr_stage1": 1.0, "train.lr_stage2": 0.5}, "axes": {"seed": [0, 1]}}
     points = sweep(unfolded, single)
     folded = tmp_path / "f"
     index = json.loads((out / "sweep.json").read_text())
-    done = next(p for p in index["points"] if p["values"]["train.eta0"] == 1.0)
+    done = next(p for p in index["points"] if p["values"]["train.lr_stage1"] == 1.0)
     shutil.copytree(out / done["run_dir"], folded / done["run_dir"])
     entries = [{"label": p.label, "values": p.values, "hash": p.hash, "run_dir": done["run_dir"], "seeds": [p.values["seed"]]}
                for p in points]
@@ -296,8 +296,8 @@ def test_default_figure_plan(swept):
     metrics = ["final.loss", "final.gen_acc", "final.cos_wkq", "final.cos_wov", "claims_holding_fraction"]
     stages = [s for s in ("stage2_start", "wov_aligned", "wkq_aligned") if got.frame[f"stage.{s}"].notna().any()]
     # eta is zipped one-to-one with eta0: one axis to draw, so no phase diagram by default
-    assert names == [f"{m}_vs_train.eta0" for m in metrics] + [f"onset_stage.{s}_vs_train.eta0" for s in stages]
-    grid = pd.concat([got.frame.assign(**{"train.eta": v}) for v in (0.5, 0.7)], ignore_index=True)  # eta0 x eta
+    assert names == [f"{m}_vs_train.lr_stage1" for m in metrics] + [f"onset_stage.{s}_vs_train.lr_stage1" for s in stages]
+    grid = pd.concat([got.frame.assign(**{"train.lr_stage2": v}) for v in (0.5, 0.7)], ignore_index=True)  # eta0 x eta
     names = [name for name, _ in figure_plan(grid, index)[0]]
-    assert "phase_claims_all_hold_over_train.eta0_x_train.eta" in names
-    assert {f"{m}_vs_{a}" for m in metrics for a in ("train.eta0", "train.eta")} <= set(names)
+    assert "phase_claims_all_hold_over_train.eta0_x_train.lr_stage2" in names
+    assert {f"{m}_vs_{a}" for m in metrics for a in ("train.lr_stage1", "train.lr_stage2")} <= set(names)

@@ -17,29 +17,29 @@ def test_defaults_are_the_paper_experiment():
 
 
 def test_overrides_parse_yaml_values():
-    out = parse_overrides(Config, ["train.eta=0.5", "data.complete=true", "data.optimal_per_query=[1, 2]", "seed=3"])
-    assert out == {"train": {"eta": 0.5}, "data": {"complete": True, "optimal_per_query": [1, 2]}, "seed": 3}
+    out = parse_overrides(Config, ["train.lr_stage2=0.5", "data.complete=true", "data.optimal_per_query=[1, 2]", "seed=3"])
+    assert out == {"train": {"lr_stage2": 0.5}, "data": {"complete": True, "optimal_per_query": [1, 2]}, "seed": 3}
 
 
 def test_unknown_key_suggests_closest():
     with pytest.raises(UserError) as err:
         parse_overrides(Config, ["train.etaa=1"])
-    assert "did you mean 'train.eta'" in err.value.messages[0]
+    assert "did you mean 'train.lr_stage2'" in err.value.messages[0]
 
 
 def test_every_bad_value_is_one_line():
     with pytest.raises(UserError) as err:
-        resolve(Config, sets=["train.eta0=-1", "model.init=foo", "data.vocab_size=2"])
+        resolve(Config, sets=["train.lr_stage1=-1", "model.init=foo", "data.vocab_size=2"])
     msgs = err.value.messages
     assert len(msgs) == 3
-    assert any(m.startswith("train.eta0=-1:") for m in msgs)
+    assert any(m.startswith("train.lr_stage1=-1:") for m in msgs)
     assert any("model.init" in m and "'zero' or 'random'" in m for m in msgs)
     assert all("\n" not in m for m in msgs)
 
 
 def test_nan_step_size_rejected():
     with pytest.raises(UserError):
-        resolve(Config, sets=["train.eta=.nan"])
+        resolve(Config, sets=["train.lr_stage2=.nan"])
 
 
 def test_precedence_preset_file_set(tmp_path):
@@ -78,7 +78,7 @@ def test_factored_needs_random_init():
 
 
 def test_hash_stable_and_sensitive():
-    a, b = Config(), Config.model_validate({"train": {"eta": None}})
+    a, b = Config(), Config.model_validate({"train": {"lr_stage2": None}})
     assert config_hash(a) == config_hash(b)
     assert config_hash(a) != config_hash(Config.model_validate({"seed": 1}))
 
@@ -96,8 +96,8 @@ def test_commented_yaml_round_trips():
 
 def test_union_field_one_line_and_keys_with_values_together():
     with pytest.raises(UserError) as err:
-        resolve(Config, sets=["train.threads=foo", "train.etaa=1", "train.eta0=-1"])
+        resolve(Config, sets=["train.threads=foo", "train.etaa=1", "train.lr_stage1=-1"])
     msgs = err.value.messages
     assert len(msgs) == 3
     assert any(m.startswith('train.threads="foo":') and " or " in m for m in msgs)
-    assert any("did you mean 'train.eta'" in m for m in msgs) and any(m.startswith("train.eta0=-1") for m in msgs)
+    assert any("did you mean 'train.lr_stage2'" in m for m in msgs) and any(m.startswith("train.lr_stage1=-1") for m in msgs)

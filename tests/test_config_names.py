@@ -36,7 +36,7 @@ def test_old_names_are_accepted_with_a_note():
 def test_old_and_new_name_together_is_one_error():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RenamedOption)
-        with pytest.raises(UserError, match="same field"):
+        with pytest.raises(UserError, match="same setting"):
             resolve(NTPConfig, {"train": {"eta0": 0.1, "lr_stage1": 0.1}})
 
 
@@ -90,3 +90,23 @@ def test_every_preset_materializes_to_the_same_hash(name):
     for preset in lab.presets:
         config = resolve(lab.Config, lab.preset_overrides(preset))
         assert config_hash(materialize(config)) == config_hash(config), preset
+
+
+def test_disentangled_rates_and_grid_keys_keep_their_old_names_and_hash():
+    from stagewise.labs.disentangled.config import Config as DisConfig
+    from stagewise.labs.disentangled.experiments import grid_variants, seed_major
+
+    with pytest.warns(RenamedOption):
+        old = resolve(DisConfig, {"train": {"eta1": 0.5}, "experiment": {"kind": "grid", "grid": {"eta2": [0.1, 0.2]}}})
+    new = resolve(DisConfig, {"train": {"lr_stage1": 0.5}, "experiment": {"kind": "grid", "grid": {"lr_stage2": [0.1, 0.2]}}})
+    assert old == new and config_hash(old) == config_hash(new)
+    dumped = new.model_dump(mode="json")
+    dumped["train"]["eta1"], dumped["train"]["eta2"] = dumped["train"].pop("lr_stage1"), dumped["train"].pop("lr_stage2")
+    dumped["experiment"]["grid"] = {"eta2": dumped["experiment"]["grid"]["lr_stage2"]}
+    assert config_hash(new) == _legacy_hash(dumped)
+    # a preset's old grid key and a --set of the new one are one entry, not two
+    with pytest.warns(RenamedOption):
+        merged = resolve(DisConfig, {"experiment": {"grid": {"eta1": [1.0, 3.0]}}}, None, ["experiment.grid.lr_stage1=[1, 2]"])
+    assert merged.experiment.grid == {"lr_stage1": [1.0, 2.0]}
+    members = seed_major(merged, grid_variants(merged))
+    assert sorted({m.eta1 for m in members}) == [1.0, 2.0]  # grid values reach the members' eta1

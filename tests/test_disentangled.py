@@ -54,7 +54,7 @@ def test_gradients_match_autograd(output, weights, normalizer, minibatch):
 
 
 def test_schedules():
-    config = tiny(train={"eta1": 1.0, "eta2": 0.1, "t1": 10, "steps": 40})
+    config = tiny(train={"lr_stage1": 1.0, "lr_stage2": 0.1, "t1": 10, "steps": 40})
     hyper = {"eta1": torch.tensor([1.0, 0.5]), "eta2": torch.tensor([0.1, 0.5]), "t1": torch.tensor([10.0, 20.0])}
     assert learning_rate(config, hyper, 10).tolist() == [1.0, 0.5]
     assert learning_rate(config, hyper, 11).tolist() == pytest.approx([0.1, 0.5])
@@ -157,7 +157,7 @@ def test_d_scaling_rules(tmp_path, monkeypatch):
 
 
 def test_divergence_names_step_and_seed(tmp_path):
-    config = tiny(train={"eta1": 1e300, "eta2": 1e300, "noise": 0.0}, model={"init_scale": 1.0})
+    config = tiny(train={"lr_stage1": 1e300, "lr_stage2": 1e300, "noise": 0.0}, model={"init_scale": 1.0})
     paths = prepare(LAB, config, tmp_path / "div")
     with pytest.raises(Diverged):
         execute(LAB, config, paths, progress=False)
@@ -177,8 +177,8 @@ def test_divergence_names_step_and_seed(tmp_path):
     (["data.prompt_len=1"], "data.prompt_len=1"),
     (["data.d=0"], "data.d=0"),
     (["data.n_train=0"], "data.n_train=0"),
-    (["train.eta1=-1"], "train.eta1=-1"),
-    (["train.eta2=.nan"], "train.eta2"),
+    (["train.lr_stage1=-1"], "train.lr_stage1=-1"),
+    (["train.lr_stage2=.nan"], "train.lr_stage2"),
     (["train.noise=-0.1"], "train.noise=-0.1"),
     (["train.t1=9000"], "train.t1=9000"),
     (["data.q_geometry=spiral"], "data.q_geometry"),
@@ -213,7 +213,7 @@ def test_reproduce_report(tmp_path, monkeypatch):
 
 
 def test_grid_experiment_batches_all_combinations(tmp_path):
-    config = tiny(experiment={"kind": "grid", "grid": {"eta1": [0.5, 1.0], "noise": [0.0, 0.05]}})
+    config = tiny(experiment={"kind": "grid", "grid": {"lr_stage1": [0.5, 1.0], "noise": [0.0, 0.05]}})
     from stagewise.labs.disentangled.experiments import groups
 
     (group,) = groups(config)
@@ -223,7 +223,7 @@ def test_grid_experiment_batches_all_combinations(tmp_path):
     assert ens.train.per_data == 4  # each seed's data once, four variants over it (controls: their own data)
     paths = run_dir(tmp_path, "g", config)
     summary = json.loads(paths.summary.read_text())
-    assert set(summary["details"]["grid"]) == {"eta1=0.5,noise=0", "eta1=0.5,noise=0.05", "eta1=1,noise=0", "eta1=1,noise=0.05"}
+    assert set(summary["details"]["grid"]) == {"lr_stage1=0.5,noise=0", "lr_stage1=0.5,noise=0.05", "lr_stage1=1,noise=0", "lr_stage1=1,noise=0.05"}
     for v in summary["details"]["grid"].values():  # staged = all four per-seed criteria: at most the rarest one
         assert v["staged_fraction"] <= min(v["pass_fraction"][k] for k in
                                            ("p_learned_stage1", "q_not_learned_stage1", "q_learned_stage2", "p_kept_stage2"))

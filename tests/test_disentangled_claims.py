@@ -80,7 +80,7 @@ def test_control_shuffles_only_the_training_targets():
 
 
 def test_noise_modes():
-    config = small(train={"eta1": 1.0, "eta2": 0.1, "t1": 10, "noise": 0.5})
+    config = small(train={"lr_stage1": 1.0, "lr_stage2": 0.1, "t1": 10, "noise": 0.5})
     members = [Member(seed=0, noise=0.5, eta1=1.0, eta2=0.1, t1=10, noise_mode=m) for m in ("lr", "constant", "stage1")]
     ens = build_ensemble(config, members)
     for step, expect in ((5, [0.5, 0.5, 0.5]), (11, [0.05, 0.5, 0.0])):

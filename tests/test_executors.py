@@ -22,8 +22,8 @@ from stagewise.orchestrate.sweepplan import SweepSpec, fold_points, plan
 from stagewise.runs import read_manifest
 
 NTP = {"lab": "ntp", "preset": "example1", "set": {"train.steps_stage1": 10, "train.steps_stage2": 20},
-       "axes": {"train.eta": [0.01, 0.02], "seed": {"range": [0, 3]}}}
-SMALL = {"train.eta": [0.01], "seed": {"range": [0, 3]}}  # three runs per executor test
+       "axes": {"train.lr_stage2": [0.01, 0.02], "seed": {"range": [0, 3]}}}
+SMALL = {"train.lr_stage2": [0.01], "seed": {"range": [0, 3]}}  # three runs per executor test
 FOLD_RTOL = 1e-12  # a batched ensemble member vs its single run: the same float ops up to summation order
 
 
@@ -132,7 +132,7 @@ def test_a_submitit_timeout_requeues_and_resumes(tmp_path):
 
 def test_two_sweep_processes_on_one_folder_share_the_work(tmp_path):
     spec = tmp_path / "s.yaml"
-    spec.write_text(json.dumps({**NTP, "axes": {"train.eta": [0.01, 0.02], "seed": [0, 1]}, "executor": {"max_parallel": 1}}))
+    spec.write_text(json.dumps({**NTP, "axes": {"train.lr_stage2": [0.01, 0.02], "seed": [0, 1]}, "executor": {"max_parallel": 1}}))
     cmd = [sys.executable, "-m", "stagewise.cli", "sweep", str(spec), "--out", str(tmp_path / "o"), "--no-collect"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]

@@ -28,11 +28,11 @@ from stagewise.report.plots import (MIN_PANEL_IN, REPORT_WIDTH_IN, check_figure,
 LABS = sorted(REGISTRY)
 SWEEP = {"lab": "ntp", "preset": "example1",
          "set": {"train.steps_stage1": 6, "train.steps_stage2": 10, "train.optimizer": "gd", "n_seeds": 2},
-         "axes": {"train.eta": {"logrange": [0.1, 1.0, 3]}},  # one decade: log because it is a logrange
+         "axes": {"train.lr_stage2": {"logrange": [0.1, 1.0, 3]}},  # one decade: log because it is a logrange
          "report": {"metrics": ["loss"], "claims": ["cos_wkq_to_one"]}}
 CLAIM = "cos_wkq_to_one"
 EXPERIMENTS = {  # (lab, preset, overrides on its smoke settings): the other figure sets the labs make
-    "grid": ("disentangled", None, {"experiment": {"kind": "grid", "grid": {"eta1": [0.5, 1.0], "noise": [0.0, 0.05]}}}),
+    "grid": ("disentangled", None, {"experiment": {"kind": "grid", "grid": {"lr_stage1": [0.5, 1.0], "noise": [0.0, 0.05]}}}),
     "ablations": ("disentangled", None, {"experiment": {"kind": "ablations", "ablations": ["no-noise", "joint"]}}),
     "d-scaling": ("disentangled", None, {"experiment": {"kind": "d-scaling", "dims": [4, 8]}, "n_seeds": 1}),
     "robustness": ("disentangled", None, {"experiment": {"kind": "robustness", "dims": [4, 6], "seed_blocks": [0, 100]},
@@ -128,9 +128,9 @@ def test_every_sweep_figure_keeps_the_conventions(sweep_figures):
     out, got, figures = sweep_figures
     assert got.warnings == [] and len(figures) == len(got.figures) >= 3
     for fig, png in zip(figures, got.figures):
-        assert check_figure(fig, log_x=("train.eta",)) == (), png.name
+        assert check_figure(fig, log_x=("train.lr_stage2",)) == (), png.name
         ax = fig.axes[0]
-        if ax.get_xlabel() == "train.eta":
+        if ax.get_xlabel() == "train.lr_stage2":
             assert ax.get_xscale() == "log"
 
 

@@ -46,7 +46,7 @@ def _one_error(cli, *args: str) -> str:
     ("train.steps_stage2=false", "error: train.steps_stage2=false: must be an integer, not a boolean"),
     ("train.log_every=true", "error: train.log_every=true: must be an integer or 'auto', not a boolean"),
     ("seed=on", "error: seed=true: must be an integer, not a boolean"),
-    ("train.eta=yes", "error: train.eta=true: must be a number or null, not a boolean"),
+    ("train.lr_stage2=yes", "error: train.lr_stage2=true: must be a number or null, not a boolean"),
     ("model.init_scale=off", "error: model.init_scale=false: must be a number, not a boolean"),
     ("train.threads=true", "error: train.threads=true: must be an integer or 'auto', not a boolean"),
     ("train.betas=[true, 0.5]", "error: train.betas=[true, 0.5]: item 0 must be a number, not a boolean"),
@@ -70,14 +70,14 @@ def test_bool_for_a_number_in_config_file_and_preset(cli, tmp_path):
 
 
 def test_legitimate_coercions_still_work():
-    cfg = resolve(NTPConfig, sets=["data.optimal_per_query=[1, 2]", "train.eta=1", "train.threads=auto",
+    cfg = resolve(NTPConfig, sets=["data.optimal_per_query=[1, 2]", "train.lr_stage2=1", "train.threads=auto",
                                    "data.complete=yes", "data.file=x.json", "data.dim=21"])
-    assert cfg.data.optimal_per_query == (1, 2) and isinstance(cfg.train.eta, float) and cfg.train.eta == 1.0
+    assert cfg.data.optimal_per_query == (1, 2) and isinstance(cfg.train.lr_stage2, float) and cfg.train.lr_stage2 == 1.0
     assert cfg.train.threads == "auto" and cfg.data.complete is True and isinstance(cfg.data.file, Path)
     assert resolve(NTPConfig, sets=["train.threads=2"]).train.threads == 2
-    dis = resolve(DisConfig, sets=["train.eta1=2", "experiment.grid.t1=[10, 20]"])
-    assert dis.train.eta1 == 2.0 and dis.experiment.grid["t1"] == [10, 20]
-    assert set(dis.experiment.grid) == {"eta1", "noise", "t1"}  # one entry set, the others kept
+    dis = resolve(DisConfig, sets=["train.lr_stage1=2", "experiment.grid.t1=[10, 20]"])
+    assert dis.train.lr_stage1 == 2.0 and dis.experiment.grid["t1"] == [10, 20]
+    assert set(dis.experiment.grid) == {"lr_stage1", "noise", "t1"}  # one entry set, the others kept
 
 
 # ------------------------------------------------------------------ 2. empty --set value
@@ -225,7 +225,7 @@ def test_option_values_are_not_scanned_and_help_works(cli, tmp_path):
     code, stdout, _ = cli("--help")
     assert code == 0 and "stages" in stdout
     line = _one_error(cli, "run", "ntp", "--set", "train.etaa=--preset", "--preset", "example1", "--out", str(tmp_path / "r"))
-    assert "did you mean 'train.eta'" in line
+    assert "did you mean 'train.lr_stage2'" in line
 
 
 # ------------------------------------------------------------------ 7. capped messages
@@ -303,7 +303,7 @@ def test_dollar_token_draws_figures(cli, tmp_path):
     (["experiment.grid.t1=[1.5]"], "error: experiment.grid.t1=[1.5]: step counts must be integers (0..1000000000)"),
     (["train.steps=40", "train.t1=10", "experiment.grid.t1=[100000]"], "error: experiment.grid.t1=[100000]: each must be <= train.steps (40)"),
     (["experiment.dims=[]"], "error: experiment.dims=[]: need a non-empty list of d >= 2"),
-    (["experiment.grid.noize=[1]"], "error: --set experiment.grid.noize: unknown key 'noize' in experiment.grid (did you mean 'noise'?); allowed: eta1, eta2, t1, noise, l2, zeta, q_centre, p_flip, batch_size"),
+    (["experiment.grid.noize=[1]"], "error: --set experiment.grid.noize: unknown key 'noize' in experiment.grid (did you mean 'noise'?); allowed: lr_stage1, lr_stage2, t1, noise, l2, zeta, q_centre, p_flip, batch_size"),
 ])
 def test_disentangled_experiment_values_checked_up_front(cli, tmp_path, sets, line):
     args = [item for s in sets for item in ("--set", s)]

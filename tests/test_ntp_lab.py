@@ -126,7 +126,7 @@ def test_reproduce_quick_report(tmp_path, monkeypatch):
 
 OPTION_CASES = {
     "joint": {"train": {"algorithm": "joint"}},
-    "gd": {"train": {"optimizer": "gd", "eta0": 1.0, "eta": 0.5}},
+    "gd": {"train": {"optimizer": "gd", "lr_stage1": 1.0, "lr_stage2": 0.5}},
     "adam": {"train": {"optimizer": "adam"}},
     "adamw": {"train": {"optimizer": "adamw"}},
     "rotated": {"data": {"embedding": "rotated"}},

@@ -300,7 +300,7 @@ def test_rotated_embeddings_give_identical_trajectories():
 @pytest.mark.parametrize("embedding", ["onehot", "rotated"])
 def test_extra_embedding_dimensions_change_nothing(embedding):
     V = 6
-    train_cfg = {"steps_stage1": 20, "steps_stage2": 30, "eta0": 0.08, "eta": 0.03}
+    train_cfg = {"steps_stage1": 20, "steps_stage2": 30, "lr_stage1": 0.08, "lr_stage2": 0.03}
     small = make_config(seed=2, data={"vocab_size": V}, train=train_cfg)
     large = make_config(seed=2, data={"vocab_size": V, "dim": V + 3, "embedding": embedding}, train=train_cfg)
     _, rec_a, prob_a = run_logged(small)
@@ -352,7 +352,7 @@ def test_sum_reduction_same_iterates_for_normalized_gd_scaled_for_gd():
     for name in a.tensors:
         assert_rel_close(b.tensors[name], a.tensors[name], 1e-12, f"normalized GD {name}")
     # plain GD: one stage-1 step of the sum loss is |V| times the mean loss's step
-    gd = {**base, "model": {"init": "zero"}, "train": {"steps_stage1": 1, "steps_stage2": 0, "optimizer": "gd", "eta0": 0.1}}
+    gd = {**base, "model": {"init": "zero"}, "train": {"steps_stage1": 1, "steps_stage2": 0, "optimizer": "gd", "lr_stage1": 0.1}}
     gd_sum = {**gd, "train": {**gd["train"], "loss_reduction": "sum"}}
     w_mean = train_two_stage(make_config(**gd), build_problem(make_config(**gd))).tensors["wov"]
     w_sum = train_two_stage(make_config(**gd_sum), build_problem(make_config(**gd_sum))).tensors["wov"]

@@ -144,7 +144,7 @@ def test_divergence_is_recorded(tmp_path, monkeypatch):
 
 
 def test_real_divergence_with_huge_gd_step(tmp_path):
-    config = small_config(train={"optimizer": "gd", "eta0": 1e308, "eta": 1e308})
+    config = small_config(train={"optimizer": "gd", "lr_stage1": 1e308, "lr_stage2": 1e308})
     paths = prepare(LAB, config, tmp_path / "div")
     with pytest.raises(Diverged) as err:
         execute(LAB, config, paths, progress=False)

@@ -181,7 +181,7 @@ def diverged_manifest(cli, folder, *args: str) -> dict:
 
 def test_ntp_gd_with_huge_step_exits_3(cli, tmp_path):
     """The reported command: W_ov ~ 1e298 after one step, finite entries but an overflowing norm."""
-    manifest = diverged_manifest(cli, tmp_path / "gd", "ntp", "--preset", "gd", "--set", "train.eta0=1e300",
+    manifest = diverged_manifest(cli, tmp_path / "gd", "ntp", "--preset", "gd", "--set", "train.lr_stage1=1e300",
                                  "--set", "train.steps_stage1=12", "--set", "train.steps_stage2=24")
     assert manifest["diverged"]["step"] == 1 and "wov" in manifest["diverged"]["what"]
 
@@ -193,10 +193,10 @@ def test_ntp_gd_with_huge_step_exits_3(cli, tmp_path):
     ["train.algorithm=joint"],
     ["train.algorithm=joint", "train.optimizer=gd"],
     ["model.factored=true", "model.init=random", "train.optimizer=gd"],
-    ["model.dtype=float32", "train.optimizer=adam", "train.eta0=1e30"],
+    ["model.dtype=float32", "train.optimizer=adam", "train.lr_stage1=1e30"],
 ])
 def test_ntp_every_training_path_diverges(cli, tmp_path, sets):
-    args = ["ntp", "--preset", "example1", "--seeds", "2", "--set", "train.eta0=1e300", "--set", "train.eta=1e300",
+    args = ["ntp", "--preset", "example1", "--seeds", "2", "--set", "train.lr_stage1=1e300", "--set", "train.lr_stage2=1e300",
             "--set", "train.steps_stage1=6", "--set", "train.steps_stage2=6"]
     diverged_manifest(cli, tmp_path / "r", *args, *[x for s in sets for x in ("--set", s)])
 
@@ -206,7 +206,7 @@ def test_disentangled_every_experiment_diverges(cli, tmp_path, kind):
     args = ["disentangled", "--seeds", "2", "--set", f"experiment.kind={kind}", "--set", "data.d=6",
             "--set", "data.prompt_len=6", "--set", "data.n_train=40", "--set", "data.n_test=60",
             "--set", "train.steps=20", "--set", "train.t1=8", "--set", "train.log_every=5",
-            "--set", "train.spectrum_every=10", "--set", "train.eta1=1e300", "--set", "train.eta2=1e300"]
+            "--set", "train.spectrum_every=10", "--set", "train.lr_stage1=1e300", "--set", "train.lr_stage2=1e300"]
     diverged_manifest(cli, tmp_path / "r", *args)
 
 

@@ -14,7 +14,7 @@ from stagewise.orchestrate.sweepplan import SweepSpec, plan
 from stagewise.runs import RunDirContext, RunLock
 
 NTP = {"lab": "ntp", "preset": "example1", "set": {"train.steps_stage1": 10, "train.steps_stage2": 20},
-       "axes": {"train.eta": [0.01, 0.02], "seed": {"range": [0, 2]}}}
+       "axes": {"train.lr_stage2": [0.01, 0.02], "seed": {"range": [0, 2]}}}
 
 
 def points(**over):
@@ -51,7 +51,7 @@ def test_failures_are_recorded_and_the_rest_completes(tmp_path):
     spec = {"lab": "disentangled", "set": {"n_seeds": 1, "data.d": 4, "data.prompt_len": 4, "data.n_train": 10,
                                            "data.n_test": 10, "train.steps": 6, "train.t1": 3, "model.init_scale": 1.0,
                                            "train.noise": 0.0, "train.log_every": 1},
-            "axes": {"train.eta1": [0.1, 1e300], "train.eta2": [0.1]}}
+            "axes": {"train.lr_stage1": [0.1, 1e300], "train.lr_stage2": [0.1]}}
     pts = plan(SweepSpec.model_validate(spec))
     results = run_local(pts, tmp_path, "disentangled", max_parallel=1)
     assert [r.status for r in results] == ["done", "failed"]
@@ -86,10 +86,10 @@ def test_a_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path, monkeypatc
 
 def test_cli_dry_run_and_bad_axis(cli, tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text("lab: ntp\npreset: example1\naxes:\n  train.eta: [0.01, -1]\n")
+    path.write_text("lab: ntp\npreset: example1\naxes:\n  train.lr_stage2: [0.01, -1]\n")
     code, _, stderr = cli("sweep", str(path), "--out", str(tmp_path / "o"))
     lines = [line for line in stderr.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and "sweep point train.eta=-1" in lines[0], lines
+    assert code == 2 and len(lines) == 1 and "sweep point train.lr_stage2=-1" in lines[0], lines
     assert not (tmp_path / "o").exists()
     path.write_text("lab: ntp\npreset: example1\naxes:\n  seed: {range: [0, 12]}\n")
     code, stdout, _ = cli("sweep", str(path), "--out", str(tmp_path / "o"), "--dry-run")
@@ -101,8 +101,8 @@ def test_cli_dry_run_and_bad_axis(cli, tmp_path):
 def test_cli_sweep_then_collect_and_report(cli, tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("lab: ntp\npreset: example1\nset: {train.steps_stage1: 10, train.steps_stage2: 20}\n"
-                    "axes:\n  train.eta: [0.01, 0.02]\n  seed: {range: [0, 2]}\nfold: seeds\n"
-                    "report: {metrics: [loss], phase: [{x: train.eta, y: seed, value: claims_all_hold}]}\n")
+                    "axes:\n  train.lr_stage2: [0.01, 0.02]\n  seed: {range: [0, 2]}\nfold: seeds\n"
+                    "report: {metrics: [loss], phase: [{x: train.lr_stage2, y: seed, value: claims_all_hold}]}\n")
     code, stdout, stderr = cli("sweep", str(path), "--out", str(tmp_path / "o"), "--max-parallel", "1",
                                "--set", "train.steps_stage2=25")
     assert code == 0, stderr
@@ -111,7 +111,7 @@ def test_cli_sweep_then_collect_and_report(cli, tmp_path):
     assert len(runs) == 2  # the two seeds of each eta folded into one run
     assert all(json.loads((r / "summary.json").read_text())["seeds"] == [0, 1] for r in runs)
     frame = pd.read_parquet(tmp_path / "o" / "collect" / "sweep.parquet")
-    assert len(frame) == 4 and sorted(frame["train.eta"].unique()) == [0.01, 0.02]
+    assert len(frame) == 4 and sorted(frame["train.lr_stage2"].unique()) == [0.01, 0.02]
     steps = pd.read_parquet(runs[0] / "metrics.parquet").step.max()
     assert steps == 10 + 25  # the command line's --set reached every point
     code, stdout, _ = cli("sweep", "collect", str(tmp_path / "o"))

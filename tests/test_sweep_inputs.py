@@ -117,14 +117,14 @@ def test_the_disk_of_all_points_together_is_checked(cli, tmp_path, monkeypatch):
                                   {"random": "uniform", "low": 0.1, "high": 0.9, "n": 1000000000}])
 def test_the_point_cap_is_checked_before_values_are_built(cli, tmp_path, axis):
     start = time.perf_counter()
-    code, _, err = cli("sweep", str(sweep_file(tmp_path, "h", axes={"train.eta": axis})), "--dry-run")
+    code, _, err = cli("sweep", str(sweep_file(tmp_path, "h", axes={"train.lr_stage2": axis})), "--dry-run")
     one_line(code, err, f"at most {sweepplan.MAX_POINTS}")
     assert time.perf_counter() - start < 5
 
 
 def test_the_cap_counts_a_zip_group_once():
-    axes = {"train.eta": [0.01, 0.02, 0.03], "train.eta0": [0.1, 0.2, 0.3], "seed": [0, 1]}
-    spec = SweepSpec.model_validate({**BASE, "axes": axes, "zip": [["train.eta", "train.eta0"]]})
+    axes = {"train.lr_stage2": [0.01, 0.02, 0.03], "train.lr_stage1": [0.1, 0.2, 0.3], "seed": [0, 1]}
+    spec = SweepSpec.model_validate({**BASE, "axes": axes, "zip": [["train.lr_stage2", "train.lr_stage1"]]})
     assert len(sweepplan.expand(spec)) == 6
 
 
@@ -149,7 +149,7 @@ def test_checks_run_once_per_shape_not_once_per_seed(monkeypatch):
     sizes = []
     real = runner.check_size
     monkeypatch.setattr(runner, "check_size", lambda *a, **k: (sizes.append(a[1].seed), real(*a, **k))[1])
-    spec = SweepSpec.model_validate({**BASE, "axes": {"train.eta": [0.01, 0.02], "seed": {"range": [0, 50]}}})
+    spec = SweepSpec.model_validate({**BASE, "axes": {"train.lr_stage2": [0.01, 0.02], "seed": {"range": [0, 50]}}})
     points = plan(spec)
     assert len(points) == 100 and sizes == [0, 0]  # one size estimate and lab check per distinct non-seed values
     assert len({p.hash for p in points}) == 100
@@ -173,8 +173,8 @@ def test_plan_is_fast_for_many_seed_points():
     ("loss<=0.3", "not a column of the sweep table"),
 ])
 def test_bad_phase_conditions_are_refused_before_any_run(cli, tmp_path, value, needle):
-    path = sweep_file(tmp_path, "p", axes={"train.eta": [0.01, 0.02], "seed": [0, 1]},
-                      report={"phase": [{"x": "train.eta", "y": "seed", "value": value}]})
+    path = sweep_file(tmp_path, "p", axes={"train.lr_stage2": [0.01, 0.02], "seed": [0, 1]},
+                      report={"phase": [{"x": "train.lr_stage2", "y": "seed", "value": value}]})
     code, _, err = cli("sweep", str(path), "--out", str(tmp_path / "o"))
     one_line(code, err, needle)
     assert not (tmp_path / "o").exists()
@@ -208,7 +208,7 @@ def test_seed_variants_of_a_shape_equal_full_validation(cli, tmp_path):
     from stagewise.config import config_hash
     from stagewise.labs import spec_config
 
-    spec = SweepSpec.model_validate({**BASE, "axes": {"train.eta": [0.01, 0.02], "seed": [3, 0, 7]}})
+    spec = SweepSpec.model_validate({**BASE, "axes": {"train.lr_stage2": [0.01, 0.02], "seed": [3, 0, 7]}})
     for p in plan(spec):
         full = spec_config(p.spec)  # the RunSpec validated from scratch, as a worker does
         assert p.config() == full and p.hash == config_hash(full) and p.config().seed == p.values["seed"]

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 SWEEP = {"lab": "ntp", "preset": "example1", "set": {"train.steps_stage1": 100, "train.steps_stage2": 200,
                                                      "train.checkpoint_every": 20},
-         "axes": {"train.eta": [0.01, 0.02, 0.03], "seed": {"range": [0, 8]}}}
+         "axes": {"train.lr_stage2": [0.01, 0.02, 0.03], "seed": {"range": [0, 8]}}}
 N_RUNS = 24
 KILL_AFTER = 6          # SIGKILL once this many runs are done (a quarter to a half of the sweep)
 WAIT_S = 600            # a sweep (or its rerun) that takes longer than this has hung

@@ -19,9 +19,9 @@ def sweep(**kw) -> SweepSpec:
 def test_axis_forms():
     assert axis_values("seed", {"range": [0, 3]}) == [0, 1, 2]
     assert axis_values("seed", {"range": [10, 0, -5]}) == [10, 5]
-    assert np.allclose(axis_values("train.eta", {"logrange": [0.01, 1.0, 3]}), [0.01, 0.1, 1.0])
-    draws = axis_values("train.eta", {"random": "loguniform", "low": 1e-3, "high": 1e-1, "n": 50, "seed": 3})
-    assert draws == axis_values("train.eta", {"random": "loguniform", "low": 1e-3, "high": 1e-1, "n": 50, "seed": 3})
+    assert np.allclose(axis_values("train.lr_stage2", {"logrange": [0.01, 1.0, 3]}), [0.01, 0.1, 1.0])
+    draws = axis_values("train.lr_stage2", {"random": "loguniform", "low": 1e-3, "high": 1e-1, "n": 50, "seed": 3})
+    assert draws == axis_values("train.lr_stage2", {"random": "loguniform", "low": 1e-3, "high": 1e-1, "n": 50, "seed": 3})
     assert all(1e-3 <= v <= 1e-1 for v in draws) and len(set(draws)) == 50
     ints = axis_values("seed", {"random": "int", "low": 0, "high": 4, "n": 200})
     assert set(ints) == {0, 1, 2, 3, 4}
@@ -44,16 +44,16 @@ def test_bad_axis_forms_are_one_line(form, needle):
 
 
 def test_expansion_order_and_zip():
-    spec = sweep(axes={"train.eta": [0.1, 0.2], "seed": {"range": [0, 3]}, "train.eta0": [1.0, 2.0]},
-                 zip=[["train.eta", "train.eta0"]])
+    spec = sweep(axes={"train.lr_stage2": [0.1, 0.2], "seed": {"range": [0, 3]}, "train.lr_stage1": [1.0, 2.0]},
+                 zip=[["train.lr_stage2", "train.lr_stage1"]])
     points = expand(spec)
     assert len(points) == 2 * 3
-    assert points[:3] == [{"train.eta": 0.1, "train.eta0": 1.0, "seed": s} for s in range(3)]
-    assert points[3] == {"train.eta": 0.2, "train.eta0": 2.0, "seed": 0}
+    assert points[:3] == [{"train.lr_stage2": 0.1, "train.lr_stage1": 1.0, "seed": s} for s in range(3)]
+    assert points[3] == {"train.lr_stage2": 0.2, "train.lr_stage1": 2.0, "seed": 0}
     with pytest.raises(UserError, match="equal lengths"):
-        expand(sweep(axes={"train.eta": [0.1, 0.2], "train.eta0": [1.0]}, zip=[["train.eta", "train.eta0"]]))
+        expand(sweep(axes={"train.lr_stage2": [0.1, 0.2], "train.lr_stage1": [1.0]}, zip=[["train.lr_stage2", "train.lr_stage1"]]))
     with pytest.raises(UserError, match="'seed' is not an axis"):
-        expand(sweep(axes={"train.eta": [0.1]}, zip=[["train.eta", "seed"]]))
+        expand(sweep(axes={"train.lr_stage2": [0.1]}, zip=[["train.lr_stage2", "seed"]]))
 
 
 def test_points_equal_the_same_settings_given_to_run(tmp_path):
@@ -61,13 +61,13 @@ def test_points_equal_the_same_settings_given_to_run(tmp_path):
     (tmp_path / "base.yaml").write_text("train:\n  steps_stage2: 40\n")
     (tmp_path / "sweep.yaml").write_text(
         "lab: ntp\npreset: example1\nconfig: base.yaml\nset: {train.steps_stage1: 20}\n"
-        "axes:\n  train.eta: [0.01, 0.02]\n  seed: {range: [0, 2]}\n")
+        "axes:\n  train.lr_stage2: [0.01, 0.02]\n  seed: {range: [0, 2]}\n")
     points = plan(load_sweep(tmp_path / "sweep.yaml"))
-    assert [p.label for p in points] == ["train.eta=0.01,seed=0", "train.eta=0.01,seed=1",
-                                         "train.eta=0.02,seed=0", "train.eta=0.02,seed=1"]
+    assert [p.label for p in points] == ["train.lr_stage2=0.01,seed=0", "train.lr_stage2=0.01,seed=1",
+                                         "train.lr_stage2=0.02,seed=0", "train.lr_stage2=0.02,seed=1"]
     for p in points:
         direct = resolve(lab.Config, lab.preset_overrides("example1"), tmp_path / "base.yaml",
-                         ["train.steps_stage1=20", f"train.eta={p.values['train.eta']}", f"seed={p.values['seed']}"])
+                         ["train.steps_stage1=20", f"train.lr_stage2={p.values['train.lr_stage2']}", f"seed={p.values['seed']}"])
         assert spec_config(p.spec) == direct and p.hash == spec_hash(p.spec)
     assert len({p.hash for p in points}) == 4
 
@@ -75,7 +75,7 @@ def test_points_equal_the_same_settings_given_to_run(tmp_path):
 @pytest.mark.parametrize("kw,needle", [
     ({"axes": {"trian.eta": [0.1]}}, "sweep axis trian.eta: unknown key 'trian'"),
     ({"set": {"train.etaa": 1}}, "sweep set train.etaa: unknown key 'etaa'"),
-    ({"axes": {"train.eta": [0.1, -1.0]}}, "sweep point train.eta=-1: "),
+    ({"axes": {"train.lr_stage2": [0.1, -1.0]}}, "sweep point train.lr_stage2=-1: "),
     ({"lab": "nope"}, "unknown lab 'nope'"),
     ({"preset": "papr"}, "papr"),
 ])

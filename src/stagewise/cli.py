@@ -71,14 +71,15 @@ def labs_cmd() -> None:
 @app.command("config")
 def config_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise labs`"),
                preset: Optional[str] = typer.Option(None, "--preset", "-p", help="start from this preset")) -> None:
-    """Print the full default config of LAB (or of a preset) as commented YAML."""
-    from .config import resolve, to_commented_yaml
+    """Print the full default config of LAB (or of a preset) as commented YAML (derived defaults
+    as the values a run uses)."""
+    from .config import materialize, resolve, to_commented_yaml
     from .labs import get_lab
 
     value = get_lab(lab)
     config = resolve(value.Config, value.preset_overrides(preset))
     typer.echo(f"# stagewise config for lab '{lab}'" + (f", preset '{preset}'" if preset else ""))
-    typer.echo(to_commented_yaml(config))
+    typer.echo(to_commented_yaml(materialize(config)))
 
 
 app.command("claims")(claims_cmd)
@@ -351,11 +352,33 @@ def _click_errors() -> tuple[type[Exception], type[Exception]]:
     return exceptions.ClickException, getattr(exceptions, "NoArgsIsHelpError", _Never)
 
 
+def _notes_as_lines() -> None:
+    """Show each old config name that was used (:class:`~stagewise.errors.RenamedOption`) as one
+    ``note: ...`` line on stderr, once per message; other warnings keep Python's format."""
+    import warnings
+
+    from .errors import RenamedOption
+
+    shown = warnings.showwarning
+    seen: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 (warnings' signature)
+        if issubclass(category, RenamedOption):
+            if str(message) not in seen:
+                seen.add(str(message))
+                print(f"note: {message}", file=sys.stderr)
+            return
+        shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    warnings.simplefilter("always", RenamedOption)
+
+
 def main() -> None:
     """Console entry point: user errors and usage errors become one line each (``error:
     ...``) and exit code 2; ``--help`` prints help and exits 0."""
     ClickException, NoArgsIsHelpError = _click_errors()  # noqa: N806 (exception classes)
-
+    _notes_as_lines()
     try:
         repeated = _repeated_option(sys.argv[1:])
         if repeated:

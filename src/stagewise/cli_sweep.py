@@ -61,7 +61,7 @@ def _check_flags(executor: Optional[str], max_parallel: Optional[int]) -> None:
 
 
 def _dotted(nested: dict, prefix: str = "") -> dict:
-    """``{"train": {"eta": 1}}`` -> ``{"train.eta": 1}`` (the sweep file's ``set`` form)."""
+    """``{"train": {"lr_stage2": 1}}`` -> ``{"train.lr_stage2": 1}`` (the sweep file's ``set`` form)."""
     out = {}
     for key, value in nested.items():
         if isinstance(value, dict) and value:

@@ -21,7 +21,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 from pydantic_core import PydanticCustomError
 
 from .errors import RenamedOption, UserError
-from .overrides import _did_you_mean, _members, _parse_overrides, _submodel
+from .overrides import _did_you_mean, _members, _parse_overrides, _submodel, current_names
 from .overrides import dotted_overrides, parse_overrides  # noqa: F401  (re-exported: the public names)
 from .yamlio import load_yaml
 
@@ -64,6 +64,9 @@ class ConfigModel(BaseModel):
     PATH: ClassVar[str] = ""
     """Dotted path of this section in the lab's config ("train"), for messages."""
     RENAMED: ClassVar[dict[str, str]] = {}
+    RENAMED_KEYS: ClassVar[dict[str, dict[str, str]]] = {}
+    """Mapping-valued field -> {old key: new key} for its entries (e.g. ``experiment.grid.eta1``),
+    accepted and hashed like :attr:`RENAMED`."""
     """Old field name -> new name. The old name is still accepted (in YAML, ``--set``, presets
     and old run folders) with a one-line deprecation note, and it stays the key in the config
     hash, so the hash of every config made before the rename is unchanged."""
@@ -71,18 +74,13 @@ class ConfigModel(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:
-        if not cls.RENAMED or not isinstance(data, dict):
+        if not (cls.RENAMED or cls.RENAMED_KEYS) or not isinstance(data, dict):
             return data
-        out = dict(data)
-        for old, new in cls.RENAMED.items():
-            if old not in out:
-                continue
-            if new in out:
-                raise ValueError(f"{old} and {new} are the same field ({old} is its old name): give {new} only")
-            out[new] = out.pop(old)
-            where = f"{cls.PATH}." if cls.PATH else ""
-            warnings.warn(f"{where}{old} is now {where}{new} (same meaning; the old name still works)", RenamedOption,
-                          stacklevel=2)
+        where = f"{cls.PATH}." if cls.PATH else ""
+        out = _renamed_keys(dict(data), cls.RENAMED, where)
+        for name, keys in cls.RENAMED_KEYS.items():
+            if isinstance(out.get(name), dict):
+                out[name] = _renamed_keys(dict(out[name]), keys, f"{where}{name}.")
         return out
 
     @field_validator("*", mode="before")
@@ -94,6 +92,19 @@ class ConfigModel(BaseModel):
             sub, shown, message = problem
             raise PydanticCustomError(STRICT_BOOL, "{message}", {"message": message, "sub": sub, "value": shown})
         return value
+
+
+def _renamed_keys(data: dict[str, Any], renamed: dict[str, str], where: str) -> dict[str, Any]:
+    """``data`` with its old keys (``renamed``: old -> new) under the new names, one
+    :class:`~stagewise.errors.RenamedOption` note each; both names given is an error."""
+    for old, new in renamed.items():
+        if old not in data:
+            continue
+        if new in data:
+            raise ValueError(f"{where}{old} and {where}{new} are the same setting ({old} is its old name): give {new} only")
+        data[new] = data.pop(old)
+        warnings.warn(f"{where}{old} is now {where}{new} (same meaning; the old name still works)", RenamedOption, stacklevel=3)
+    return data
 
 
 # ------------------------------------------------------------------- strict booleans
@@ -218,7 +229,7 @@ def validate(cls: type[BaseModel], data: dict[str, Any]) -> BaseModel:
     """Build ``cls`` from ``data``; every problem becomes one line of a UserError (the
     alternatives of a union field are merged into one line)."""
     try:
-        return cls.model_validate(data)
+        return cls.model_validate(current_names(cls, data))
     except ValidationError as exc:
         lines: dict[tuple, str] = {}
         for err in exc.errors():
@@ -247,9 +258,9 @@ def resolve(
     extra: dict[str, Any] | None = None,
 ) -> BaseModel:
     """Defaults < preset < file < --set < extra (e.g. ``{"n_seeds": 8}``), validated."""
-    data: dict[str, Any] = copy.deepcopy(preset or {})
+    data: dict[str, Any] = current_names(cls, copy.deepcopy(preset or {}))
     if file is not None:
-        file_data = load_yaml(file)
+        file_data = current_names(cls, load_yaml(file))
         validate(cls, deep_merge(data, file_data))  # unknown keys reported against the file
         data = deep_merge(data, file_data)
     errors: list[str] = []
@@ -257,7 +268,7 @@ def resolve(
         overrides, errors = _parse_overrides(cls, sets, data)
         data = deep_merge(data, overrides)
     if extra:
-        data = deep_merge(data, extra)
+        data = deep_merge(data, current_names(cls, extra))
     try:
         config = validate(cls, data)
     except UserError as err:  # report bad keys and bad values together
@@ -271,11 +282,15 @@ def resolve(
 def _legacy_keys(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
     """``dumped`` (``model``'s JSON dump) with renamed fields under their old names, recursively."""
     back = {new: old for old, new in getattr(type(model), "RENAMED", {}).items()}
+    entries = getattr(type(model), "RENAMED_KEYS", {})
     out = {}
     for key, value in dumped.items():
         sub = getattr(model, key, None)
         if isinstance(sub, BaseModel) and isinstance(value, dict):
             value = _legacy_keys(sub, value)
+        elif key in entries and isinstance(value, dict):
+            old_of = {new: old for old, new in entries[key].items()}
+            value = {old_of.get(k, k): v for k, v in value.items()}
         out[back.get(key, key)] = value
     return out
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import copy
 import difflib
+import warnings
 import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel
 
-from .errors import UserError
+from .errors import RenamedOption, UserError
 from .yamlio import YamlLimit, safe_yaml
 
 
@@ -85,6 +86,63 @@ def legacy_names(cls: type[BaseModel], prefix: str = "") -> dict[str, list[str]]
     return out
 
 
+def _note_renamed(where: str, old: str, new: str) -> None:
+    warnings.warn(f"{where}{old} is now {where}{new} (same meaning; the old name still works)", RenamedOption, stacklevel=4)
+
+
+def current_key(cls: type[BaseModel], key: str) -> str:
+    """A dotted ``--set`` key with old field names (``RENAMED``, ``RENAMED_KEYS``) replaced by
+    the current ones, one note each: ``train.eta0`` -> ``train.lr_stage1``."""
+    parts = key.split(".")
+    model: Any = cls
+    for depth, part in enumerate(parts):
+        if model is None:
+            return ".".join(parts)
+        where = ".".join(parts[:depth]) + "." if depth else ""
+        new = getattr(model, "RENAMED", {}).get(part)
+        if new is not None:
+            _note_renamed(where, part, new)
+            parts[depth] = part = new
+        if depth + 1 < len(parts) and part in getattr(model, "RENAMED_KEYS", {}):
+            entry = model.RENAMED_KEYS[part].get(parts[depth + 1])
+            if entry is not None:
+                _note_renamed(f"{where}{part}.", parts[depth + 1], entry)
+                parts[depth + 1] = entry
+        field = getattr(model, "model_fields", {}).get(part)
+        model = _submodel(field.annotation) if field is not None else None
+    return ".".join(parts)
+
+
+def current_names(cls: type[BaseModel], data: Any, where: str = "") -> Any:
+    """Nested config values with old field names replaced by the current ones (one note each),
+    so that layers written with old and new names merge into one key: a preset's ``eta1``
+    and a ``--set train.lr_stage1``. Giving both names in one layer is an error."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for old, new in getattr(cls, "RENAMED", {}).items():
+        if old in out:
+            if new in out:
+                raise UserError(f"{where}{old} and {where}{new} are the same setting ({old} is its old name): give {new} only")
+            _note_renamed(where, old, new)
+            out[new] = out.pop(old)
+    for name, keys in getattr(cls, "RENAMED_KEYS", {}).items():
+        if isinstance(out.get(name), dict):
+            out[name] = current_names(_KeysOnly(keys), out[name], f"{where}{name}.")
+    for name, field in cls.model_fields.items() if hasattr(cls, "model_fields") else ():
+        sub = _submodel(field.annotation)
+        if sub is not None and name in out:
+            out[name] = current_names(sub, out[name], f"{where}{name}.")
+    return out
+
+
+class _KeysOnly:
+    """A stand-in model for the entries of a mapping-valued field: only ``RENAMED``."""
+
+    def __init__(self, renamed: dict[str, str]):
+        self.RENAMED = renamed
+
+
 def _ratio(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, a, b).ratio()
 
@@ -130,7 +188,7 @@ def _dict_keys(annotation: Any) -> list[str] | None:
 
 
 def parse_overrides(cls: type[BaseModel], sets: list[str]) -> dict[str, Any]:
-    """Turn ``["train.eta=0.1", "data.file=x.json"]`` into a nested dict.
+    """Turn ``["train.lr_stage2=0.1", "data.file=x.json"]`` into a nested dict.
 
     Keys are checked against the config schema (an unknown key suggests the closest full
     dotted paths, see :func:`suggest_paths`);
@@ -159,13 +217,13 @@ def _check_key(cls: type[BaseModel], key: str) -> tuple[str | None, Any]:
         if depth == len(parts) - 1:
             return None, None
         field = model.model_fields[part]
-        model = _submodel(field.annotation)
+        parent, model = model, _submodel(field.annotation)
         if model is None:
             keys = _dict_keys(field.annotation)
             section = ".".join(parts[:depth + 1])
             if keys is None or depth != len(parts) - 2:
                 return f"--set {key}: '{section}' is a value, not a section", None
-            if keys and parts[-1] not in keys:
+            if keys and parts[-1] not in keys and parts[-1] not in getattr(parent, "RENAMED_KEYS", {}).get(part, {}):
                 hint = _did_you_mean(parts[-1], keys)
                 return f"--set {key}: unknown key '{parts[-1]}' in {section}{hint}; allowed: {', '.join(keys)}", None
             return None, field.get_default(call_default_factory=True)
@@ -196,10 +254,10 @@ def _parse_overrides(cls: type[BaseModel], sets: list[str],
     errors: list[str] = []
     for item in sets:
         if "=" not in item:
-            errors.append(f"--set {item!r}: expected KEY=VALUE, e.g. train.eta=0.05")
+            errors.append(f"--set {item!r}: expected KEY=VALUE, e.g. train.lr_stage2=0.05")
             continue
         key, raw = item.split("=", 1)
-        key = key.strip()
+        key = current_key(cls, key.strip())
         problem, mapping_default = _check_key(cls, key)
         value, bad_value = _parse_value(key, raw) if problem is None else (None, None)
         if problem or bad_value:

@@ -11,7 +11,7 @@ points folded into one batched run each get their own seeds of it), else the run
 * ``point`` (label), ``hash`` (the point's config hash), ``run_dir`` (relative to OUT),
   ``status`` (the run's manifest status; ``missing`` without a readable manifest), ``error``
   (the manifest's error, or why a finished run has no values; else <NA>), ``seed`` (Int64);
-* one column per axis, named as the axis key (``train.eta``); the ``seed`` axis is the
+* one column per axis, named as the axis key (``train.lr_stage2``); the ``seed`` axis is the
   ``seed`` column, i.e. the row's own seed (the first seed of a run when n_seeds > 1);
 * ``claims_over_seeds`` (Int64): how many seeds the run's claims were computed over;
 * ``final.NAME``: every numeric scalar of ``summary.per_seed[seed]`` (booleans as 0/1;

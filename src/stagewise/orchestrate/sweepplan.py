@@ -7,11 +7,11 @@ Format (axes are dotted config keys, as with ``--set``)::
     config: null                      # optional YAML config file, as with --config
     set: {train.steps_stage1: 300}    # fixed overrides, as with --set
     axes:
-      train.eta: [0.005, 0.01, 0.02]  # a list
+      train.lr_stage2: [0.005, 0.01, 0.02]  # a list
       seed: {range: [0, 2]}           # 0, 1 (Python's range); also [a, b, step]
-      train.eta0: {logrange: [0.01, 1.0, 3]}             # 3 log-spaced values, ends included
+      train.lr_stage1: {logrange: [0.01, 1.0, 3]}             # 3 log-spaced values, ends included
       train.noise: {random: loguniform, low: 1e-3, high: 1e-1, n: 4, seed: 0}
-    zip: [[train.eta, train.eta0]]    # axes that vary together (equal lengths)
+    zip: [[train.lr_stage2, train.lr_stage1]]    # axes that vary together (equal lengths)
     fold: none                        # seeds: fold points that differ only in their seeds into batched runs
     executor: {kind: local}           # see orchestrate.executors.ExecutorOptions
     report: {}                        # figures of `sweep collect` (orchestrate.collect)
@@ -242,7 +242,7 @@ def _folded(chunk: list[tuple[int, int, SweepPoint]], start: int, total: int, al
 
 
 def point_label(values: dict[str, Any]) -> str:
-    """``train.eta=0.01,seed=1``: a point's axis values, floats in %g."""
+    """``train.lr_stage2=0.01,seed=1``: a point's axis values, floats in %g."""
     return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
 
 

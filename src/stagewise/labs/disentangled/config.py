@@ -73,10 +73,14 @@ class TrainConfig(TrainBase):
     optimizer: Literal["gd", "sgd", "adam", "adamw"] = Field("gd", description="[known] full-batch GD; sgd (minibatches), adam, adamw are options")
     batch_size: int = Field(64, ge=1, description="[reconstructed] sgd minibatch size (prompts per step, drawn per member; >= N is full batch)")
     schedule: Literal["step", "constant", "cosine", "warmup"] = Field(
-        "step", description="[known] step: eta1 for t1 steps, then eta2 (annealing); constant: eta1 throughout;\n"
-        "cosine: eta1 -> eta2 over all steps; warmup: linear 0 -> eta1 over warmup_steps, then the step schedule")
-    eta1: float = Field(1.0, gt=0, **Finite, description="[known] large learning rate of the elementary stage; value 1.0 [reconstructed] (our probes)")
-    eta2: float = Field(0.1, gt=0, **Finite, description="[known] annealed learning rate of the specialized stage; value 0.1 [reconstructed] (our probes)")
+        "step", description="[known] step: lr_stage1 for t1 steps, then lr_stage2 (annealing); constant: lr_stage1 throughout;\n"
+        "cosine: lr_stage1 -> lr_stage2 over all steps; warmup: linear 0 -> lr_stage1 over warmup_steps, then the step schedule")
+    PATH = "train"
+    RENAMED = {"eta1": "lr_stage1", "eta2": "lr_stage2"}
+    lr_stage1: float = Field(1.0, gt=0, **Finite, description="[known] large learning rate eta1 of the elementary stage (was train.eta1);\n"
+                             "value 1.0 [reconstructed] (our probes)")
+    lr_stage2: float = Field(0.1, gt=0, **Finite, description="[known] annealed learning rate eta2 of the specialized stage (was train.eta2);\n"
+                             "value 0.1 [reconstructed] (our probes)")
     t1: int = Field(300, ge=0, le=MAX_STEPS, description="[known] steps of the elementary stage; 300 [reconstructed]: P is learned by then\n"
                     "in every seed we ran, and Q has had little time (longer t1 lets noisy seeds pick Q up early)")
     steps: int = Field(6000, ge=1, le=MAX_STEPS, description="[reconstructed] total steps (Q settles within ~3000 annealed steps)")
@@ -84,7 +88,7 @@ class TrainConfig(TrainBase):
     noise: float = Field(0.05, ge=0, **Finite, description="[reconstructed] Li-Wei-Ma update noise: N(0, (noise * lr)^2) added to every entry per step")
     noise_mode: Literal["lr", "constant", "stage1"] = Field(
         "lr", description="[reconstructed] update-noise std per entry: lr = noise * lr_t (Li-Wei-Ma's; annealing lowers rate and noise\n"
-        "together); constant = noise * eta1 at every step (annealing lowers the rate only); stage1 = noise * lr_t up to t1,\n"
+        "together); constant = noise * lr_stage1 at every step (annealing lowers the rate only); stage1 = noise * lr_t up to t1,\n"
         "0 after (the noise stops at t1)")
     l2: float = Field(0.01, ge=0, **Finite, description="[known] lambda of the L2 term (lambda/2)(||W||^2 + ||V||^2); value 0.01 [reconstructed] (our probes)")
     log_every: int = Field(20, ge=1, le=MAX_STEPS, description="[run] log train and test metrics every k steps (and at t1 and the end)")
@@ -92,6 +96,16 @@ class TrainConfig(TrainBase):
     checkpoint_every: int = Field(1000, ge=1, le=MAX_STEPS, description="[run] safetensors checkpoint every k steps (for --resume)")
     threads: Threads = Field("auto", description="[run] CPU threads; auto = all cores when a step streams at least 2e5\n"
                                            "context features (members x N x (L-1) x d), else 1")
+
+    @property
+    def eta1(self) -> float:
+        """The paper's eta1: :attr:`lr_stage1`."""
+        return self.lr_stage1
+
+    @property
+    def eta2(self) -> float:
+        """The paper's eta2: :attr:`lr_stage2`."""
+        return self.lr_stage2
 
     @model_validator(mode="after")
     def _check(self):
@@ -122,11 +136,15 @@ class ExperimentConfig(ConfigModel):
     ablations: list[Literal["no-anneal", "small-lr", "no-noise", "no-l2", "joint", "mixture-off", "full",
                             "anneal-fixed-noise", "noise-off-t1"]] = Field(
         ["no-anneal", "small-lr", "no-noise", "no-l2", "joint", "mixture-off", "full", "anneal-fixed-noise", "noise-off-t1"],
-        description="[run] ablations run beside the baseline (kind=ablations); anneal-fixed-noise: eta1 -> eta2 with the noise\n"
-        "std held at noise * eta1; noise-off-t1: constant eta1 with the noise stopped at t1 (which of the two matters?)")
-    grid: dict[Literal["eta1", "eta2", "t1", "noise", "l2", "zeta", "q_centre", "p_flip", "batch_size"], list[float]] = Field(
-        {"eta1": [0.3, 1.0], "noise": [0.0, 0.02, 0.05, 0.1]},
-        description="[run] kind=grid: values per hyper-parameter or data field (eta1, eta2, t1, noise, l2, zeta, q_centre,\n"
+        description="[run] ablations run beside the baseline (kind=ablations); anneal-fixed-noise: lr_stage1 -> lr_stage2\n"
+        "with the noise std held at noise * lr_stage1; noise-off-t1: constant lr_stage1 with the noise stopped at t1\n"
+        "(which of the two matters?)")
+    PATH = "experiment"
+    RENAMED_KEYS = {"grid": {"eta1": "lr_stage1", "eta2": "lr_stage2"}}
+    grid: dict[Literal["lr_stage1", "lr_stage2", "t1", "noise", "l2", "zeta", "q_centre", "p_flip", "batch_size"], list[float]] = Field(
+        {"lr_stage1": [0.3, 1.0], "noise": [0.0, 0.02, 0.05, 0.1]},
+        description="[run] kind=grid: values per hyper-parameter or data field (lr_stage1, lr_stage2, t1, noise, l2, zeta,\n"
+        "q_centre, "
         "p_flip, batch_size with optimizer=sgd); the product runs as one batched computation (shapes are kept),\n"
         "each combination on the same seeds")
     control: bool = Field(True, description="[run] train a shuffled-label control beside every member (targets permuted across the\n"
@@ -135,7 +153,7 @@ class ExperimentConfig(ConfigModel):
     truncation_ks: list[int] | None = Field(None, description="[run] k values for the top-k / bottom-k truncation; null = 0..2d in 8 steps")
     dims: list[int] = Field([8, 16, 32, 64, 128], description="[run] kind=d-scaling: the d values")
     scale_rules: bool = Field(True, description="[reconstructed] kind=d-scaling: 1/lambda ~ sqrt(log d) and L ~ sqrt(d) log d (the\n"
-                              "assumptions' orders, anchored at the base config's d); eta1, eta2, t1 stay fixed (no rule known);\n"
+                              "assumptions' orders, anchored at the base config's d); lr_stage1, lr_stage2, t1 stay fixed (no rule known);\n"
                               "false keeps everything fixed")
 
     @field_validator("grid")
@@ -144,7 +162,7 @@ class ExperimentConfig(ConfigModel):
         for key, values in value.items():
             if not values or any(not math.isfinite(v) or v < 0 for v in values):
                 raise ValueError(f"experiment.grid.{key}={values}: need a non-empty list of finite values >= 0")
-            if key in ("eta1", "eta2") and any(v <= 0 for v in values):
+            if key in ("lr_stage1", "lr_stage2") and any(v <= 0 for v in values):
                 raise ValueError(f"experiment.grid.{key}={values}: step sizes must be > 0")
             if key == "t1" and any(v != int(v) or v > MAX_STEPS for v in values):
                 raise ValueError(f"experiment.grid.t1={values}: step counts must be integers (0..{MAX_STEPS})")

@@ -131,7 +131,7 @@ def seed_major(config: Config, variants: dict[str, dict[str, Any]]) -> list[Memb
 
 
 def grid_variants(config: Config) -> dict[str, dict[str, float]]:
-    """Name -> overrides of every combination in ``experiment.grid`` (e.g. "eta1=1,noise=0.05")."""
+    """Name -> overrides of every combination in ``experiment.grid`` (e.g. "lr_stage1=1,noise=0.05")."""
     from itertools import product
 
     keys = list(config.experiment.grid)

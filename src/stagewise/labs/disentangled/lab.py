@@ -28,17 +28,17 @@ _MECHANISMS = {
                     {"train": {"l2": 0.01}, "experiment": {"grid": {"noise": [0.05, 0.2, 0.3, 0.5], "zeta": [1.0, 1.5, 2.0, 3.0]}}}),
     "phase-sgd": ("minibatch SGD noise: batch size x eta1, no update noise, ||zeta|| = 2",
                   {"data": {"zeta": 2.0}, "train": {"optimizer": "sgd", "noise": 0.0, "l2": 0.01},
-                   "experiment": {"grid": {"batch_size": [4, 16, 64], "eta1": [1.0, 3.0]}}}),
+                   "experiment": {"grid": {"batch_size": [4, 16, 64], "lr_stage1": [1.0, 3.0]}}}),
     "phase-centre": ("large-LR instability along a high-curvature Q centre z: ||z|| x eta1, noise 0.003, lambda 0.001",
                      {"data": {"zeta": 1.0}, "train": {"noise": 0.003, "l2": 0.001},
-                      "experiment": {"grid": {"q_centre": [0.0, 2.0, 3.0], "eta1": [1.0, 3.0]}}}),
+                      "experiment": {"grid": {"q_centre": [0.0, 2.0, 3.0], "lr_stage1": [1.0, 3.0]}}}),
     "phase-composite": ("composite labels (both features in every token, P flipped on p_flip): p_flip x noise, ||zeta|| = 2",
                         {"data": {"zeta": 2.0, "label_rule": "composite", "p0": 0.0, "q0": 0.0}, "train": {"l2": 0.01},
                          "experiment": {"grid": {"p_flip": [0.05, 0.1], "noise": [0.05, 0.2, 0.5]}}}),
 }
 
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
-    "two-stage": ("the staged run: xor Q, mixture 0.2/0.2, eta1 = 1 for 300 steps then eta2 = 0.1 to 6000, update noise 0.05, lambda 0.01, "
+    "two-stage": ("the staged run: xor Q, mixture 0.2/0.2, lr_stage1 = 1 for 300 steps then lr_stage2 = 0.1 to 6000, update noise 0.05, lambda 0.01, "
                   "8 seeds and their shuffled-label controls",
                   {"experiment": {"kind": "two-stage"}}),
     "ablations": ("the two-stage run beside no-anneal, small-lr, no-noise, no-l2, joint, mixture-off, full, anneal-fixed-noise, "

@@ -62,11 +62,17 @@ class Member:
         return (self.seed, *(getattr(self, k) for k in DATA_FIELDS))
 
 
+MEMBER_FIELDS = {"lr_stage1": "eta1", "lr_stage2": "eta2"}
+"""Config names (``train.lr_stage1``, grid keys) -> the :class:`Member` fields (the paper's eta1, eta2)."""
+
+
 def members_from_config(config: Config, variant: str = "baseline", **overrides: Any) -> list[Member]:
+    """The ensemble's members (one per seed) with this config's hyper-parameters, ``overrides``
+    (Member fields or their config names, :data:`MEMBER_FIELDS`) applied."""
     tc, dc = config.train, config.data
     base = dict(eta1=tc.eta1, eta2=tc.eta2, t1=tc.t1, noise=tc.noise, l2=tc.l2, p0=dc.p0, q0=dc.q0, zeta=dc.zeta,
                 q_centre=dc.q_centre, p_flip=dc.p_flip, batch_size=tc.batch_size, noise_mode=tc.noise_mode)
-    base.update(overrides)
+    base.update({MEMBER_FIELDS.get(k, k): v for k, v in overrides.items()})
     if "batch_size" in base:
         base["batch_size"] = int(base["batch_size"])
     return [Member(seed=config.seed + i, variant=variant, **base) for i in range(config.n_seeds)]

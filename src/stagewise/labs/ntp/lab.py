@@ -23,7 +23,7 @@ NAME = "ntp"
 DESCRIPTION = "next-token prediction: two-stage normalized GD converges to max-margin solutions (Huang, Liang, Yang 2024)"
 
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
-    "paper": ("|V| = d = 20, eta0 = 0.2/sqrt(d), eta = 0.05/sqrt(d), T = T1 = 900, zero init (the paper's experiment)",
+    "paper": ("|V| = d = 20, lr_stage1 = 0.2/sqrt(d), lr_stage2 = 0.05/sqrt(d), T = T1 = 900, zero init (the paper's experiment)",
               {"data": {"source": "random", "vocab_size": 20}, "train": {"steps_stage1": 900, "steps_stage2": 900}}),
     "paper-random-init": ("the paper preset from random init (std 0.05), the look of the paper's Figure 2",
                           {"data": {"source": "random", "vocab_size": 20}, "model": {"init": "random", "init_scale": 0.05}}),
@@ -31,8 +31,8 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
                  {"data": {"source": "example1"}, "train": {"steps_stage1": 200, "steps_stage2": 900}}),
     "joint": ("ablation: both matrices trained jointly with one normalized gradient",
               {"train": {"algorithm": "joint"}}),
-    "gd": ("ablation: plain GD, eta0 = 1.8, eta = 0.45 (stage-1 norm of the same order as normalized GD's); norms grow ~log t",
-           {"train": {"optimizer": "gd", "eta0": 1.8, "eta": 0.45}}),
+    "gd": ("ablation: plain GD, lr_stage1 = 1.8, lr_stage2 = 0.45 (stage-1 norm of the same order as normalized GD's); norms grow ~log t",
+           {"train": {"optimizer": "gd", "lr_stage1": 1.8, "lr_stage2": 0.45}}),
     "adam": ("ablation: Adam with the paper's step sizes", {"train": {"optimizer": "adam"}}),
     "adamw": ("ablation: AdamW (weight decay 0.01): the norm stays bounded",
               {"train": {"optimizer": "adamw", "weight_decay": 0.01}}),
