@@ -12,6 +12,7 @@ import copy
 import hashlib
 import json
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 
@@ -36,7 +37,7 @@ STRICT_BOOL = "strict_bool"
 
 
 def _threads(value: int | str) -> int | str:
-    if value != "auto" and value < 1:
+    if isinstance(value, int) and value < 1:  # validated as int | "auto": the int case
         raise ValueError("must be >= 1 or auto")
     return value
 
@@ -45,7 +46,7 @@ Threads = Annotated[int | Literal["auto"], AfterValidator(_threads)]
 """A CPU thread count for a lab's trainer: a positive int or "auto" (the lab decides)."""
 
 def _interval(value: int | str) -> int | str:
-    if value != "auto" and value > MAX_STEPS:
+    if isinstance(value, int) and value > MAX_STEPS:  # validated as int | "auto": the int case
         raise ValueError(f"must be less than or equal to {MAX_STEPS} (or auto)")
     return _threads(value)
 
@@ -178,7 +179,7 @@ def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _format_error(err: dict[str, Any]) -> str:
+def _format_error(err: Mapping[str, Any]) -> str:
     loc = ".".join(str(p) for p in err["loc"])
     kind = err["type"]
     if kind == "extra_forbidden":
@@ -237,7 +238,7 @@ def validate(cls: type[BaseModel], data: dict[str, Any]) -> BaseModel:
                 err = {**err, "loc": _field_loc(cls, tuple(err["loc"]))}
             line = _format_error(err)
             if err["type"] == "extra_forbidden":
-                parent = cls
+                parent: type[BaseModel] | None = cls
                 for part in err["loc"][:-1]:
                     parent = _submodel(parent.model_fields[part].annotation) if parent and part in parent.model_fields else None
                 if parent is not None:

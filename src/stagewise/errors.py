@@ -79,7 +79,7 @@ def _common_label(messages: tuple[str, ...]) -> str:
 def problem_kind(message: str, prefix: str = "") -> str:
     """A short name of what kind of problem a message reports: its leading plain words
     (``unknown token 'z' in sample ...`` -> ``unknown token``), without the shared prefix."""
-    words = []
+    words: list[str] = []
     for word in message[len(prefix):].split():
         plain = word.rstrip(":;,.")
         numbered = plain.isdigit() and words and words[-1][0].isupper()  # "Assumption 3"

@@ -113,7 +113,7 @@ def current_key(cls: type[BaseModel], key: str) -> str:
     return ".".join(parts)
 
 
-def current_names(cls: type[BaseModel], data: Any, where: str = "") -> Any:
+def current_names(cls: type[BaseModel] | _KeysOnly, data: Any, where: str = "") -> Any:
     """Nested config values with old field names replaced by the current ones (one note each),
     so that layers written with old and new names merge into one key: a preset's ``eta1``
     and a ``--set train.lr_stage1``. Giving both names in one layer is an error."""
@@ -206,7 +206,7 @@ def _check_key(cls: type[BaseModel], key: str) -> tuple[str | None, Any]:
     """(error message or None, the mapping field's default when the key names one entry of
     a mapping-valued field, else None)."""
     parts = key.split(".")
-    model: type[BaseModel] | None = cls
+    model: type[BaseModel] = cls
     for depth, part in enumerate(parts):
         fields = list(model.model_fields)
         part = getattr(model, "RENAMED", {}).get(part, part)  # an old name: accepted (its note comes at validation)
@@ -217,16 +217,17 @@ def _check_key(cls: type[BaseModel], key: str) -> tuple[str | None, Any]:
         if depth == len(parts) - 1:
             return None, None
         field = model.model_fields[part]
-        parent, model = model, _submodel(field.annotation)
-        if model is None:
+        sub = _submodel(field.annotation)
+        if sub is None:
             keys = _dict_keys(field.annotation)
             section = ".".join(parts[:depth + 1])
             if keys is None or depth != len(parts) - 2:
                 return f"--set {key}: '{section}' is a value, not a section", None
-            if keys and parts[-1] not in keys and parts[-1] not in getattr(parent, "RENAMED_KEYS", {}).get(part, {}):
+            if keys and parts[-1] not in keys and parts[-1] not in getattr(model, "RENAMED_KEYS", {}).get(part, {}):
                 hint = _did_you_mean(parts[-1], keys)
                 return f"--set {key}: unknown key '{parts[-1]}' in {section}{hint}; allowed: {', '.join(keys)}", None
             return None, field.get_default(call_default_factory=True)
+        model = sub
     return None, None
 
 
@@ -260,8 +261,9 @@ def _parse_overrides(cls: type[BaseModel], sets: list[str],
         key = current_key(cls, key.strip())
         problem, mapping_default = _check_key(cls, key)
         value, bad_value = _parse_value(key, raw) if problem is None else (None, None)
-        if problem or bad_value:
-            errors.append(problem or bad_value)
+        message = problem or bad_value
+        if message:
+            errors.append(message)
             continue
         _place(out, key, value, mapping_default, base)
     return out, errors
@@ -271,7 +273,8 @@ def _place(out: dict[str, Any], key: str, value: Any, mapping_default: Any, base
     """Put ``value`` at dotted ``key`` of ``out``; one entry of a mapping-valued field starts
     from that field's default when neither ``out`` nor ``base`` holds the mapping yet."""
     parts = key.split(".")
-    node, known = out, base or {}
+    node = out
+    known: Any = base or {}  # the nested value of base along the key (any YAML value)
     for depth, part in enumerate(parts[:-1]):
         known = known.get(part) if isinstance(known, dict) else None
         if part not in node and depth == len(parts) - 2 and mapping_default is not None and known is None:
