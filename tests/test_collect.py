@@ -24,7 +24,7 @@ from stagewise.orchestrate.sweepplan import SweepSpec, plan
 from stagewise.report.claims import read_summary
 from stagewise.report.sweepfigs import condition, metric_vs_axis, onset_vs_axis, phase_cells, phase_diagram
 
-# plain GD with eta0 = eta = 1e308 overflows the weights at the first stage-2 step: that point diverges
+# plain GD with lr_stage1 = lr_stage2 = 1e308 overflows the weights at the first stage-2 step: that point diverges
 BASE = {"lab": "ntp", "preset": "example1",
         "set": {"train.steps_stage1": 6, "train.steps_stage2": 10, "train.optimizer": "gd", "n_seeds": 2}}
 AXES = {"axes": {"train.lr_stage1": [1.0, 1.0e308], "train.lr_stage2": [0.5, 1.0e308]}, "zip": [["train.lr_stage1", "train.lr_stage2"]]}
@@ -115,8 +115,8 @@ def test_parquet_round_trip_and_recollect_is_idempotent(swept):
 def test_figures_are_written_and_stale_ones_removed(swept):
     out, got = swept
     names = sorted(p.name for p in got.figures)
-    assert names == sorted(["final.loss_vs_train.lr_stage1.png",  # eta is zipped with eta0: not drawn again
-                            "phase_claims_all_hold_over_train.eta0_x_train.lr_stage2.png",
+    assert names == sorted(["final.loss_vs_train.lr_stage1.png",  # lr_stage2 is zipped with lr_stage1: not drawn again
+                            "phase_claims_all_hold_over_train.lr_stage1_x_train.lr_stage2.png",
                             "onset_stage.wov_aligned_vs_train.lr_stage1.png"])
     for png in got.figures:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.with_suffix(".pdf").read_bytes()[:4] == b"%PDF"
@@ -295,9 +295,9 @@ def test_default_figure_plan(swept):
     names = [name for name, _ in figure_plan(got.frame, index)[0]]
     metrics = ["final.loss", "final.gen_acc", "final.cos_wkq", "final.cos_wov", "claims_holding_fraction"]
     stages = [s for s in ("stage2_start", "wov_aligned", "wkq_aligned") if got.frame[f"stage.{s}"].notna().any()]
-    # eta is zipped one-to-one with eta0: one axis to draw, so no phase diagram by default
+    # lr_stage2 is zipped one-to-one with lr_stage1: one axis to draw, so no phase diagram by default
     assert names == [f"{m}_vs_train.lr_stage1" for m in metrics] + [f"onset_stage.{s}_vs_train.lr_stage1" for s in stages]
-    grid = pd.concat([got.frame.assign(**{"train.lr_stage2": v}) for v in (0.5, 0.7)], ignore_index=True)  # eta0 x eta
+    grid = pd.concat([got.frame.assign(**{"train.lr_stage2": v}) for v in (0.5, 0.7)], ignore_index=True)  # lr_stage1 x lr_stage2
     names = [name for name, _ in figure_plan(grid, index)[0]]
-    assert "phase_claims_all_hold_over_train.eta0_x_train.lr_stage2" in names
+    assert "phase_claims_all_hold_over_train.lr_stage1_x_train.lr_stage2" in names
     assert {f"{m}_vs_{a}" for m in metrics for a in ("train.lr_stage1", "train.lr_stage2")} <= set(names)

@@ -228,3 +228,186 @@ def test_grid_experiment_batches_all_combinations(tmp_path):
         assert v["staged_fraction"] <= min(v["pass_fraction"][k] for k in
                                            ("p_learned_stage1", "q_not_learned_stage1", "q_learned_stage2", "p_kept_stage2"))
     assert (paths.figures / "phase_diagram.png").exists()
+
+
+# --------------------------------------------------------------------------- run_group on the shared driver
+class Recording:
+    """A run context in memory: every record in order (step, variant, values), checkpoints as
+    saved (cloned, meta through JSON as the run store writes it), tables, an optional stop
+    request at a step and a checkpoint to resume from."""
+
+    def __init__(self, every: int = 7, resume=None, stop_at: int | None = None):
+        self.every, self.resume, self.stop_at, self.stopped = every, resume, stop_at, False
+        self.records: list[tuple[int, str, dict[str, torch.Tensor]]] = []
+        self.checkpoints: list = []
+        self.tables: dict[str, pd.DataFrame] = {}
+
+    def log(self, step, values, *, variant=""):
+        self.records.append((step, variant, {k: v.detach().clone() for k, v in values.items()}))
+
+    def log_table(self, name, frame, *, part="all", csv=False):
+        self.tables[f"{name}/{part}"] = frame.copy()
+
+    def should_checkpoint(self, step):
+        self.stopped = self.stopped or step == self.stop_at
+        return self.stopped or step % self.every == 0
+
+    def stop_requested(self):
+        return self.stopped
+
+    def save_checkpoint(self, step, tensors, meta=None, *, group=0):
+        from stagewise.runs.context import Checkpoint, Interrupted
+
+        self.checkpoints.append(Checkpoint(step, {k: v.clone() for k, v in tensors.items()},
+                                           json.loads(json.dumps(meta)), group))
+        if self.stopped:
+            raise Interrupted()
+
+    def resume_state(self):
+        return self.resume
+
+    def progress(self, total, description="training", start=None):
+        from contextlib import nullcontext
+
+        return nullcontext(lambda n=1: None)
+
+    def note(self, key, value):
+        pass
+
+
+def assert_same_records(got, expected):
+    assert [(s, v, sorted(r)) for s, v, r in got] == [(s, v, sorted(r)) for s, v, r in expected]
+    for (_, _, a), (_, _, b) in zip(got, expected):
+        assert all(torch.equal(a[k], b[k]) for k in b)
+
+
+def assert_same_tables(got, expected):
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        pd.testing.assert_frame_equal(got[name], expected[name], check_exact=True)
+
+
+def records_by_group(ctx: Recording, total: int) -> list[list]:
+    """The records split per group: a group's records end at its last step ``total``."""
+    parts, current = [], []
+    for rec in ctx.records:
+        if current and rec[0] < current[-1][0] and current[-1][0] == total:
+            parts.append(current)
+            current = []
+        current.append(rec)
+    return parts + [current]
+
+
+@pytest.mark.parametrize("kind,extra,optimizer", [("ablations", {"ablations": ["no-noise", "joint"], "control": True}, "sgd"),
+                                                  ("d-scaling", {"dims": [4, 6]}, "adam")])
+def test_group_checkpoints_keep_their_layout_and_resume_bit_for_bit(kind, extra, optimizer):
+    """Every checkpoint names its group, holds State.tensors under ``g{group}.`` and the record
+    {group, step, stage_rows}; resuming from each one (the lab's own resume path) logs exactly
+    what the uninterrupted run logged after it, tables included."""
+    from stagewise.labs.disentangled.experiments import groups
+
+    config = tiny(experiment={"kind": kind, **extra}, train={"optimizer": optimizer})
+    plan, total = groups(config), config.train.steps
+    ref = Recording()
+    LAB.run(config, ref)
+    per_group = records_by_group(ref, total)
+    assert len(per_group) == len(plan) and [c.group for c in ref.checkpoints] == [g for g in range(len(plan)) for _ in range(6)]
+    for ck in ref.checkpoints:
+        assert set(ck.meta) == {"group", "step", "stage_rows"} and ck.meta["group"] == ck.group and ck.meta["step"] == ck.step
+        parts = {k.split(".")[1] for k in ck.tensors}  # weights, optimizer moments (none for SGD), random streams
+        assert parts == ({"w", "rng"} if optimizer == "sgd" else {"w", "opt", "rng"}) and all(k.startswith(f"g{ck.group}.") for k in ck.tensors)
+        ends = sum(ck.step >= mark for mark in (config.train.t1, total))  # stage ends reached by the checkpoint
+        assert len(ck.meta["stage_rows"]) == ends * len(plan[ck.group].members)
+    for ck in ref.checkpoints[2::3]:
+        resumed = Recording(resume=ck)
+        LAB.run(config, resumed)
+        expected = [r for r in per_group[ck.group] if r[0] > ck.step] + [r for part in per_group[ck.group + 1:] for r in part]
+        assert_same_records(resumed.records, expected)
+        index = {f"stages/{g.name}": i for i, g in enumerate(plan)}
+        # a group's table part is logged after its last step, before that step's checkpoint
+        assert_same_tables(resumed.tables, {k: v for k, v in ref.tables.items()
+                                            if index[k] > ck.group or (index[k] == ck.group and ck.step < total)})
+
+
+def test_checkpoint_from_plain_state_tensors_resumes_the_lab():
+    """The checkpoint format is the engine's packing of the training state: a checkpoint built
+    by hand from :meth:`State.tensors` of the bare updates (no lab loop) to step s, with the
+    record {group, step, stage_rows}, resumes the lab to the uninterrupted run's records."""
+    from stagewise.labs.disentangled.experiments import groups
+    from stagewise.runs.context import Checkpoint
+
+    config = tiny(train={"optimizer": "sgd"})
+    group, s = groups(config)[0], 21
+    ref = Recording()
+    LAB.run(config, ref)
+    ens = build_ensemble(config, group.members)
+    state = run_training(ens, State(list(init_weights(config, group.members, torch.float64))), s, lambda t, st: None)
+    rows = [r for c in ref.checkpoints if c.step == s for r in c.meta["stage_rows"]]
+    resumed = Recording(resume=Checkpoint(s, state.tensors(ens, "g0."), {"group": 0, "step": s, "stage_rows": rows}, 0))
+    LAB.run(config, resumed)
+    assert_same_records(resumed.records, [r for r in ref.records if r[0] > s])
+    assert_same_tables(resumed.tables, ref.tables)
+
+
+def test_stop_request_saves_then_resumes_to_the_uninterrupted_run():
+    config = tiny(experiment={"kind": "ablations", "ablations": ["joint"]})
+    ref = Recording()
+    LAB.run(config, ref)
+    from stagewise.runs.context import Interrupted
+
+    stopped = Recording(stop_at=10)
+    with pytest.raises(Interrupted):
+        LAB.run(config, stopped)
+    last = stopped.checkpoints[-1]
+    assert last.step == 10 and last.group == 0 and stopped.records[-1][0] == 10
+    assert_same_records(stopped.records, ref.records[:len(stopped.records)])
+    resumed = Recording(resume=last)
+    LAB.run(config, resumed)
+    assert_same_records(stopped.records + resumed.records, ref.records)
+    assert_same_tables(resumed.tables, ref.tables)
+
+
+def test_stage_rows_at_step_zero_when_t1_is_zero():
+    """t1 = 0: the first stage ends at the initialization; its rows come from step 0's record."""
+    config = tiny(train={"t1": 0})
+    ctx = Recording()
+    LAB.run(config, ctx)
+    table = next(iter(ctx.tables.values()))
+    first = table[table["stage"] == "stage1"]
+    assert set(first["step"]) == {0}
+    for variant in ("", "control"):  # the run and its shuffled-label control
+        rows = first[first["variant"] == variant]
+        assert rows["seed"].tolist() == config.seed_list()
+        at0 = {k: v for s, v_, r in ctx.records if s == 0 and v_ == variant for k, v in r.items()}
+        assert rows["test.acc"].tolist() == at0["test.acc"].tolist()
+
+
+def test_float32_run_logs_truncation_metrics_like_its_own_accuracies():
+    config = tiny(model={"dtype": "float32"})
+    ctx = Recording()
+    LAB.run(config, ctx)
+    last = {k: v for s, _, r in ctx.records if s == config.train.steps for k, v in r.items()}
+    trunc = [k for k in last if k.startswith("truncate.")]
+    assert trunc and all(last[k].dtype == last["test.acc.both"].dtype and bool(torch.isfinite(last[k]).all()) for k in trunc)
+    # keeping all 2d directions rebuilds blockdiag(W, V): the same accuracy as the weights themselves
+    assert torch.equal(last[f"truncate.top.{2 * config.data.d}.acc.both"], last["test.acc.both"])
+
+
+def test_diverged_step_logs_its_evaluation_and_no_checkpoint_holds_it():
+    """Weights are checked at every step: the diverged step's record is its stage and its
+    evaluations (no weight metrics of non-finite weights), every variant's, and the last
+    checkpoint is the one before it."""
+    config = tiny(train={"lr_stage2": 1e300, "noise": 0.0}, experiment={"kind": "ablations", "ablations": ["no-l2"]})
+    ctx = Recording()
+    with pytest.raises(Diverged) as err:
+        LAB.run(config, ctx)
+    step = err.value.step
+    assert config.train.t1 < step and step % config.train.log_every != 0  # a step nothing else would log
+    last = [(v, r) for s, v, r in ctx.records if s == step]
+    assert sorted(v for v, _ in last) == ["baseline", "baseline|control", "no-l2"]
+    for _, values in last:
+        assert {"stage", "train.loss", "test.loss", "test.acc"} <= set(values) and not any(k.startswith("W.") for k in values)
+        assert bool((values["stage"] == 2.0).all())
+    assert all(s <= step for s, _, _ in ctx.records)
+    assert ctx.checkpoints and max(c.step for c in ctx.checkpoints) < step
+    assert all(bool(torch.isfinite(t).all()) for c in ctx.checkpoints for k, t in c.tensors.items() if ".w." in k)

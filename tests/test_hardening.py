@@ -303,7 +303,7 @@ def test_dollar_token_draws_figures(cli, tmp_path):
     (["experiment.grid.t1=[1.5]"], "error: experiment.grid.t1=[1.5]: step counts must be integers (0..1000000000)"),
     (["train.steps=40", "train.t1=10", "experiment.grid.t1=[100000]"], "error: experiment.grid.t1=[100000]: each must be <= train.steps (40)"),
     (["experiment.dims=[]"], "error: experiment.dims=[]: need a non-empty list of d >= 2"),
-    (["experiment.grid.noize=[1]"], "error: --set experiment.grid.noize: unknown key 'noize' in experiment.grid (did you mean 'noise'?); allowed: lr_stage1, lr_stage2, t1, noise, l2, zeta, q_centre, p_flip, batch_size"),
+    (["experiment.grid.noize=[1]"], "error: --set experiment.grid.noize: unknown key 'noize' in experiment.grid (did you mean 'noise'?); allowed: lr_stage1, lr_stage2, t1, noise, l2, zeta, q_centre, p_flip, batch_size"),  # noqa: E501 (the whole line the user sees)
 ])
 def test_disentangled_experiment_values_checked_up_front(cli, tmp_path, sets, line):
     args = [item for s in sets for item in ("--set", s)]

@@ -51,7 +51,7 @@ def test_layout_and_schema(tmp_path):
     stage = frame[frame["metric"] == "stage"].set_index(["step", "seed"])["value"]
     assert stage.loc[(20, 5)] == 1 and stage.loc[(21, 5)] == 2
     summary = json.loads(paths.summary.read_text())
-    assert {"lab", "seeds", "claims", "final", "per_seed", "details"} == set(summary)
+    assert {"schema_version", "lab", "seeds", "claims", "final", "per_seed", "details"} == set(summary)
     assert {"rates", "wkq_star_norm_sq"} <= set(summary["details"])
     assert manifest["tables"]["generalization"]["path"] == "tables/generalization.parquet"
     assert (paths.tables / "generalization.parquet").exists()

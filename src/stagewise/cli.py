@@ -7,10 +7,11 @@ its manifest; nothing logged so far is lost.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from rich.console import Console
@@ -20,6 +21,9 @@ from .cli_claims import claims_cmd, print_verdicts
 from .cli_lm import eval_app, lm_app
 from .cli_sweep import report_cmd, reproduce_cmd, sweep_app
 from .errors import UserError
+
+if TYPE_CHECKING:
+    from typer._click.exceptions import ClickException
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate, measure and reproduce staged training dynamics in transformers.")
@@ -338,15 +342,15 @@ def _print_errors(lines) -> None:
         err_console.print(f"error: {line}", highlight=False, markup=False, soft_wrap=True)
 
 
-def _click_errors() -> tuple[type[Exception], type[Exception]]:
+def _click_errors() -> tuple[type[ClickException], type[ClickException]]:
     """(ClickException, NoArgsIsHelpError) of the click typer runs on: recent typer vendors
     it as ``typer._click``, older typer uses ``click`` (whose 8.1 has no NoArgsIsHelpError)."""
     try:
         from typer._click import exceptions
     except ImportError:
-        from click import exceptions
+        exceptions = importlib.import_module("click.exceptions")
 
-    class _Never(Exception):
+    class _Never(exceptions.ClickException):
         """Never raised: stands in for a missing exception class."""
 
     return exceptions.ClickException, getattr(exceptions, "NoArgsIsHelpError", _Never)

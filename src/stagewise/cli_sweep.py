@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 try:
     from typer.core import TyperGroup
 except ImportError:  # pragma: no cover - older typer
-    from typer.main import TyperGroup  # type: ignore[attr-defined,no-redef]
+    from typer.main import TyperGroup
 
 out_console = Console()
 err_console = Console(stderr=True)
@@ -90,7 +90,7 @@ def _executor_options(file_options: dict, sets: dict, kind: Optional[str], max_p
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        value = merged.get(first["loc"][0]) if first["loc"] else merged
+        value = merged.get(str(first["loc"][0])) if first["loc"] else merged  # a top-level loc is a field name
         raise UserError(f"executor.{where}={value!r}: {first['msg'].removeprefix('Value error, ')}") from None
 
 

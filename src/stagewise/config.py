@@ -14,7 +14,7 @@ import json
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
@@ -34,6 +34,9 @@ MAX_SHOWN = 120
 
 STRICT_BOOL = "strict_bool"
 """Error type of a boolean given where a config field wants another type."""
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+"""A config model class: validate/resolve/materialize return an instance of the class given."""
 
 
 def _threads(value: int | str) -> int | str:
@@ -226,7 +229,7 @@ def _field_loc(cls: type[BaseModel], loc: tuple) -> tuple:
     return tuple(out)
 
 
-def validate(cls: type[BaseModel], data: dict[str, Any]) -> BaseModel:
+def validate(cls: type[ModelT], data: dict[str, Any]) -> ModelT:
     """Build ``cls`` from ``data``; every problem becomes one line of a UserError (the
     alternatives of a union field are merged into one line)."""
     try:
@@ -252,12 +255,12 @@ def validate(cls: type[BaseModel], data: dict[str, Any]) -> BaseModel:
 
 
 def resolve(
-    cls: type[BaseModel],
+    cls: type[ModelT],
     preset: dict[str, Any] | None = None,
     file: str | Path | None = None,
     sets: list[str] | None = None,
     extra: dict[str, Any] | None = None,
-) -> BaseModel:
+) -> ModelT:
     """Defaults < preset < file < --set < extra (e.g. ``{"n_seeds": 8}``), validated."""
     data: dict[str, Any] = current_names(cls, copy.deepcopy(preset or {}))
     if file is not None:
@@ -321,7 +324,7 @@ def config_hash(config: BaseModel) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def materialize(config: BaseModel) -> BaseModel:
+def materialize(config: ModelT) -> ModelT:
     """The config with every derived default (a null meaning "derive it") replaced by the
     value the run uses (:meth:`RunBase.derived`): what config.yaml stores. Same hash."""
     derived = config.derived() if isinstance(config, RunBase) else {}

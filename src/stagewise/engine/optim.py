@@ -30,7 +30,12 @@ NORM_FLOOR = 1e-300  # a zero gradient has a zero normalized step, not NaN
 
 def group_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
     """Per-member Frobenius norm over several (S, ...) tensors -> (S,)."""
-    return torch.sqrt(sum(t.pow(2).flatten(1).sum(-1) for t in tensors))
+    if not tensors:
+        raise ValueError("group_norm needs at least one tensor")
+    total = tensors[0].pow(2).flatten(1).sum(-1)  # (S,)
+    for t in tensors[1:]:
+        total = total + t.pow(2).flatten(1).sum(-1)
+    return torch.sqrt(total)
 
 
 def _per_member(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ import difflib
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 from pydantic import BaseModel
 
@@ -129,7 +129,7 @@ class Reproduction:
         return self.quick if quick else self.full
 
 
-def reproduction(lab: str, rows: list[tuple[str, str | None, dict[str, Any], dict[str, Any] | None]]) -> Reproduction:
+def reproduction(lab: str, rows: Sequence[tuple[str, str | None, dict[str, Any], dict[str, Any] | None]]) -> Reproduction:
     """A Reproduction from rows (name, preset, extra overrides, quick overrides or None to
     leave the run out of ``--quick``); quick overrides are merged over the extra ones."""
     full = tuple(RunSpec(lab=lab, preset=preset, overrides=extra, name=name) for name, preset, extra, _ in rows)

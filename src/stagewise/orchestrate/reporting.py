@@ -135,7 +135,9 @@ def _run_reports(folder: Path, run_dirs: dict[str, str | None], back: str) -> tu
         dict[str, Path], dict[str, tuple[str, str | None]], list[str]]:
     """Write the page of every run folder (key -> relative run dir, preset) that has a
     manifest; returns key -> page, key -> (status, error), warnings."""
-    pages, states, warnings = {}, {}, []
+    pages: dict[str, Path] = {}
+    states: dict[str, tuple[str, str | None]] = {}
+    warnings: list[str] = []
     for key, preset in run_dirs.items():
         run_dir = _inside(folder, folder / key)
         if run_dir is None:

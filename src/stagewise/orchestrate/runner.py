@@ -184,6 +184,13 @@ def _record(paths: RunPaths, **changes: Any) -> str | None:
         return f"the manifest could not be updated ({err.strerror}); it still says 'running'"
 
 
+def _annotate(err: BaseException, **notes: Any) -> None:
+    """Attach ``stagewise_note`` / ``stagewise_error_log`` to an exception as plain attributes
+    (the CLI and the executors read them back with ``getattr``; exceptions do not declare them)."""
+    for name, value in notes.items():
+        setattr(err, name, value)
+
+
 def _keep_metrics(ctx: RunDirContext, paths: RunPaths) -> None:
     """Keep what was logged: compact the stream so far to Parquet (never masks the error)."""
     try:
@@ -234,8 +241,8 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
             return update_manifest(paths.root, status="done", ended=now_iso())
         except Diverged as err:
             _keep_metrics(ctx, paths)
-            err.stagewise_note = _record(paths, status="diverged", ended=now_iso(), error=str(err),
-                                         diverged={"step": err.step, "seed": err.seed, "what": err.what})
+            _annotate(err, stagewise_note=_record(paths, status="diverged", ended=now_iso(), error=str(err),
+                                                  diverged={"step": err.step, "seed": err.seed, "what": err.what}))
             raise
         except KeyboardInterrupt as err:
             signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
@@ -244,13 +251,13 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
             note = _record(paths, status="interrupted", ended=now_iso(),
                            error=f"interrupted by {name}; resume with: stagewise run --resume {paths.root}")
             stop = err if isinstance(err, Interrupted) else Interrupted(signum)
-            stop.stagewise_note = note
+            _annotate(stop, stagewise_note=note)
             raise stop from None
         except SystemExit as err:  # a scheduler's requeue (submitit exits on SLURM's timeout signal)
             _keep_metrics(ctx, paths)
-            err.stagewise_note = _record(paths, status="interrupted", ended=now_iso(),
-                                         error=f"stopped by SystemExit({err.code}) (a requeue or timeout); it resumes "
-                                               f"from its last checkpoint with: stagewise run --resume {paths.root}")
+            _annotate(err, stagewise_note=_record(paths, status="interrupted", ended=now_iso(),
+                                                  error=f"stopped by SystemExit({err.code}) (a requeue or timeout); it resumes "
+                                                        f"from its last checkpoint with: stagewise run --resume {paths.root}"))
             raise
         except BaseException as err:
             _keep_metrics(ctx, paths)
@@ -261,8 +268,8 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
             except OSError:
                 log_note = "no error.log (the directory could not be written)"
             note = _record(paths, status="failed", ended=now_iso(), error=message)
-            err.stagewise_note = "; ".join(n for n in (log_note, note) if n) or None
-            err.stagewise_error_log = None if log_note else paths.error_log
+            _annotate(err, stagewise_note="; ".join(n for n in (log_note, note) if n) or None,
+                      stagewise_error_log=None if log_note else paths.error_log)
             raise
 
 

@@ -377,7 +377,7 @@ def plan(spec: SweepSpec, out: str | Path | None = None, allow_large: bool = Fal
             continue
         free = {k: values[k] for k in SHAPE_FREE if k in values}
         config = known.assigned(free) if known is not None and assign else None
-        if config is not None:
+        if config is not None and known is not None:  # (a config comes only from a known shape)
             overrides = {**known.overrides, **free}
         else:  # the shape's first point, or a free value the assignment refused: full validation, one-line error
             overrides = deep_merge(base, dotted_overrides(lab.Config, values, base, what="sweep axis"))

@@ -93,8 +93,8 @@ def figure_plan(frame: pd.DataFrame, sweep: dict[str, Any]) -> tuple[list[tuple[
         for name in report["metrics"]:
             found = _resolve(frame, name)
             if found is None:
-                finals = ", ".join(c for c in frame.columns if c.startswith("final."))[:200] or "no final.* columns"
-                warnings.append(f"report metrics: {name!r} is not a column of the table (e.g. {finals})")
+                examples = ", ".join(c for c in frame.columns if c.startswith("final."))[:200] or "no final.* columns"
+                warnings.append(f"report metrics: {name!r} is not a column of the table (e.g. {examples})")
             else:
                 metrics.append(found)
     else:

@@ -25,6 +25,7 @@ Paths in a report come from files a user may have received (``sweep.json``'s ``r
 from __future__ import annotations
 
 import base64
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +184,11 @@ def figures(entries: Sequence[FigureEntry], root: str | Path) -> FigureBlock:
 
 
 # ----------------------------------------------------------------- reproduce claims.md
+def _evidence_href(run: str, claim_id: str) -> str:
+    """The href of a claim's evidence in a run's section (``#ev-NAME-ID``)."""
+    return "#" + element_id("ev", run, claim_id)
+
+
 def reproduce_matrix(report: dict[str, Any], links: dict[str, str] | None = None) -> Matrix:
     """The claims x runs matrix of a reproduce report (``claims.json``): a column per run
     (its header links to the run's section, ``#run-NAME``), each cell to the claim's
@@ -194,7 +200,7 @@ def reproduce_matrix(report: dict[str, Any], links: dict[str, str] | None = None
         name = str(run["name"])
         column = Column(name, "#" + element_id("run", name), str(run.get("status")))
         runs.append(RunClaims(column, [as_claim(c) for c in run.get("claims") or []], len(run.get("seeds") or []),
-                              lambda cid, name=name: "#" + element_id("ev", name, cid),
+                              functools.partial(_evidence_href, name),
                               name.split("/", 1)[0] if over_labs and "/" in name else ""))
     return runs_matrix(runs)
 

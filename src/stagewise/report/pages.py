@@ -16,6 +16,11 @@ Stage boundaries: any dict inside ``summary.details`` shaped like
 :meth:`stagewise.measure.StageReport.as_dict` (``{"order": [...], "stages": {name:
 {"per_seed", "mean", "min", "max", "n_reached", "n_seeds", ...}}}``), at any depth, is
 rendered as a table named by its dotted path.
+
+Record tables: any list of flat records (dicts of scalars) and any mapping of names to flat
+records inside ``summary.details`` (e.g. the NTP lab's ``named_cases`` and its
+per-category ``generalization`` accuracies) is an HTML table (:func:`detail_tables`): a
+report never shows a table as an image.
 """
 
 from __future__ import annotations
@@ -44,6 +49,12 @@ MAX_ROWS = 2000
 
 MAX_DETAILS_CHARS = 200_000
 """Characters of a run's ``summary.details`` JSON shown (collapsed) on its page."""
+
+MAX_DETAIL_ROWS = 500
+"""Rows of one record table of ``summary.details`` shown (the rest are counted below it)."""
+
+MAX_DETAIL_DEPTH = 3
+"""How deep inside ``summary.details`` record tables are looked for."""
 
 MATRIX_ONLY = ("claim.", "claim_value.")
 """Collect-table column prefixes shown in the claims matrix, so left out of the collected-results table."""
@@ -123,6 +134,48 @@ def stage_reports(obj: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, d
             yield from stage_reports(value, path + (str(i),))
 
 
+@dataclass(frozen=True)
+class DetailTable:
+    """One record table of ``summary.details``: its dotted path, header, rows (at most
+    MAX_DETAIL_ROWS) and how many rows were left out."""
+
+    anchor: str
+    where: str
+    header: list[str]
+    rows: list[list[Any]]
+    left_out: int = 0
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _flat(record: Any) -> bool:
+    return isinstance(record, Mapping) and bool(record) and all(_scalar(v) for v in record.values())
+
+
+def detail_tables(obj: Any, path: tuple[str, ...] = ()) -> Iterator[DetailTable]:
+    """Record tables inside ``summary.details`` (see the module docstring), depth first:
+    a list of flat records (columns: the union of their keys, first-seen order) or a mapping
+    of names to flat records (a first column ``name``). Stage reports are left to
+    :func:`stage_table`."""
+    if len(path) > MAX_DETAIL_DEPTH or is_stage_report(obj):
+        return
+    where = ".".join(path) or "details"
+    if isinstance(obj, list) and obj and all(_flat(r) for r in obj):
+        header = list(dict.fromkeys(k for r in obj for k in r))
+        rows = [[r.get(k) for k in header] for r in obj[:MAX_DETAIL_ROWS]]
+        yield DetailTable(element_id("table", where), where, header, rows, max(0, len(obj) - MAX_DETAIL_ROWS))
+    elif isinstance(obj, Mapping) and obj and all(_flat(r) for r in obj.values()):
+        header = list(dict.fromkeys(k for r in obj.values() for k in r))
+        items = list(obj.items())
+        rows = [[name, *(r.get(k) for k in header)] for name, r in items[:MAX_DETAIL_ROWS]]
+        yield DetailTable(element_id("table", where), where, ["name", *header], rows, max(0, len(items) - MAX_DETAIL_ROWS))
+    elif isinstance(obj, Mapping):
+        for key, value in obj.items():
+            yield from detail_tables(value, path + (str(key),))
+
+
 def stage_table(report: dict[str, Any]) -> Markup:
     """Stages in their order: seeds reaching it, mean/min/max crossing step, per-seed steps;
     the report's other scalar fields below."""
@@ -175,6 +228,7 @@ def run_page(run_dir: str | Path, *, preset: str | None = None, back: tuple[str,
     stages = [(where, StageView(element_id("stages", where), stage_table(report)))
               for where, report in stage_reports(summary.details if summary else {})]
     final = [[name, s.mean, s.min, s.max] for name, s in (summary.final.items() if summary else ())]
+    tables = list(detail_tables(summary.details)) if summary else []
     block = figures(run_figures(run_dir), run_dir)
     try:
         config_text = (run_dir / "config.yaml").read_text(encoding="utf-8")
@@ -189,7 +243,7 @@ def run_page(run_dir: str | Path, *, preset: str | None = None, back: tuple[str,
     html = render("run.html", title=title, back={"href": back[0], "text": back[1], "up": depth} if back else None,
                   folder=run_dir.name, manifest=manifest, seeds=", ".join(map(str, manifest["seeds"])), note=note,
                   claims=matrix, evidence_rows=evidence_rows(claims, lambda cid: element_id("ev", cid)), stages=stages,
-                  final=final, figures=block.html, n_figures=len(block.embedded), manifest_rows=rows,
+                  final=final, tables=tables, figures=block.html, n_figures=len(block.embedded), manifest_rows=rows,
                   manifest_css=["failed" if k == "error" and v else "" for k, v in rows], config_text=config_text,
                   lab_details=lab_details)
     return Page(title, str(html), block.embedded, block.missing)
@@ -290,7 +344,7 @@ def _figure_entries(run: dict[str, Any], folder: Path) -> list[FigureEntry]:
     for fig in map(str, run.get("figures") or []):
         pdf = Path(fig).with_suffix(".pdf") if Path(fig).name else None  # "" or ".": no file name
         has_pdf = pdf is not None and (folder / pdf).is_file() and inside_folder(folder, folder / pdf) is not None
-        entries.append(FigureEntry(Path(fig).stem or fig, folder / fig, pdf.as_posix() if has_pdf else None))
+        entries.append(FigureEntry(Path(fig).stem or fig, folder / fig, pdf.as_posix() if pdf is not None and has_pdf else None))
     return entries
 
 
@@ -309,7 +363,9 @@ def reproduce_html_page(report: dict[str, Any], folder: Path, links: dict[str, s
     title = reproduce_title(report)
     matrix = reproduce_matrix(report)
     statements = {row.key: row.statement for g in matrix.groups for row, _ in g.rows}  # row key: [LAB/]ID
-    embedded, missing, runs = [], [], []
+    embedded: list[Path] = []
+    missing: list[str] = []
+    runs: list[RunView] = []
     for run in report["runs"]:
         name = str(run["name"])
         claims = [as_claim(c) for c in run.get("claims") or []]

@@ -30,6 +30,7 @@ import math
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -44,7 +45,10 @@ from matplotlib.collections import PathCollection, QuadMesh  # noqa: E402
 from ..measure import series  # noqa: E402
 from ..runs.store import atomic_write_bytes  # noqa: E402
 
-STYLE = {"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
+STYLE: dict[RcKeyType, Any] = {"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
          "axes.spines.right": False, "font.size": 9, "legend.fontsize": 7, "legend.frameon": False}
 
 MAX_SEED_LINES = 16  # beyond this many seeds, the rest are shown by the min-max band only
@@ -67,7 +71,9 @@ def palette(n: int) -> list[str]:
     """``n`` pairwise distinct colours: PALETTE, then evenly spaced hues beyond it."""
     if n <= len(PALETTE):
         return list(PALETTE[:n])
-    extra = [mcolors.to_hex(mcolors.hsv_to_rgb((i / (n - len(PALETTE)), 0.75, 0.8))) for i in range(n - len(PALETTE))]
+    # matplotlib's stubs leave the (3,) RGB array hsv_to_rgb returns out of ColorType; to_hex takes it
+    extra = [mcolors.to_hex(mcolors.hsv_to_rgb((i / (n - len(PALETTE)), 0.75, 0.8)))  # type: ignore[arg-type]
+             for i in range(n - len(PALETTE))]
     return list(PALETTE) + extra
 
 
@@ -261,7 +267,10 @@ def _data_artists(ax) -> list:
 
 def _rgb(color) -> tuple[float, float, float] | None:
     arr = np.asarray(mcolors.to_rgba_array(color))
-    return None if not arr.size else tuple(float(v) for v in arr[0, :3])
+    if not arr.size:
+        return None
+    red, green, blue = (float(v) for v in arr[0, :3])  # a row of an RGBA array
+    return red, green, blue
 
 
 def _series_colors(ax) -> dict[str, tuple[float, float, float]]:
@@ -331,8 +340,8 @@ def check_figure(fig, log_x: tuple[str, ...] = ()) -> tuple[str, ...]:
         panel_in = ax.get_position().width * width_in * scale
         if panel_in < MIN_PANEL_IN:
             problems.append(f"{name}: {panel_in:.2f} in wide at the report's width (< {MIN_PANEL_IN} in)")
-        xs = [ln.get_xdata() for ln in ax.lines if ln.get_transform().contains_branch(ax.transData)]
-        xs = np.concatenate([np.asarray(x, float).reshape(-1) for x in xs]) if xs else np.zeros(0)
+        line_xs = [ln.get_xdata() for ln in ax.lines if ln.get_transform().contains_branch(ax.transData)]
+        xs = np.concatenate([np.asarray(x, float).reshape(-1) for x in line_xs]) if line_xs else np.zeros(0)
         declared = ax.get_xlabel() in log_x
         if (declared or use_log_scale(xs)) and ax.get_xscale() != "log":
             problems.append(f"{name}: x axis should be log ({'declared' if declared else 'log-spaced values'})")

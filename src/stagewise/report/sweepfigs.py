@@ -82,6 +82,8 @@ def condition(frame: pd.DataFrame, value: str) -> pd.Series:
         if not pd.api.types.is_numeric_dtype(data.dtype):
             raise ValueError(f"{column!r} is neither boolean nor numeric; write a condition such as {column}>=0.5")
         op, number = "!=", 0.0
+    if number is None:  # parse_condition gives a number with every operator
+        raise ValueError(f"{value!r}: an operator without a number")
     values = data.astype("Float64").to_numpy(float, na_value=np.nan)  # booleans -> 0/1, NA -> NaN
     known = np.isfinite(values)
     out = pd.array(OPERATORS[op](np.where(known, values, 0.0), number), dtype="boolean")

@@ -24,11 +24,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import NotAvailable, UserError
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard.writer import FileWriter
 
 ENV_VAR = "STAGEWISE_SINKS"
 SINK_PACKAGES = {"tensorboard": ("tensorboard",), "wandb": ("wandb",)}
@@ -141,12 +144,12 @@ class TensorBoardSink:
     def __init__(self, root: Path, seeds: Sequence[int]):
         self.folder = root / TB_FOLDER
         self.seeds = list(seeds)
-        self._writer = None
+        self._writer: FileWriter | None = None  # opened at the first write
         self._events: dict[tuple[str, tuple[str, ...]], tuple[Any, list[Any]]] = {}  # shape -> (Event, its Values)
         self._metrics: dict[str, str] = {}  # metric -> variant, in first-logged order
         self._layout_size = 0  # metrics covered by the last layout written
 
-    def _open(self) -> Any:
+    def _open(self) -> FileWriter:
         if self._writer is None:
             from torch.utils.tensorboard.writer import FileWriter
 
@@ -185,7 +188,7 @@ class TensorBoardSink:
         layout: dict[str, dict[str, list[Any]]] = {}
         for metric, variant in self._metrics.items():
             layout.setdefault(variant or "metrics", {})[metric] = ["Multiline", [f"^{re.escape(metric)}/seed-?[0-9]+$"]]
-        self._writer.add_summary(custom_scalars(layout), global_step=0)
+        self._open().add_summary(custom_scalars(layout), global_step=0)  # already open: only flush() calls this
         self._layout_size = len(self._metrics)
 
     def flush(self) -> None:

@@ -193,8 +193,7 @@ class TableStore:
         if old is not None and len(old):
             frame = pd.concat([old[old["_part"] != str(part)], frame], ignore_index=True)
         write_parquet(frame, self.path(name))
-        self.parts()  # build the index before changing it
-        self._index[name] = list(dict.fromkeys(frame["_part"].tolist()))
+        self._loaded_index()[name] = list(dict.fromkeys(frame["_part"].tolist()))  # built before it is changed
         return frame
 
     def entry(self, name: str, frame: pd.DataFrame) -> dict[str, Any]:
@@ -218,12 +217,16 @@ class TableStore:
     def parts(self) -> dict[str, list[str]]:
         """Table name -> its parts in write order (read from disk on first use, then kept up
         to date by :meth:`write`, so a checkpoint does not re-read every table)."""
+        return {name: list(parts) for name, parts in self._loaded_index().items()}
+
+    def _loaded_index(self) -> dict[str, list[str]]:
+        """The name -> parts index itself, read from disk if it is not loaded."""
         if self._index is None:
             self._index = {}
             for name in self.names():
                 frame = self._raw(name)
                 self._index[name] = list(dict.fromkeys(frame["_part"].tolist())) if frame is not None else []
-        return {name: list(parts) for name, parts in self._index.items()}
+        return self._index
 
 
 def safe_csv(frame: pd.DataFrame) -> str:

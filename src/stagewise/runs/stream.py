@@ -174,7 +174,10 @@ class MetricSink:
         """Long-form metrics: step, seed, variant, metric, value (sorted by metric, step, seed)."""
         n = len(self.seeds)
         seeds = np.asarray(self.seeds, dtype=np.int64)
-        steps, names, variants, blocks = [], [], [], []
+        steps: list[np.ndarray] = []
+        names: list[str] = []
+        variants: list[str] = []
+        blocks: list[np.ndarray] = []
         for line in self.read_lines():
             vals = np.frombuffer(base64.b64decode(line["f8"]), dtype="<f8")
             m = len(line["names"])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -180,9 +181,9 @@ def check_lab(lab: Lab | str, *, workdir: str | Path | None = None, checks: Iter
             if wanted is not None and name not in wanted and base not in wanted:
                 continue
             if name in entries:
-                results.append(_run_one(name, lambda spec=entries[name]: check_entry(session, spec), skips, base))
+                results.append(_run_one(name, functools.partial(check_entry, session, entries[name]), skips, base))
             else:
-                results.append(_run_one(name, lambda base=base: CHECKS[base](session), skips, base))
+                results.append(_run_one(name, functools.partial(CHECKS[base], session), skips, base))
     report = ConformanceReport(lab.name, tuple(results))
     if strict and report.failed:
         raise ConformanceError(report)

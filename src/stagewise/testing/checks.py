@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from ..config import config_hash, deep_merge
 from ..errors import NotAvailable
@@ -234,11 +235,8 @@ def _kill_after(records: int) -> Iterator[dict[str, bool]]:
             state["fired"] = True
             raise KeyboardInterrupt("simulated kill")
 
-    RunDirContext.log = crashing
-    try:
+    with mock.patch.object(RunDirContext, "log", crashing):  # restores the original method on exit
         yield state
-    finally:
-        RunDirContext.log = original
 
 
 def check_resume_equals_uninterrupted(session: Session) -> None:

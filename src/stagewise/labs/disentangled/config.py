@@ -20,21 +20,25 @@ Finite: dict[str, Any] = {"allow_inf_nan": False}
 
 class DataConfig(ConfigModel):
     d: int = Field(30, ge=1, description="[known] dimension of each feature block, x = [x1; x2] in R^{2d}; value 30 [reconstructed] (our probes)")
-    prompt_len: int = Field(20, ge=2, description="[known] L: L-1 labelled context tokens plus the query (assumption: L >> sqrt(d) log d); value 20\n[reconstructed] (our probes; about sqrt(d) log d at d = 30)")
+    prompt_len: int = Field(20, ge=2,
+        description="[known] L: L-1 labelled context tokens plus the query (assumption: L >> sqrt(d) log d); value 20\n"
+        "[reconstructed] (our probes; about sqrt(d) log d at d = 30)")
     n_train: int = Field(400, ge=1, description="[known] N training prompts; value 400 [reconstructed] (our probes)")
     n_test: int = Field(2000, ge=1, description="[reconstructed] fresh test prompts per seed")
     q_geometry: Literal["xor", "three-cluster"] = Field(
         "xor", description="[known] Q is not linearly separable. three-cluster: the notebook's (+1 in the middle; a Q-only\n"
         "query there scores ~0 with a bias-free ReLU score, so its loss is pinned near log 2); xor [reconstructed\n"
         "default]: +1 at +-zeta1, -1 at +-zeta2, learnable by the bilinear score")
-    p0: float = Field(0.2, ge=0, le=1, description="[reconstructed] probability a token is P-only (Li-Wei-Ma mixture; without it P explains every label)")
+    p0: float = Field(0.2, ge=0, le=1,
+        description="[reconstructed] probability a token is P-only (Li-Wei-Ma mixture; without it P explains every label)")
     q0: float = Field(0.2, ge=0, le=1, description="[reconstructed] probability a token is Q-only")
     gamma0: float = Field(1.0, gt=0, **Finite, description="[known] P margin scale (margin gamma0 ||w*||^2, ||w*|| = 1)")
     p_noise: float | None = Field(None, ge=0, **Finite, description="[reconstructed] P noise std; null = 1/sqrt(d)")
     q_noise: float = Field(0.05, ge=0, **Finite, description="[reconstructed] Q noise std (small)")
     zeta: float = Field(0.5, gt=0, **Finite, description="[reconstructed] ||zeta|| of the Q clusters (0.2..1 plausible; 0.5 from our probes)")
     w_star: Literal["e1", "random"] = Field("e1", description="[reconstructed] P direction: first basis vector or a random unit vector per seed")
-    q_centre: float = Field(0.0, ge=0, **Finite, description="[reconstructed] ||z|| of a common Q centre z (orthogonal to zeta1, zeta2) added to every\n"
+    q_centre: float = Field(0.0, ge=0, **Finite,
+        description="[reconstructed] ||z|| of a common Q centre z (orthogonal to zeta1, zeta2) added to every\n"
                             "Q block: x2 = z + cluster + noise. Large ||z|| with small clusters is Li-Wei-Ma's high-curvature\n"
                             "direction (a large rate is unstable along V ~ z z^T); 0 = no centre")
     label_rule: Literal["shared", "composite"] = Field(
@@ -85,12 +89,14 @@ class TrainConfig(TrainBase):
                     "in every seed we ran, and Q has had little time (longer t1 lets noisy seeds pick Q up early)")
     steps: int = Field(6000, ge=1, le=MAX_STEPS, description="[reconstructed] total steps (Q settles within ~3000 annealed steps)")
     warmup_steps: int = Field(100, ge=0, le=MAX_STEPS, description="[run] warmup schedule: steps of linear warmup")
-    noise: float = Field(0.05, ge=0, **Finite, description="[reconstructed] Li-Wei-Ma update noise: N(0, (noise * lr)^2) added to every entry per step")
+    noise: float = Field(0.05, ge=0, **Finite,
+        description="[reconstructed] Li-Wei-Ma update noise: N(0, (noise * lr)^2) added to every entry per step")
     noise_mode: Literal["lr", "constant", "stage1"] = Field(
         "lr", description="[reconstructed] update-noise std per entry: lr = noise * lr_t (Li-Wei-Ma's; annealing lowers rate and noise\n"
         "together); constant = noise * lr_stage1 at every step (annealing lowers the rate only); stage1 = noise * lr_t up to t1,\n"
         "0 after (the noise stops at t1)")
-    l2: float = Field(0.01, ge=0, **Finite, description="[known] lambda of the L2 term (lambda/2)(||W||^2 + ||V||^2); value 0.01 [reconstructed] (our probes)")
+    l2: float = Field(0.01, ge=0, **Finite,
+        description="[known] lambda of the L2 term (lambda/2)(||W||^2 + ||V||^2); value 0.01 [reconstructed] (our probes)")
     log_every: int = Field(20, ge=1, le=MAX_STEPS, description="[run] log train and test metrics every k steps (and at t1 and the end)")
     spectrum_every: int = Field(200, ge=1, le=MAX_STEPS, description="[run] log eigenvalues / singular values every k steps (and at t1 and the end)")
     checkpoint_every: int = Field(1000, ge=1, le=MAX_STEPS, description="[run] safetensors checkpoint every k steps (for --resume)")
@@ -121,10 +127,12 @@ class ThresholdConfig(ConfigModel):
     q_learned: float = Field(0.85, gt=0, le=1, description="[reconstructed] Q-only test accuracy of the accuracy-level claim q_accuracy_stage2")
     p_loss: float = Field(0.5, gt=0, le=1, description="[reconstructed] P learned: K1 on P-bearing queries <= p_loss * log 2")
     q_flat: float = Field(0.05, gt=0, le=1, description="[reconstructed] Q not learned: K2 on Q-bearing queries within q_flat * log 2 of log 2")
-    q_loss: float = Field(0.5, gt=0, le=1, description="[reconstructed] Q learned: K2 on Q-bearing queries <= q_loss * log 2 (the issue's 'at most half')")
+    q_loss: float = Field(0.5, gt=0, le=1,
+        description="[reconstructed] Q learned: K2 on Q-bearing queries <= q_loss * log 2 (the issue's 'at most half')")
     control_quantile: float = Field(0.95, gt=0, le=1, description="[reconstructed] Q not learned also needs Q-only accuracy <= this quantile of the\n"
                                     "shuffled-label control's (pooled over its seeds, same step)")
-    seed_fraction: float = Field(1.0, gt=0, le=1, description="[reconstructed] a per-seed claim holds when at least this fraction of seeds pass (1 = every seed)")
+    seed_fraction: float = Field(1.0, gt=0, le=1,
+        description="[reconstructed] a per-seed claim holds when at least this fraction of seeds pass (1 = every seed)")
 
 
 class ExperimentConfig(ConfigModel):

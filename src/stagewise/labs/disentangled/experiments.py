@@ -8,11 +8,17 @@ their own field, so a killed run resumes inside the right group.
 
 Each group also logs the table ``stages``: one row per (variant, seed) with the test
 accuracies and branch losses at the end of each stage (t1 and the last step).
+
+A group trains on the engine's :class:`~stagewise.engine.driver.TrainingDriver` (the lab
+supplies :class:`GroupLoop`, the updates and measurements, and :class:`GroupContext`, the
+per-variant records and the group's checkpoints); the driver does the resume hand-off,
+logging cadence, finite checks, checkpoints and stop requests.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,13 +27,16 @@ import torch
 
 from ...config import deep_merge, validate
 from ...measure import truncate
-from ...engine import check_finite, find_nonfinite, resolve_device
+from ...engine import resolve_device
+from ...engine.driver import StepOutput, TrainingDriver
+from ...engine.perf import training_threads
 from ...runs import Checkpoint
 from ..contract import RunContext
 from .claims import control_of
 from .config import Config
 from .metrics import block_matrices, evaluate, review_metrics, weight_metrics
-from .train import Member, State, build_ensemble, init_weights, members_from_config, run_training
+from .train import Ensemble, Member, State, UpdateLoop, build_ensemble, init_weights, members_from_config
+
 
 @dataclass(frozen=True)
 class Group:
@@ -57,7 +66,7 @@ def with_control(config: Config, members: list[Member]) -> list[Member]:
 def _variant(config: Config, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(member overrides, config overrides) of an ablation."""
     tc = config.train
-    return {
+    table: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         "no-anneal": ({"eta2": tc.eta1}, {}),
         "small-lr": ({"eta1": tc.eta2}, {}),
         "no-noise": ({"noise": 0.0}, {}),
@@ -67,7 +76,8 @@ def _variant(config: Config, name: str) -> tuple[dict[str, Any], dict[str, Any]]
         "full": ({}, {"model": {"weights": "full"}}),
         "anneal-fixed-noise": ({"noise_mode": "constant"}, {}),
         "noise-off-t1": ({"eta2": tc.eta1, "noise_mode": "stage1"}, {}),
-    }[name]
+    }
+    return table[name]
 
 
 def scaled_config(config: Config, d: int) -> Config:
@@ -109,7 +119,7 @@ def groups(config: Config) -> list[Group]:
     # shape-keeping ablations that share the baseline's data: one batched group, seed-major
     # (each seed's dataset once, K variants over it); the rest: one group each
     shared, separate = ["baseline"], []
-    overrides = {"baseline": {}}
+    overrides: dict[str, dict[str, Any]] = {"baseline": {}}
     for name in config.experiment.ablations:
         member_over, config_over = _variant(config, name)
         if config_over or "p0" in member_over:
@@ -130,14 +140,14 @@ def seed_major(config: Config, variants: dict[str, dict[str, Any]]) -> list[Memb
     return [per_variant[name][i] for i in range(config.n_seeds) for name in variants]
 
 
-def grid_variants(config: Config) -> dict[str, dict[str, float]]:
+def grid_variants(config: Config) -> dict[str, dict[str, Any]]:
     """Name -> overrides of every combination in ``experiment.grid`` (e.g. "lr_stage1=1,noise=0.05")."""
     from itertools import product
 
     keys = list(config.experiment.grid)
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for values in product(*(config.experiment.grid[k] for k in keys)):
-        over = {k: (int(v) if k in INTEGER_AXES else float(v)) for k, v in zip(keys, values)}
+        over: dict[str, Any] = {k: (int(v) if k in INTEGER_AXES else float(v)) for k, v in zip(keys, values)}
         out[",".join(f"{k}={v:g}" for k, v in over.items())] = over
     return out
 
@@ -145,7 +155,7 @@ def grid_variants(config: Config) -> dict[str, dict[str, float]]:
 INTEGER_AXES = ("t1", "batch_size")
 
 
-def _log_rows(ctx, group: Group, step: int, values: dict[str, torch.Tensor]) -> None:
+def _log_rows(ctx: RunContext, group: Group, step: int, values: Mapping[str, torch.Tensor]) -> None:
     """Log (M,) member vectors as one record of (n_seeds,) vectors per variant."""
     variants: dict[str, list[int]] = {}
     for i, m in enumerate(group.members):
@@ -184,7 +194,7 @@ def truncation_metrics(config: Config, ens, weights: tuple[torch.Tensor, ...]) -
     out = {}
     for keep in ("top", "bottom"):
         for k in ks:
-            cut = truncate(whole, min(k, 2 * d), keep)  # (M, 2d, 2d)
+            cut = truncate(whole, min(k, 2 * d), keep).to(whole.dtype)  # (M, 2d, 2d); truncate works in float64
             cut_weights = (cut,) if len(weights) == 1 else (cut[:, :d, :d], cut[:, d:, d:])
             m = evaluate(cut_weights, ens.test, ens.hyper["l2"], config.model.output, config.model.normalizer, d, "test")
             for kind in ("p_only", "q_only", "both"):
@@ -192,58 +202,119 @@ def truncation_metrics(config: Config, ens, weights: tuple[torch.Tensor, ...]) -
     return out
 
 
-def run_group(index: int, group: Group, ctx: RunContext, resume: Checkpoint | None) -> None:
-    """Train one group with logging and checkpoints (resuming when ``resume`` is given)."""
-    cfg, tc = group.config, group.config.train
-    device = resolve_device(cfg.device)
-    ens = build_ensemble(cfg, group.members).to(device)  # prompts drawn on the CPU streams, then moved
-    dtype = ens.hyper["l2"].dtype
-    prefix = f"g{index}."
-    if resume is not None:
-        state = State.restore(resume.tensors, ens, prefix, resume.step)
-    else:
-        state = State([w.to(device) for w in init_weights(cfg, group.members, dtype)])
-    total, marks = tc.steps, {0, tc.t1, tc.steps}
-    seeds = [m.seed for m in group.members]
+class GroupContext:
+    """The run context one group's :class:`~stagewise.engine.driver.TrainingDriver` sees:
+    records go through :func:`_log_rows` ((M,) member vectors -> one record of (n_seeds,)
+    vectors per variant), checkpoints carry the group's index as ``group``, the resumed
+    checkpoint is the one handed to this group (None: a fresh start); the rest is ``ctx``'s."""
 
-    def evaluate_splits(weights: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+    def __init__(self, ctx: RunContext, group: Group, index: int, resume: Checkpoint | None):
+        self._ctx, self.group, self.index, self.resume = ctx, group, index, resume
+
+    def log(self, step: int, values: Mapping[str, torch.Tensor], *, variant: str = "") -> None:
+        _log_rows(self._ctx, self.group, step, values)
+
+    def save_checkpoint(self, step: int, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None,
+                        *, group: int = 0) -> None:
+        self._ctx.save_checkpoint(step, tensors, meta, group=self.index)
+
+    def resume_state(self) -> Checkpoint | None:
+        return self.resume
+
+    def __getattr__(self, attr: str) -> Any:  # progress, should_checkpoint, stop_requested, log_table ...
+        return getattr(self._ctx, attr)
+
+
+class GroupLoop(UpdateLoop):
+    """One group's updates and measurements behind the driver's :class:`~stagewise.engine.driver.Loop`.
+
+    Step t: :func:`.train.update` number t, then (once the driver found the weights finite)
+    the metrics of the weights after t updates: evaluations at logged steps (every
+    ``log_every``, at 0, t1 and the end), weight metrics at those and every
+    ``spectrum_every``, truncation and review metrics at the end. The ``stages`` table
+    collects one row per member at t1 and at the end (a step whose losses then fail the
+    finite check ends the run, so its rows are never saved) and is logged after the last
+    step, before its checkpoint. Checkpoint tensors are ``g{index}.*``
+    (:meth:`.train.State.tensors`), its record ``{"group", "step", "stage_rows"}``.
+    """
+
+    def __init__(self, index: int, group: Group, ens: Ensemble, ctx: RunContext):
+        cfg = group.config
+        weights = [w.to(ens.device) for w in init_weights(cfg, group.members, ens.hyper["l2"].dtype)]
+        super().__init__(ens, State(weights), prefix=f"g{index}.")
+        self.index, self.group, self.ctx = index, group, ctx
+        self.total, self.marks = cfg.train.steps, {0, cfg.train.t1, cfg.train.steps}
+        self.stage_rows: list[dict[str, Any]] = []
+
+    def logged(self, t: int) -> bool:
+        """Train and test metrics at step t: every ``log_every`` and at 0, t1 and the end."""
+        return t % self.group.config.train.log_every == 0 or t in self.marks
+
+    def step(self, t: int, log: bool) -> StepOutput:
+        super().step(t, log)
+        return StepOutput(deferred=lambda: self.measure(t, log))
+
+    def stage(self, t: int) -> dict[str, torch.Tensor]:
+        """The stage of step t (1.0 up to t1, then 2.0), (M,)."""
+        t1, dtype = self.group.config.train.t1, self.ens.hyper["l2"].dtype
+        return {"stage": torch.full((self.ens.size,), 1.0 if t <= t1 else 2.0, dtype=dtype, device=self.ens.device)}
+
+    def evaluate_splits(self, weights: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+        """Loss, accuracies and K metrics on the training and the test prompts, each (M,)."""
+        cfg, ens = self.group.config, self.ens
         out = {}
         for split, batch in (("train", ens.train), ("test", ens.test)):
             out.update(evaluate(weights, batch, ens.hyper["l2"], cfg.model.output, cfg.model.normalizer, cfg.data.d, split))
         return out
 
-    stage_rows: list[dict[str, Any]] = []
+    def measure(self, t: int, log: bool) -> StepOutput:
+        """Step t's values (None when neither logged nor a spectrum step); losses checked when logged."""
+        cfg, ens = self.group.config, self.ens
+        spectra = t % cfg.train.spectrum_every == 0 or t in self.marks
+        if not (log or spectra):
+            return StepOutput()
+        weights = tuple(self.current.weights)
+        assert ens.w_star is not None and ens.zeta_basis is not None  # set by build_ensemble
+        values = {**self.stage(t), **weight_metrics(weights, cfg.data.d, spectra, ens.w_star, ens.zeta_basis)}
+        if log:
+            values.update(self.evaluate_splits(weights))
+        if t == self.total:
+            values.update(truncation_metrics(cfg, ens, weights))
+            values.update(review_metrics(weights, ens.w_star, ens.test, cfg.model.normalizer, cfg.data.d))
+        for name, mark in (("stage1", cfg.train.t1), ("stage2", self.total)):
+            if t == mark and log:
+                self.stage_rows.extend(_stage_rows(self.group, name, t, values))
+        return StepOutput(values, {k: values[k] for k in ("train.loss", "test.loss")} if log else None)
 
-    def on_step(t: int, st: State) -> None:
-        weights = tuple(st.weights)
-        stage = {"stage": torch.full((ens.size,), 1.0 if t <= tc.t1 else 2.0, dtype=dtype, device=device)}
-        named = dict(zip(("W", "V") if len(weights) == 2 else ("blockdiag(W, V)",), weights))
-        broken = find_nonfinite(t, seeds, None, named)  # every step: one reduction per matrix, one sync
-        if broken is not None:
-            _log_rows(ctx, group, t, {**stage, **evaluate_splits(weights)})
-            raise broken
-        log = t % tc.log_every == 0 or t in marks
-        spectra = t % tc.spectrum_every == 0 or t in marks
-        if log or spectra:
-            values = {**stage, **weight_metrics(weights, cfg.data.d, spectra, ens.w_star, ens.zeta_basis)}
-            if log:
-                values.update(evaluate_splits(weights))
-            if t == total:
-                values.update(truncation_metrics(cfg, ens, weights))
-                values.update(review_metrics(weights, ens.w_star, ens.test, cfg.model.normalizer, cfg.data.d))
-            _log_rows(ctx, group, t, values)
-            if log:
-                check_finite(t, seeds, {k: values[k] for k in ("train.loss", "test.loss")})
-            for name, mark in (("stage1", tc.t1), ("stage2", total)):
-                if t == mark and log:
-                    stage_rows.extend(_stage_rows(group, name, t, values))
-        if t > 0 and (ctx.should_checkpoint(t) or t == total):
-            if t == total:  # the table part of this group is complete: log it before the final checkpoint
-                frame = pd.DataFrame(stage_rows)
-                ctx.log_table("stages", frame[[c for c in STAGE_KEYS + STAGE_COLUMNS if c in frame]], part=group.name)
-            ctx.save_checkpoint(t, st.tensors(ens, prefix), {"group": index, "step": t, "stage_rows": stage_rows},
-                                group=index)
+    def diverged(self, t: int) -> dict[str, torch.Tensor]:
+        """The record of a step whose weights are not finite: its stage and evaluations."""
+        return {**self.stage(t), **self.evaluate_splits(tuple(self.current.weights))}
 
-    if resume is not None:  # rows collected before the checkpoint
-        stage_rows.extend(resume.meta.get("stage_rows", []))
-    run_training(ens, state, total, on_step, ctx.progress(total, group.name, start=state.step))
+    def after(self, t: int) -> None:
+        """After the last step (the group's table part complete): the ``stages`` table."""
+        if t == self.total:
+            frame = pd.DataFrame(self.stage_rows)
+            self.ctx.log_table("stages", frame[[c for c in STAGE_KEYS + STAGE_COLUMNS if c in frame]], part=self.group.name)
+
+    def meta(self, t: int) -> dict[str, Any]:
+        return {"group": self.index, "step": t, "stage_rows": self.stage_rows}
+
+    def restore(self, checkpoint: Any) -> int:
+        """The checkpoint's state and the table rows collected before it."""
+        step = super().restore(checkpoint)
+        self.stage_rows = list(checkpoint.meta.get("stage_rows", []))
+        return step
+
+
+def run_group(index: int, group: Group, ctx: RunContext, resume: Checkpoint | None) -> None:
+    """Train one group with logging and checkpoints (resuming when ``resume`` is given)
+    through the engine's :class:`~stagewise.engine.driver.TrainingDriver`: weights checked
+    at every step (a diverged step's evaluation is logged before raising), losses at logged
+    steps, a checkpoint at ``ctx.should_checkpoint(t)`` and at the last step."""
+    cfg = group.config
+    ens = build_ensemble(cfg, group.members).to(resolve_device(cfg.device))  # prompts drawn on the CPU streams, then moved
+    loop = GroupLoop(index, group, ens, ctx)
+    driver = TrainingDriver(GroupContext(ctx, group, index, resume), [m.seed for m in group.members], cfg.train.steps,
+                            loop.logged, group.name, weights_every_step=True)
+    with training_threads(cfg.thread_count(ens.size)):
+        driver.run(loop)

@@ -107,7 +107,9 @@ def weight_metrics(weights: tuple[torch.Tensor, ...], d: int, spectra: bool, w_s
     """Norms (always) and full spectra (when ``spectra``) of W, V and blockdiag(W, V) ("WV");
     the signal parts (:func:`signal_metrics`) when the geometry is given."""
     w, v, whole = block_matrices(weights, d)
-    out = signal_metrics(w, v, w_star, zeta_basis) if w_star is not None else {}
+    if w_star is not None and zeta_basis is None:
+        raise ValueError("weight_metrics: w_star given without zeta_basis (the signal parts need both)")
+    out = signal_metrics(w, v, w_star, zeta_basis) if w_star is not None and zeta_basis is not None else {}
     for name, m in (("W", w), ("V", v), ("WV", whole)):
         if spectra:
             out.update(spectrum_metrics(name, m, k=max(1, m.shape[-1] // 4)))
@@ -132,6 +134,7 @@ def review_metrics(weights: tuple[torch.Tensor, ...], w_star: torch.Tensor, batc
     w, _, _ = block_matrices(weights, d)
     ref = torch.einsum("md,me->mde", w_star, w_star)  # (M, d, d) w* w*^T
     zero = torch.zeros_like(ref)
+    matrices: tuple[torch.Tensor, ...]
     if len(weights) == 1:  # full weights: the reference sits in the P-P block
         ref = torch.cat([torch.cat([ref, zero], -1), torch.cat([zero, zero], -1)], -2)  # (M, 2d, 2d)
         matrices = (ref,)

@@ -22,6 +22,7 @@ over (dataset, prompt), so K variants cost one pass over the data.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -118,9 +119,10 @@ def forward(matrices: tuple[torch.Tensor, ...], batch: Batch, output: str, norma
     """matrices: one (M, k, k) per branch (W, V) or (A_full,); ``scores`` (M, B, N, C) if
     already computed by :func:`all_scores`."""
     branch_scores = (all_scores(matrices, batch) if scores is None else scores).unbind(1)  # B x (M, N, C)
-    units = branch_scores if output == "split" or len(branch_scores) == 1 else [sum(branch_scores)]
+    # (a sum of a non-empty tuple of tensors is a tensor: the casts below)
+    units = branch_scores if output == "split" or len(branch_scores) == 1 else [cast(torch.Tensor, sum(branch_scores))]
     outs = tuple(normalize(batch.labels, F.relu(s), normalizer) for s in units)
-    return Forward(tuple(units), outs, sum(outs))
+    return Forward(tuple(units), outs, cast(torch.Tensor, sum(outs)))
 
 
 def logistic(f: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -165,7 +167,8 @@ def branch_outputs(matrices: tuple[torch.Tensor, ...], batch: Batch, normalizer:
     if len(matrices) == 2:
         if block_scores is None:
             block_scores = all_scores(matrices, batch)  # (M, 2, N, C)
-        return tuple(normalize(batch.labels, F.relu(block_scores[:, b]), normalizer) for b in range(2))
+        f1, f2 = (normalize(batch.labels, F.relu(block_scores[:, b]), normalizer) for b in range(2))
+        return f1, f2
     full, branch = matrices[0], batch.branches[0]
     parts = []
     for sl in (slice(0, d), slice(d, 2 * d)):

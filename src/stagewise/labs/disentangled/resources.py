@@ -102,7 +102,7 @@ def line_names(group) -> dict[str, list[str]]:
     ens = build_ensemble(cfg, [member])
     weights = init_weights(cfg, [member], resolve_dtype(cfg.model.dtype))
     model = cfg.model
-    evaluation = {}
+    evaluation: dict[str, Any] = {}  # only the names are kept
     for split, batch in (("train", ens.train), ("test", ens.test)):
         evaluation.update(evaluate(weights, batch, ens.hyper["l2"], model.output, model.normalizer, cfg.data.d, split))
     if cfg.data.label_rule == "composite" and member.p_flip > 0:  # on N prompts some flip, on the probe's maybe none
@@ -112,6 +112,8 @@ def line_names(group) -> dict[str, list[str]]:
     spectra = signal + [n for name, size in (("W", d), ("V", d), ("WV", 2 * d)) for n in _spectrum_names(name, size)]
     ks = cfg.experiment.truncation_ks or sorted({round(2 * d * i / 8) for i in range(9)})  # as truncation_metrics
     final = [f"truncate.{keep}.{k}.acc.{kind}" for keep in ("top", "bottom") for k in ks for kind in ("p_only", "q_only", "both")]
+    if ens.w_star is None:  # build_ensemble sets every member's P direction
+        raise RuntimeError("disentangled probe: the ensemble has no w_star")
     final += list(review_metrics(weights, ens.w_star, ens.test, model.normalizer, cfg.data.d))
     if len(_NAMES) >= NAMES_CACHE:
         _NAMES.pop(next(iter(_NAMES)))

@@ -27,7 +27,7 @@ def stage_table(config: Config, stages: pd.DataFrame, variant: str = "", control
     shuffled-label control ``control``, by default the variant's own), from the run's
     ``stages`` table."""
     run = SeedValues.of(stages, variant)
-    control = SeedValues.of(stages, control if control is not None else control_of(variant))
+    control_values = SeedValues.of(stages, control if control is not None else control_of(variant))
     out: dict[str, Any] = {"seeds": run.seeds}
     for stage in ("stage1", "stage2"):
         for kind in ("p_only", "q_only", "both"):
@@ -39,16 +39,16 @@ def stage_table(config: Config, stages: pd.DataFrame, variant: str = "", control
         out[f"per_seed.{stage}.acc.q_only"] = run.get(stage, "test.acc.q_only").tolist()
         out[f"per_seed.{stage}.acc.q_part"] = run.get(stage, Q_ACC).tolist()
         out[f"{stage}.acc.q_part"] = _nanmean(run.get(stage, Q_ACC))
-        if not control.empty:
+        if not control_values.empty:
             out[f"control.{stage}.acc.q_part.band"] = control_bound(
-                control, stage, config.thresholds.control_quantile)
-            out[f"control.{stage}.K2.q_queries"] = _nanmean(control.get(stage, "test.K2.q_queries"))
+                control_values, stage, config.thresholds.control_quantile)
+            out[f"control.{stage}.K2.q_queries"] = _nanmean(control_values.get(stage, "test.K2.q_queries"))
     if not run.empty:
-        passes = stage_passes(config, run, control)
+        passes = stage_passes(config, run, control_values)
         out["pass_fraction"] = {k: float(np.mean(v)) for k, v in passes.items()}
-        if control.empty:
+        if control_values.empty:
             out["pass_fraction"]["q_not_learned_stage1"] = None
-        out["staged_fraction"] = staged_fraction(config, run, control) if not control.empty else None
+        out["staged_fraction"] = staged_fraction(config, run, control_values) if not control_values.empty else None
     return out
 
 
@@ -142,10 +142,10 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
         claims += review_claims(config, stages)
     elif kind == "ablations":
         variants = ["baseline"] + list(config.experiment.ablations)
-        tables = {v: stage_table(config, stages, v, control_of("baseline")) for v in variants}  # one null for all
-        summary["ablations"] = tables
+        variant_tables = {v: stage_table(config, stages, v, control_of("baseline")) for v in variants}  # one null for all
+        summary["ablations"] = variant_tables
         claims += stage_claims(config, stages, "baseline")
-        claims += ablation_claims(config, tables)
+        claims += ablation_claims(config, variant_tables)
     elif kind == "grid":
         from .experiments import grid_variants
 
@@ -198,7 +198,8 @@ def _finals(config: Config, frame: pd.DataFrame, seeds: list[int]) -> tuple[dict
     variant of the run (names ``{variant}/{metric}``; plain names for a single-variant run)."""
     end = config.train.steps
     variants = sorted(frame["variant"].dropna().unique()) if "variant" in frame else [""]
-    final, per_seed = {}, {str(s): {} for s in seeds}
+    final: dict[str, Stats] = {}
+    per_seed: dict[str, dict[str, Any]] = {str(s): {} for s in seeds}
     for variant in variants:
         for metric in FINAL_METRICS:
             name = f"{variant}/{metric}" if variant else metric

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import torch
@@ -70,7 +71,7 @@ def members_from_config(config: Config, variant: str = "baseline", **overrides: 
     """The ensemble's members (one per seed) with this config's hyper-parameters, ``overrides``
     (Member fields or their config names, :data:`MEMBER_FIELDS`) applied."""
     tc, dc = config.train, config.data
-    base = dict(eta1=tc.eta1, eta2=tc.eta2, t1=tc.t1, noise=tc.noise, l2=tc.l2, p0=dc.p0, q0=dc.q0, zeta=dc.zeta,
+    base: dict[str, Any] = dict(eta1=tc.eta1, eta2=tc.eta2, t1=tc.t1, noise=tc.noise, l2=tc.l2, p0=dc.p0, q0=dc.q0, zeta=dc.zeta,
                 q_centre=dc.q_centre, p_flip=dc.p_flip, batch_size=tc.batch_size, noise_mode=tc.noise_mode)
     base.update({MEMBER_FIELDS.get(k, k): v for k, v in overrides.items()})
     if "batch_size" in base:
@@ -113,7 +114,8 @@ class Ensemble:
         """The same ensemble with its tensors on ``device`` (random streams stay on the CPU)."""
         move = lambda b: replace(b, **{k: getattr(b, k).to(device) for k in ("ctx", "query", "labels", "target", "kind")})  # noqa: E731
         return replace(self, train=move(self.train), test=move(self.test), hyper={k: v.to(device) for k, v in self.hyper.items()},
-                       w_star=self.w_star.to(device), zeta_basis=self.zeta_basis.to(device))
+                       w_star=None if self.w_star is None else self.w_star.to(device),
+                       zeta_basis=None if self.zeta_basis is None else self.zeta_basis.to(device))
 
 
 def data_layout(members: list[Member]) -> tuple[list[Member], int]:
@@ -290,7 +292,8 @@ def run_training(ens: Ensemble, state: State, total: int, on_step: Callable[[int
                  progress=None) -> State:
     """Updates state.step+1 .. total, calling ``on_step(t, state)`` after each (and at the
     start when state.step == 0), through the engine's step driver without a run context:
-    ``on_step`` does the logging and checkpoints (see :class:`UpdateLoop`)."""
+    nothing is logged, checked or saved (the lab's runs go through
+    :func:`.experiments.run_group`, which gives the driver its context)."""
     with training_threads(ens.config.thread_count(ens.size)):
         TrainingDriver(None, [m.seed for m in ens.members], total, lambda t: False, progress=progress) \
             .run(UpdateLoop(ens, state, on_step), start=state.step)
@@ -300,7 +303,8 @@ def run_training(ens: Ensemble, state: State, total: int, on_step: Callable[[int
 class UpdateLoop:
     """The updates of one ensemble behind the engine's :class:`~stagewise.engine.driver.Loop`:
     step t is :func:`update` number t, then ``on_step(t, state)`` (step 0: ``on_step`` only).
-    Checkpoint tensors are :meth:`State.tensors` under ``prefix`` (e.g. ``"g0."`` per group)."""
+    Checkpoint tensors are :meth:`State.tensors` under ``prefix`` (e.g. ``"g0."`` per group).
+    No metrics: :class:`.experiments.GroupLoop` adds them (and ``after``, ``diverged``)."""
 
     def __init__(self, ens: Ensemble, state: State, on_step: Callable[[int, State], None] | None = None, prefix: str = ""):
         self.ens, self.current, self.on_step, self.prefix = ens, state, on_step, prefix
@@ -324,6 +328,13 @@ class UpdateLoop:
     def meta(self, t: int) -> dict[str, int]:
         return {"step": t}
 
-    def restore(self, checkpoint) -> int:
+    def restore(self, checkpoint: Any) -> int:
         self.current = State.restore(checkpoint.tensors, self.ens, self.prefix, checkpoint.step)
         return self.current.step
+
+    def after(self, t: int) -> None:
+        """Nothing after the record (subclasses add evaluations or tables)."""
+
+    def diverged(self, t: int) -> Mapping[str, torch.Tensor] | None:
+        """No record for a step with non-finite weights (subclasses evaluate it)."""
+        return None

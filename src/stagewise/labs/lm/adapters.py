@@ -68,6 +68,11 @@ class AttentionAdapter:
     projections: ClassVar[tuple[str, ...]] = HEAD_PROJECTIONS
 
     # ---- family hooks -------------------------------------------------------------------
+    @classmethod
+    def from_model(cls, model) -> AttentionAdapter:
+        """The adapter of ``model``, a model of this family (its shapes checked)."""
+        raise NotImplementedError
+
     def _layer(self, model, layer: int) -> torch.nn.Module:
         raise NotImplementedError
 

@@ -17,7 +17,7 @@ B x L x d x V').
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence, overload
 
 import torch
 import torch.nn.functional as F
@@ -67,10 +67,17 @@ def to_rows(ids: torch.Tensor, table: torch.Tensor | None) -> torch.Tensor:
     return ids if table is None else table[ids]
 
 
+@overload
+def layout(enc: Encoded, rows: torch.Tensor, padding: str, original: Literal[False] = False,
+           eos: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]: ...
+@overload
+def layout(enc: Encoded, rows: torch.Tensor, padding: str, original: bool = False,
+           eos: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]: ...
 def layout(enc: Encoded, rows: torch.Tensor, padding: str, original: bool = False,
            eos: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
     """The batch ``rows`` (B,) as (input_ids (B, L), attention_mask (B, L) or None,
-    position_ids (B, L) or None, last (B,) column of each row's last real token)."""
+    position_ids (B, L) or None, last (B,) column of each row's last real token); the
+    mask and positions are None only in the ``original`` layout."""
     lengths = enc.lengths[rows]  # (B,)
     width = int(lengths.max())
     ids = enc.ids[rows, :width]  # (B, L) right-padded

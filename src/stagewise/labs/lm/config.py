@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 from ...config import MAX_STEPS, ConfigModel, RunBase, TrainBase
 
 TaskName = Literal["counterfact", "hotpotqa", "blimp", "sick"]
+DEFAULT_MIXTURE: tuple[TaskName, ...] = ("blimp", "sick")  # task.mixture's default
 TASKS: tuple[str, ...] = ("counterfact", "hotpotqa", "blimp", "sick")
 DATA_ENV = "STAGEWISE_DATA"  # default for data.root: a folder in the layout of the project's shared data
 TINY = "tiny-gpt2"  # model.name of the GPT-2 built from model.tiny with random (seeded) weights
@@ -52,7 +53,7 @@ class TaskConfig(ConfigModel):
         "follow-up]; mixture: the tasks in task.mixture, interleaved")
     framing: Literal["answer", "lm"] = Field("answer", description="answer: predict the answer's one token after the prompt [paper];\n"
                                              "lm: plain next-token loss on the task's sentences (blimp, sick) [spec]")
-    mixture: list[TaskName] = Field(default_factory=lambda: ["blimp", "sick"], description="tasks of task.name=mixture")
+    mixture: list[TaskName] = Field(default_factory=lambda: list(DEFAULT_MIXTURE), description="tasks of task.name=mixture")
     limit: int | None = Field(None, ge=1, description="first N records per task (CounterFact: 3 examples per record; BLiMP:\n"
                               "N pairs per paradigm, 2 examples each; SICK: N pairs of the split)")
     limits: dict[TaskName, int] = Field(default_factory=dict, description="per-task limits (over task.limit), e.g. {blimp: 10, sick: 1340}")
@@ -64,10 +65,10 @@ class TaskConfig(ConfigModel):
     shuffle_groups: bool = Field(False, description="control: permute the answers' group labels across relations (seeded by\n"
                                  "seed), so that 'type-correct' no longer means 'an answer of the same relation'")
 
-    def tasks(self) -> list[str]:
+    def tasks(self) -> list[TaskName]:
         return list(dict.fromkeys(self.mixture)) if self.name == "mixture" else [self.name]
 
-    def limit_of(self, task: str) -> int | None:
+    def limit_of(self, task: TaskName) -> int | None:
         return self.limits.get(task, self.limit)
 
     @model_validator(mode="after")

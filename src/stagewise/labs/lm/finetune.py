@@ -212,6 +212,8 @@ def batch_loss(model: Any, enc: Encoded, rows: torch.Tensor, cfg: Config, device
     """The batch's mean loss; adds each task's (summed loss, count) to ``per_task`` (T, 2)
     when given (count = examples, or target tokens in the lm framing)."""
     t = cfg.train
+    mask: torch.Tensor | None  # None in the original padding layout (answer framing)
+    pos: torch.Tensor | None
     if cfg.task.framing == "lm":
         ids, mask, pos, _ = layout(enc, rows, "right")
         nll = token_nll(model, ids.to(device), mask.to(device), pos.to(device))  # (B, L-1)
@@ -291,6 +293,10 @@ class FineTuneLoop:
     def meta(self, t: int) -> dict[str, int]:
         return {"epoch": self.epoch, "batch": self.batch, "step": self.updates}
 
+    def diverged(self, t: int) -> None:
+        """No values of its own for a step whose weights are not finite (the driver's check reports it)."""
+        return None
+
     def step(self, t: int, log: bool) -> StepOutput:
         cfg, model, enc = self.cfg, self.model, self.enc
         if t == 0:
@@ -365,6 +371,8 @@ def record_epoch(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device:
         values = sentence_metrics(enc, nll, tokens)
         ctx.log_table("sentence_losses", sentence_records(enc, nll, tokens, epoch), part=step)
     else:
+        if space is None:
+            raise ValueError("the answer framing needs its answer space")
         ev = evaluate_answers(model, enc, space, cfg, device)
         values = answer_metrics(enc, ev)
         ctx.log_table("predictions", prediction_records(enc, ev, epoch, vocab_ids), part=step)

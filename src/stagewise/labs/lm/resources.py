@@ -27,6 +27,7 @@ from pathlib import Path
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ...report.sizes import FigureSize
 from ...runs.sizes import PARQUET_BASE_BYTES, DiskBudget, safetensors_bytes, stream_bytes
@@ -134,6 +135,7 @@ def estimate(config: Config) -> Resources:
     """Training state (4 copies of the weights), activations of one batch; the run folder."""
     t = config.train
     stats = data_stats(config)
+    weight_bytes: int | None
     if is_tiny(config.model):
         rows = stats.vocab_rows if stats is not None and stats.vocab_rows else GPT2_VOCAB
         params, d, layers = tiny_params(config, rows)
@@ -160,7 +162,7 @@ def _heads(config: Config) -> tuple[int, int, int]:
     if is_tiny(config.model):
         tc = config.model.tiny
         return tc.n_layer, tc.n_head, tc.n_embd
-    raw = {}
+    raw: dict[str, Any] = {}
     cfg = Path(config.model.name) / "config.json"
     if cfg.is_file():
         raw = json.loads(cfg.read_text())

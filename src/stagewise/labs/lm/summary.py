@@ -96,8 +96,9 @@ def _share(value: float | None) -> str:
     return "none" if value is None else f"{value:.2f}"
 
 
-def half_drop_epoch(epochs: np.ndarray, loss: np.ndarray, half: float) -> int | None:
-    """First epoch where loss[0] - loss[e] >= half * (loss[0] - min loss); None if it never falls."""
+def half_drop_epoch(epochs: np.ndarray, loss: np.ndarray, half: float) -> int | float | None:
+    """First epoch where loss[0] - loss[e] >= half * (loss[0] - min loss) (a float for a
+    sub-epoch evaluation, see :func:`_num`); None if it never falls."""
     drop = loss[0] - np.nanmin(loss)
     if not np.isfinite(drop) or drop <= 0:
         return None

@@ -77,7 +77,12 @@ class _Parser:
 
     def __init__(self, text: str):
         self.text = text
-        self.tokens = [(m.group(m.lastindex), m.start(m.lastindex), m.lastindex) for m in _TOKEN.finditer(text)]
+        self.tokens: list[tuple[str, int, int]] = []  # (text, position, kind: 1 number, 2 name, 3 other; 0 the end)
+        for m in _TOKEN.finditer(text):
+            kind = m.lastindex
+            if kind is None:  # every match takes one of _TOKEN's three groups
+                raise ValueError(f"selector {text!r}: no token at position {m.start()}")
+            self.tokens.append((m.group(kind), m.start(kind), kind))
         self.tokens.append(("end of text", len(text), 0))
         self.i = 0
 
@@ -185,7 +190,7 @@ def _expand(items, n: int, what: str, selector: str, allowed: str) -> list[int]:
     """Indices of an index set; ``allowed`` says what exists (e.g. "this gpt2 model has layers 0..11")."""
     if items is None:
         return list(range(n))
-    out = []
+    out: list[int] = []
     for item in items:
         lo, hi = item if isinstance(item, tuple) else (item, item)
         if hi >= n:
@@ -265,7 +270,8 @@ def low_rank(a: torch.Tensor, k: int, keep: str = "largest", *, method: str = "e
             q = torch.linalg.qr(a @ z).Q  # (B, m, l)
         ub, s, vh = torch.linalg.svd(q.transpose(-1, -2) @ a, full_matrices=False)  # (B, l, l), (B, l), (B, l, n)
         return _from_svd(q @ ub, s, vh, k, "largest")  # q @ ub: (B, m, l)
-    return _from_svd(*torch.linalg.svd(a, full_matrices=False), k, keep)  # (B, m, r), (B, r), (B, r, n)
+    u, s, vh = torch.linalg.svd(a, full_matrices=False)  # (B, m, r), (B, r), (B, r, n)
+    return _from_svd(u, s, vh, k, keep)
 
 
 def _from_svd(u: torch.Tensor, s: torch.Tensor, vh: torch.Tensor, k: int, keep: str) -> torch.Tensor:
@@ -389,7 +395,8 @@ class RankReducer:
         a = self.adapter
         done: dict[Target, ReducedMatrix] = {}
         for i, g in enumerate(self._groups):
-            shape = tuple(g.original.shape[-2:])
+            rows, cols = g.original.shape[-2:]
+            shape = (rows, cols)
             r = min(shape)
             k = kept_rank(float(p), r)
             if k == r:  # not touched at all: p = 1 leaves the model bit-identical

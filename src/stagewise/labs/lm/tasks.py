@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from stagewise.errors import UserError
 from stagewise.labs.lm import readers
@@ -417,7 +417,8 @@ def mixture(parts: Mapping[str, Sequence[Item]]) -> list[Item]:
     empty = [name for name, items in parts.items() if not items]
     if empty:
         raise UserError(f"mixture: part(s) {', '.join(empty)} have no items")
-    mixed = [x for row in zip_longest(*parts.values(), fillvalue=_GAP) for x in row if x is not _GAP]
+    # every entry but the _GAP fill is an item of a part
+    mixed = cast(list[Item], [x for row in zip_longest(*parts.values(), fillvalue=_GAP) for x in row if x is not _GAP])
     counts = Counter(x.id for x in mixed)
     twice = [i for i, n in counts.items() if n > 1]
     if twice:

@@ -107,7 +107,8 @@ def compare_claims(config: Config, frame: pd.DataFrame) -> tuple[list[Claim], di
     """The comparison claims and, per variant, the final values (min..max over seeds) and
     the norm growth (||W_kq|| at the end / steps of W_kq training)."""
     total = config.train.steps_stage1 + config.train.steps_stage2
-    final = {v: {m: values_at(variant_frame(frame, v), m, total) for m in REPORTED} for v in config.compare}
+    final: dict[str, dict[str, np.ndarray]] = {v: {m: values_at(variant_frame(frame, v), m, total) for m in REPORTED}
+                                               for v in config.compare}
     details: dict[str, Any] = {v: {m: [float(x) for x in vals] for m, vals in f.items()} for v, f in final.items()}
     for v in config.compare:
         steps_kq = total if VARIANTS[v]["algorithm"] == "joint" else config.train.steps_stage2

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -38,8 +38,13 @@ OUT_OF_ASSUMPTION = ("stochastic-next", "non-injective", "confused", "conflictin
 _WEIGHTS = ("empirical", "uniform")
 
 
+def _as_index(item: object) -> int | None:
+    """``item`` as a token index when it is an integer (not a bool), else None."""
+    return int(item) if isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)) else None
+
+
 def _is_index(item: object) -> bool:
-    return isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_))
+    return _as_index(item) is not None
 
 
 def _is_token_json(item: object) -> bool:
@@ -48,8 +53,9 @@ def _is_token_json(item: object) -> bool:
 
 def _raw(inp: object, nxt: object) -> str:
     """Render a sample as given (before resolution), e.g. ``"S X" -> P``."""
+    words: list[object]
     if isinstance(inp, str):
-        words = inp.split()
+        words = list(inp.split())
     else:
         words = list(inp) if isinstance(inp, Sequence) else [inp]
     return '"' + " ".join(str(t) for t in words) + f'" -> {nxt}'
@@ -61,7 +67,8 @@ def _check_tokens(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
         return [], [f'"tokens" must be a list of token names, got {type(tokens).__name__}']
     if not tokens:
         return [], ['the token list is empty: "tokens" needs at least one token name']
-    errors, seen = [], {}
+    errors: list[str] = []
+    seen: dict[str, int] = {}
     for pos, name in enumerate(tokens):
         if not isinstance(name, str) or not name or name != name.strip() or " " in name:
             errors.append(f"tokens[{pos}]={name!r} is not a valid token name (a non-empty string without spaces)")
@@ -80,9 +87,10 @@ def _resolve(item: object, lookup: Mapping[str, int], where: str, names: Sequenc
     """Index of a token given by name or index; appends an error and returns None if unknown."""
     if isinstance(item, str) and item in lookup:
         return lookup[item]
-    if _is_index(item) and 0 <= int(item) < len(names):
-        return int(item)
-    if _is_index(item):
+    index = _as_index(item)
+    if index is not None and 0 <= index < len(names):
+        return index
+    if index is not None:
         errors.append(f"unknown token index {item} {where}; allowed indices are 0..{len(names) - 1} "
                       '(positions in "tokens")')
     else:
@@ -113,7 +121,7 @@ def _parse_sample(pos: int, sample: object, names: Sequence[str], lookup: Mappin
     y = _resolve(nxt, lookup, f"as next token of sample {shown}", names, errors)
     if len(errors) > before or y is None:
         return None
-    return tuple(ids), y
+    return tuple(cast(list[int], ids)), y  # every unknown token (a None id) appended an error above
 
 
 def build_dataset(
@@ -241,9 +249,8 @@ def example1() -> NTPDataset:
 
 
 def _check_range(name: str, value: object, low: int) -> tuple[int, int]:
-    ok = (isinstance(value, Sequence) and len(value) == 2 and all(_is_index(v) for v in value)
-          and low <= value[0] <= value[1])
-    if not ok:
+    if not (isinstance(value, Sequence) and len(value) == 2 and all(_is_index(v) for v in value)
+            and low <= value[0] <= value[1]):
         raise UserError(f"data.{name}={value!r} is invalid; it must be [low, high] with {low} <= low <= high")
     return int(value[0]), int(value[1])
 
@@ -295,7 +302,7 @@ def random_dataset(
 
     def emit(sentence: list[int], optimal: int) -> None:
         batch = [(tuple(sentence), n[optimal])]
-        if prefix_closed:
+        if checker is not None:  # prefix_closed
             batch += [(tuple(sentence[:j]), sentence[j]) for j in range(2, len(sentence))]
             if not checker.try_add(batch):
                 return
@@ -360,7 +367,8 @@ def _schema_errors(obj: object) -> list[str]:
     if isinstance(obj.get("tokens"), list):
         errors += [f'tokens[{i}]={t!r} is not a string' for i, t in enumerate(obj["tokens"])
                    if not isinstance(t, str)]
-    for i, sample in enumerate(obj.get("samples") if isinstance(obj.get("samples"), list) else []):
+    samples = obj.get("samples")
+    for i, sample in enumerate(samples if isinstance(samples, list) else []):
         if not isinstance(sample, dict):
             errors.append(f'samples[{i}] must be an object {{"input": [...], "next": ...}}, got {sample!r}')
             continue

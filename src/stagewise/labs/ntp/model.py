@@ -21,6 +21,7 @@ Shapes: S ensemble members, N samples, L positions, d embedding dim, V vocabular
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 
@@ -75,20 +76,30 @@ def softmax_lse(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return expd / total, (torch.log(total) + top).squeeze(-1)
 
 
+@overload
+def token_matrices(wkq: torch.Tensor, wov: torch.Tensor, emb: torch.Tensor | None,
+                   unknown: bool = False) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def token_matrices(wkq: torch.Tensor | None, wov: torch.Tensor, emb: torch.Tensor | None,
+                   unknown: bool = False) -> tuple[torch.Tensor | None, torch.Tensor]: ...
 def token_matrices(wkq: torch.Tensor | None, wov: torch.Tensor, emb: torch.Tensor | None,
                    unknown: bool = False) -> tuple[torch.Tensor | None, torch.Tensor]:
     """K = E^T W_kq E (S, V, V) [key, query] and Z = W_ov E (S, V, V) [logit, token].
 
-    wkq (S, d, d) (None: skip K), wov (S, V, d), emb (S, d, V) or None for the identity
-    (one-hot with d = |V|). ``unknown`` appends a zero-embedded token (index V): K becomes
-    (S, V+1, V+1), Z (S, V, V+1).
+    wkq (S, d, d) (None: skip K, which is then None), wov (S, V, d), emb (S, d, V) or None
+    for the identity (one-hot with d = |V|). ``unknown`` appends a zero-embedded token
+    (index V): K becomes (S, V+1, V+1), Z (S, V, V+1); it needs ``wkq``.
     """
     if emb is None:
         key, tok = wkq, wov
     else:
         key = torch.bmm(emb.transpose(1, 2), torch.bmm(wkq, emb)) if wkq is not None else None  # (S, V, V)
         tok = torch.bmm(wov, emb)  # (S, V, V)
-    return with_unknown(key, tok) if unknown else (key, tok)
+    if not unknown:
+        return key, tok
+    if key is None:
+        raise ValueError("token_matrices: unknown=True pads K, so it needs wkq (got None)")
+    return with_unknown(key, tok)
 
 
 def with_unknown(key: torch.Tensor, tok: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -32,11 +32,13 @@ def member_dataset(config: Config, seed: int) -> NTPDataset:
     if d.source == "example1":
         return example1()
     if d.source == "file":
+        if d.file is None:
+            raise UserError("data.source=file needs data.file=PATH.json")
         return load_json_dataset(d.file, weights=d.weights, max_len=d.max_len, allow=tuple(d.out_of_assumption))
     data_seed = seed if d.vary_with_seed else config.seed
     return random_dataset(
         d.vocab_size, seed=STREAMS.word(data_seed, "data", bits=32),
-        optimal_per_query=tuple(d.optimal_per_query), non_optimal_per_query=tuple(d.non_optimal_per_query),
+        optimal_per_query=d.optimal_per_query, non_optimal_per_query=d.non_optimal_per_query,
         sentences_per_query=d.sentences_per_query, complete=d.complete, prefix_closed=d.prefix_closed,
         max_len=d.max_len, weights=d.weights, out_of_assumption=tuple(d.out_of_assumption),
     )

@@ -157,7 +157,7 @@ def disk_budget(config: Config) -> DiskBudget:
     S, tc = config.n_seeds, config.train
     total = tc.steps_stage1 + tc.steps_stage2
     plain, suite, logged = logged_lines(config)
-    variants = list(config.compare) or [""]
+    variants: list[str] = list(config.compare) or [""]
     budget = DiskBudget()
     stream = values = 0
     n_suite = suite if isinstance(suite, int) else len(suite)

@@ -54,10 +54,10 @@ def rate_fits(config: Config, frame: pd.DataFrame, seeds: list[int], eta0: float
     s1 = (1, T) if two_stage else (1, total)
     s2 = (T + 1, total) if two_stage else (1, total)
     origin2 = T if two_stage else 0
-    out: dict[str, list] = {k: [] for k in ("norm_wov_slope", "norm_wov_r2", "norm_wkq_slope", "norm_wkq_r2",
-                                            "one_minus_cos_wov_exponent", "one_minus_cos_wkq_exponent",
-                                            "one_minus_cos_wkq_r2", "loss_gap_rate", "loss_gap_r2",
-                                            "attn_gap_rate", "attn_gap_r2")}
+    out: dict[str, list[float]] = {k: [] for k in ("norm_wov_slope", "norm_wov_r2", "norm_wkq_slope", "norm_wkq_r2",
+                                                   "one_minus_cos_wov_exponent", "one_minus_cos_wkq_exponent",
+                                                   "one_minus_cos_wkq_r2", "loss_gap_rate", "loss_gap_r2",
+                                                   "attn_gap_rate", "attn_gap_r2")}
     wide = {m: series(frame, m) for m in ("norm_wov", "norm_wkq", "cos_wov", "cos_wkq", "loss_gap", "opt_attn_min")}
     columns = {m: {s: i for i, s in enumerate(sorted(frame.loc[frame["metric"] == m, "seed"].unique()))} for m in wide}
 
@@ -91,8 +91,7 @@ def rate_fits(config: Config, frame: pd.DataFrame, seeds: list[int], eta0: float
             fit = log_linear_rate(t[sel], gap[sel], floor=1e-12)
             out[f"{key}_rate"].append(fit.slope)
             out[f"{key}_r2"].append(fit.r2)
-    out["eta0"], out["eta"] = eta0, eta
-    return out
+    return {**out, "eta0": eta0, "eta": eta}
 
 
 NO_VALUE = "nan (no seed has a value)"

@@ -91,7 +91,7 @@ def init_params(config: Config, problem: Problem, dtype: torch.dtype) -> Params:
 class Evaluation:
     """Losses and gradients at the current weights, all batched over S."""
 
-    key: torch.Tensor  # (S, V, V) K = E^T W_kq E
+    key: torch.Tensor | None  # (S, V, V) K = E^T W_kq E (None without the main loss)
     tok: torch.Tensor  # (S, V, V) Z = W_ov E
     loss0: torch.Tensor | None  # (S,)
     grad0_wov: torch.Tensor | None  # (S, V, d) gradient of L0
@@ -111,7 +111,7 @@ def evaluate(params: Params, problem: Problem, need_main: bool, need_stage1: boo
     loss0 = grad0 = None
     if need_stage1:
         loss0, grad0 = collocation_loss(tok, emb, problem.colloc_onehot, need_losses)
-    if not need_main:
+    if key is None:  # not need_main: K was skipped
         return Evaluation(key, tok, loss0, grad0, None, None, None)
     fwd = forward(key, tok, problem.batch, need_losses)
     g_wov, g_wkq = gradients(fwd, tok, emb, problem.batch, need_wov=need_wov_grad)
@@ -125,21 +125,37 @@ KQ_METRICS = ("cos_wkq", "dist_wkq", "cos_wkq_prop2", "dist_wkq_prop2", "norm_wk
               "score_optimal", "score_non_optimal", "score_non_comparable")
 
 
+def _main_pass(ev: Evaluation) -> tuple[torch.Tensor, Forward]:
+    """(K, the main loss's forward pass) of an evaluation made with ``need_main``."""
+    if ev.key is None or ev.fwd is None:
+        raise ValueError("the metrics need the main loss: evaluate with need_main=True")
+    return ev.key, ev.fwd
+
+
+def _present(value: torch.Tensor | None, what: str) -> torch.Tensor:
+    """``value`` of an evaluation that was asked for it (``what`` names it in the error otherwise)."""
+    if value is None:
+        raise ValueError(f"{what} was not computed by this evaluation")
+    return value
+
+
 def _ov_metrics(wov: torch.Tensor, problem: Problem, ev: Evaluation) -> dict[str, torch.Tensor]:
     batch = problem.batch
     floor_logits = ev.tok.gather(2, problem.opt_tok.unsqueeze(1).expand(-1, ev.tok.shape[1], -1)).transpose(1, 2)  # (S, N, V)
     cos_ov, dist_ov = cosine(wov, problem.wov_star)
-    return {"loss_stage1": ev.loss0, "loss_floor": (batch.weight * cross_entropy(floor_logits, batch.target)).sum(-1),
+    return {"loss_stage1": _present(ev.loss0, "the stage-1 loss"),
+            "loss_floor": (batch.weight * cross_entropy(floor_logits, batch.target)).sum(-1),
             "cos_wov": cos_ov, "dist_wov": dist_ov, "norm_wov": _flat_norm([wov])}
 
 
 def _kq_metrics(wkq: torch.Tensor, problem: Problem, ev: Evaluation) -> dict[str, torch.Tensor]:
     cos_kq, dist_kq = cosine(wkq, problem.wkq_star)
     cos_p2, dist_p2 = cosine(wkq, problem.prop2_wkq)
-    opt_mass = (ev.fwd.attn * problem.opt_mask).sum(-1)  # (S, N)
+    key, fwd = _main_pass(ev)
+    opt_mass = (fwd.attn * problem.opt_mask).sum(-1)  # (S, N)
     multi = problem.multi
     masks = problem.type_masks  # (S, 3, V, V)
-    type_score = (ev.key.unsqueeze(1) * masks).flatten(2).sum(-1) / masks.flatten(2).sum(-1).clamp_min(1)  # (S, 3)
+    type_score = (key.unsqueeze(1) * masks).flatten(2).sum(-1) / masks.flatten(2).sum(-1).clamp_min(1)  # (S, 3)
     return {"cos_wkq": cos_kq, "dist_wkq": dist_kq, "cos_wkq_prop2": cos_p2, "dist_wkq_prop2": dist_p2,
             "norm_wkq": _flat_norm([wkq]),
             "opt_attn_min": opt_mass.masked_fill(~multi, 1.0).min(-1).values,
@@ -157,7 +173,8 @@ def metrics(params: Params, problem: Problem, ev: Evaluation, stage: int, two_st
     """
     cached = cached or {}
     wkq, wov = params.merged()
-    fwd, batch = ev.fwd, problem.batch
+    (key, fwd), batch = _main_pass(ev), problem.batch
+    loss = _present(fwd.loss, "the main loss")
     group_ov = {k: cached[k] for k in OV_METRICS} if all(k in cached for k in OV_METRICS) else _ov_metrics(wov, problem, ev)
     group_kq = {k: cached[k] for k in KQ_METRICS} if all(k in cached for k in KQ_METRICS) else _kq_metrics(wkq, problem, ev)
     real = batch.weight > 0
@@ -167,19 +184,19 @@ def metrics(params: Params, problem: Problem, ev: Evaluation, stage: int, two_st
     values = {
         "stage": torch.full((S,), float(stage), device=wkq.device),
         "loss_stage1": group_ov["loss_stage1"],
-        "loss": fwd.loss,
+        "loss": loss,
         "loss_floor": group_ov["loss_floor"],
-        "loss_gap": fwd.loss - group_ov["loss_floor"],
+        "loss_gap": loss - group_ov["loss_floor"],
         **{k: group_ov[k] for k in ("cos_wov", "dist_wov", "norm_wov")},
         **{k: group_kq[k] for k in ("cos_wkq", "dist_wkq", "cos_wkq_prop2", "dist_wkq_prop2", "norm_wkq",
                                     "opt_attn_min", "opt_attn_mean")},
         "train_acc": correct.sum(-1).to(wkq.dtype) / real.sum(-1).to(wkq.dtype),
-        "grad_norm_wov": _flat_norm([grad_ov]),
-        "grad_norm_wkq": _flat_norm([ev.grad_wkq]),
+        "grad_norm_wov": _flat_norm([_present(grad_ov, "the W_ov gradient")]),
+        "grad_norm_wkq": _flat_norm([_present(ev.grad_wkq, "the W_kq gradient")]),
         **{k: group_kq[k] for k in ("score_optimal", "score_non_optimal", "score_non_comparable")},
     }
     if with_suite:
-        key, tok = with_unknown(ev.key, ev.tok)
+        key, tok = with_unknown(key, ev.tok)
         pred, _ = predict(key, tok, problem.gen_idx, problem.gen_query, problem.gen_mask)  # (S, G)
         covered = problem.gen_expected >= 0
         hits = ((pred == problem.gen_expected) & covered).sum(-1).to(wkq.dtype)
@@ -259,6 +276,10 @@ def _train(config: Config, problem: Problem, ctx: RunContext | None) -> Params:
     return loop.params
 
 
+PendingUpdate = tuple[dict[str, torch.Tensor], list[str], float, torch.Tensor]
+"""The next update: (gradients by name, the names of its group, step size, active members (S,) bool)."""
+
+
 class TwoStageLoop:
     """The updates of :func:`train_two_stage` behind the engine's :class:`~stagewise.engine.driver.Loop`.
 
@@ -275,7 +296,7 @@ class TwoStageLoop:
         self.two_stage = tc.algorithm == "two_stage"
         self.eta0, self.eta = config.step_sizes(problem.emb.shape[1])
         self.params = init_params(config, problem, self.dtype)
-        self.opt = BatchedOptimizer(tc.optimizer, tuple(tc.betas), tc.adam_eps, tc.weight_decay)
+        self.opt = BatchedOptimizer(tc.optimizer, tc.betas, tc.adam_eps, tc.weight_decay)
         self.active = torch.ones(problem.n_members, dtype=torch.bool, device=problem.emb.device)
         # sum reduction: L0 sums over the |V| collocation samples, L over each member's samples
         summed = tc.loss_reduction == "sum"
@@ -283,7 +304,7 @@ class TwoStageLoop:
         self.scale_main = (problem.batch.weight > 0).sum(-1).to(self.dtype).view(-1, 1, 1) if summed else 1.0  # (S, 1, 1)
         self.schedule = LogSchedule.of(config)
         self.frozen_values: dict[str, dict[str, torch.Tensor]] = {}
-        self.pending: tuple | None = None  # (grads, names, lr, mask) of the next update
+        self.pending: PendingUpdate | None = None  # (grads, names, lr, mask) of the next update
 
     def stage_of(self, t: int) -> int:
         return 1 if t <= self.T else 2  # step 0 (the init) counts as stage 1
@@ -311,10 +332,19 @@ class TwoStageLoop:
     def meta(self, t: int) -> dict[str, int]:
         return {"stage": self.stage_of(t)}
 
+    def after(self, t: int) -> None:
+        """No lab work between a step's record and its checkpoint."""
+
+    def diverged(self, t: int) -> None:
+        """No values of its own for a step whose weights are not finite (the driver's check reports it)."""
+        return None
+
     def step(self, t: int, log: bool) -> StepOutput:
         if t > 0:
             if self.pending is None:  # resumed: the gradient at the checkpoint's weights
                 self.evaluate(t - 1, False)
+            if self.pending is None:
+                raise RuntimeError("evaluate() did not set the next update")
             grads, names, lr, mask = self.pending
             self.opt.step(self.params.tensors, grads, names, lr, mask)
         return self.evaluate(t, log)
@@ -331,11 +361,14 @@ class TwoStageLoop:
                       need_wov_grad=log_now or not two_stage, need_losses=log_now)
         # gradient of the objective of the next update (step t+1)
         if stage1_update:
-            grads, names, lr = params.chain(None, ev.grad0_wov * self.scale_ov), params.group(OV), self.eta0
+            g0_wov = _present(ev.grad0_wov, "the W_ov gradient of L0")
+            grads, names, lr = params.chain(None, g0_wov * self.scale_ov), params.group(OV), self.eta0
         elif two_stage:
-            grads, names, lr = params.chain(ev.grad_wkq * self.scale_main, None), params.group(KQ), self.eta
+            g_wkq = _present(ev.grad_wkq, "the W_kq gradient")
+            grads, names, lr = params.chain(g_wkq * self.scale_main, None), params.group(KQ), self.eta
         else:
-            grads = params.chain(ev.grad_wkq * self.scale_main, ev.grad_wov * self.scale_main)
+            g_wkq, g_wov = _present(ev.grad_wkq, "the W_kq gradient"), _present(ev.grad_wov, "the W_ov gradient")
+            grads = params.chain(g_wkq * self.scale_main, g_wov * self.scale_main)
             names, lr = params.group(OV) + params.group(KQ), self.eta0
         gnorm = _flat_norm([grads[n] for n in names])  # (S,)
         tiny = (gnorm <= tc.grad_tol) | (gnorm == 0)
