@@ -98,7 +98,7 @@ class TrainConfig(TrainBase):
     loss_reduction: Literal["mean", "sum"] = Field("mean", description="mean (pi-weighted) or sum; normalized GD iterates are identical")
     grad_tol: float = Field(1e-14, ge=0, description="tiny-gradient guard: below this ||g||_F round-off steers normalized GD")
     on_tiny_grad: Literal["stop", "flag"] = Field("stop", description="stop: that seed stops updating (flagged); flag: keep going, flagged")
-    log_every: IntervalOrAuto = Field(
+    log_every: IntervalOrAuto = Field(  # type: ignore[assignment]  # ntp adds "auto" (Config.log_interval resolves it); nothing reads TrainBase.log_every as an int
         "auto", description="log metrics every k steps; auto: about 200 points over the run (1800 steps: every 9).\n"
         "Stage ends and the last step are always logged; with auto also the first 10 steps of each stage")
     threads: Threads = Field(

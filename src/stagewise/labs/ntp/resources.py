@@ -44,15 +44,16 @@ SUITE_SAMPLE = 4  # members whose suites are counted (more seeds: their mean, ti
 SUITE_SPREAD = 1.05  # margin on the mean suite of the counted members (8 seeds at |V| = 20: within 4 %)
 GEN_CSV_BYTES_PER_ROW = 125  # quoted CSV row of the generalization table (measured 114 to 123)
 GEN_PARQUET_BYTES_PER_ROW = 16  # the same row in Parquet (measured 10 to 18), + PARQUET_BASE_BYTES
-SUMMARY_BYTES = 9_000  # summary.json of one (variant's) run: claims, stages, rate fits ...
-SUMMARY_BYTES_PER_SEED = 1_400  # ... and the per-seed values
+SUMMARY_BYTES = 21_000  # summary.json of one (variant's) run: declared claims (17 records of about 840 bytes), stages,
+# rate fits (measured 23.1 kB at 2 seeds) ...
+SUMMARY_BYTES_PER_SEED = 1_800  # ... and the per-seed values and per-seed claim values (measured 1.72 kB per seed, 2 -> 8 seeds)
 FIGURES = {  # measured on one seed (rounded up) and their growth with the seed lines (report.sizes)
     "figure2": FigureSize(png=94_000, png_seeds=7_500, pdf=24_000, curves=6.4, pdf_per_point=2.2),
     "rate_fits": FigureSize(png=80_000, png_seeds=14_000, pdf=28_000, curves=2.0, pdf_per_point=2.2),
     "attention": FigureSize(png=62_000, png_seeds=32_000, pdf=21_000, curves=5.1, pdf_per_point=2.2),
 }
 PARQUET_BYTES_PER_VALUE = 6.0  # metrics.parquet: stage, frozen, tiny_grad, accuracies repeat (measured 4.9 to 5.8)
-SUMMARY_BYTES_PER_VARIANT = 6_000  # each further compare variant's claims and details
+SUMMARY_BYTES_PER_VARIANT = 13_000  # each further compare variant's claims and details (measured 72.1 kB for 4 variants, 2 seeds)
 
 
 def _file_sizes(path) -> tuple[int, int, int]:
