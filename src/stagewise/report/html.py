@@ -122,6 +122,17 @@ def inside_folder(root: str | Path, path: str | Path) -> Path | None:
     return resolved if resolved == folder or folder in resolved.parents else None
 
 
+WIDE_FIGURE_PX = 1100
+"""A PNG at least this wide (a multi-panel figure) spans the whole row of the figure grid;
+narrower ones sit two to a row at the report's width."""
+
+
+def png_width(uri: str) -> int:
+    """Pixel width of the PNG in a data URI (the IHDR chunk: bytes 16..20 of the file)."""
+    head = base64.b64decode(uri.split(",", 1)[1][:32])  # (24,) bytes: signature, IHDR length and type, width
+    return int.from_bytes(head[16:20], "big") if len(head) >= 20 else 0
+
+
 def png_data_uri(path: Path) -> str | None:
     """``data:image/png;base64,...`` of a PNG file; None when it cannot be read or is no PNG."""
     try:
@@ -150,6 +161,7 @@ class ShownFigure:
     uri: str | None
     pdf_href: str | None
     note: str = ""
+    wide: bool = False
 
 
 @dataclass(frozen=True)
@@ -179,7 +191,7 @@ def figures(entries: Sequence[FigureEntry], root: str | Path) -> FigureBlock:
             shown.append(ShownFigure(entry.name, None, None, f"missing figure {entry.name}"))
             continue
         embedded.append(entry.png)
-        shown.append(ShownFigure(entry.name, uri, entry.pdf_href))
+        shown.append(ShownFigure(entry.name, uri, entry.pdf_href, wide=png_width(uri) >= WIDE_FIGURE_PX))
     return FigureBlock(render("figures.html", figures=shown) if shown else Markup(""), tuple(embedded), tuple(missing))
 
 
