@@ -13,7 +13,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "stagewise"
 LAYERS = [
-    ("core", ("stagewise.config", "stagewise.overrides", "stagewise.errors", "stagewise.yamlio", "stagewise.engine")),
+    ("core", ("stagewise.config", "stagewise.overrides", "stagewise.errors", "stagewise.yamlio", "stagewise.lazy", "stagewise.engine")),
     ("runs", ("stagewise.runs",)),
     ("measure/report", ("stagewise.measure", "stagewise.report")),
     ("labs", ("stagewise.labs",)),

@@ -6,8 +6,9 @@ The names load on first use (PEP 562): importing the package imports no torch.""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .device import DTYPES, DeviceName, resolve_device, resolve_dtype
@@ -31,13 +32,4 @@ __all__ = ["DTYPES", "BatchedOptimizer", "DeviceName", "Diverged", "Loop", "Opti
            "resolve_dtype", "stream_word", "unpack"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)
