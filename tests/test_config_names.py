@@ -24,8 +24,10 @@ def _legacy_hash(dumped: dict) -> str:
 
 
 def test_old_names_are_accepted_with_a_note():
-    with pytest.warns(RenamedOption, match=r"train\.eta0 is now train\.lr_stage1"):
+    with pytest.warns(RenamedOption) as notes:
         old = resolve(NTPConfig, {"train": {"eta0": 0.1, "eta": 0.02}})
+    assert sorted(str(n.message).split(" (")[0] for n in notes) == ["train.eta is now train.lr_stage2",
+                                                                    "train.eta0 is now train.lr_stage1"]
     new = resolve(NTPConfig, {"train": {"lr_stage1": 0.1, "lr_stage2": 0.02}})
     assert old == new and config_hash(old) == config_hash(new)
     with pytest.warns(RenamedOption):
