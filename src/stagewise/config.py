@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_origin
@@ -21,7 +20,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
                       model_validator)
 from pydantic_core import PydanticCustomError
 
-from .errors import RenamedOption, UserError
+from .errors import UserError
 from .overrides import _did_you_mean, _members, _parse_overrides, _submodel, current_names
 from .overrides import dotted_overrides, parse_overrides  # noqa: F401  (re-exported: the public names)
 from .yamlio import load_yaml
@@ -78,14 +77,14 @@ class ConfigModel(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:
-        if not (cls.RENAMED or cls.RENAMED_KEYS) or not isinstance(data, dict):
+        """Old names in ``data`` under the new ones (:func:`~stagewise.overrides.current_names`;
+        :func:`validate` and :func:`resolve` do this first, with full paths, for every layer)."""
+        if not (cls.RENAMED or cls.RENAMED_KEYS):
             return data
-        where = f"{cls.PATH}." if cls.PATH else ""
-        out = _renamed_keys(dict(data), cls.RENAMED, where)
-        for name, keys in cls.RENAMED_KEYS.items():
-            if isinstance(out.get(name), dict):
-                out[name] = _renamed_keys(dict(out[name]), keys, f"{where}{name}.")
-        return out
+        try:
+            return current_names(cls, data, f"{cls.PATH}." if cls.PATH else "")
+        except UserError as err:
+            raise ValueError(err.messages[0]) from None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -96,19 +95,6 @@ class ConfigModel(BaseModel):
             sub, shown, message = problem
             raise PydanticCustomError(STRICT_BOOL, "{message}", {"message": message, "sub": sub, "value": shown})
         return value
-
-
-def _renamed_keys(data: dict[str, Any], renamed: dict[str, str], where: str) -> dict[str, Any]:
-    """``data`` with its old keys (``renamed``: old -> new) under the new names, one
-    :class:`~stagewise.errors.RenamedOption` note each; both names given is an error."""
-    for old, new in renamed.items():
-        if old not in data:
-            continue
-        if new in data:
-            raise ValueError(f"{where}{old} and {where}{new} are the same setting ({old} is its old name): give {new} only")
-        data[new] = data.pop(old)
-        warnings.warn(f"{where}{old} is now {where}{new} (same meaning; the old name still works)", RenamedOption, stacklevel=3)
-    return data
 
 
 # ------------------------------------------------------------------- strict booleans
