@@ -14,6 +14,7 @@ from stagewise.config import deep_merge, resolve
 from stagewise.labs import get_lab, registry
 from stagewise.orchestrate import execute, prepare
 from stagewise.runs import Checkpoints, MetricSink, RunDirContext
+from stagewise.testing.checks import kill_after
 
 NTP = get_lab("ntp")
 FAST_NTP = dataclasses.replace(NTP, make_figures=lambda *a: [])  # the runs' figures are not what is tested here
@@ -34,18 +35,9 @@ def run_to_end(folder, config, lab=FAST_NTP):
 
 def crashed_run(folder, config, monkeypatch, at=CRASH_STEP, lab=FAST_NTP):
     """Run ``config`` and kill it (KeyboardInterrupt) right after it logs step ``at``."""
-    original = RunDirContext.log
-
-    def crashing(self, step, values, **kw):
-        original(self, step, values, **kw)
-        if step == at:
-            raise KeyboardInterrupt("simulated kill")
-
     paths = prepare(lab, config, folder)
-    monkeypatch.setattr(RunDirContext, "log", crashing)
-    with pytest.raises(KeyboardInterrupt):
+    with kill_after(step=at), pytest.raises(KeyboardInterrupt):
         execute(lab, config, paths, progress=False)
-    monkeypatch.setattr(RunDirContext, "log", original)
     return paths
 
 

@@ -224,14 +224,18 @@ def check_run_again_skipped(session: Session) -> None:
 
 
 @contextlib.contextmanager
-def _kill_after(records: int) -> Iterator[dict[str, bool]]:
-    """RunDirContext.log raises KeyboardInterrupt right after its ``records``-th call."""
+def kill_after(records: int | None = None, *, step: int | None = None) -> Iterator[dict[str, bool]]:
+    """Inside the block, ``RunDirContext.log`` raises KeyboardInterrupt (a simulated kill)
+    right after its ``records``-th call, or right after it logs step ``step``; yields
+    ``{"fired": bool}``. Exactly one of the two is given."""
+    if (records is None) == (step is None):
+        raise ValueError("kill_after: give records or step")
     original, count, state = RunDirContext.log, [0], {"fired": False}
 
-    def crashing(self: Any, step: int, values: Any, **kw: Any) -> None:
-        original(self, step, values, **kw)
+    def crashing(self: Any, at: int, values: Any, **kw: Any) -> None:
+        original(self, at, values, **kw)
         count[0] += 1
-        if count[0] == records:
+        if count[0] == records or at == step:
             state["fired"] = True
             raise KeyboardInterrupt("simulated kill")
 
@@ -248,7 +252,7 @@ def check_resume_equals_uninterrupted(session: Session) -> None:
     crash = session.folder / "crash"
     with open(root / "metrics.jsonl", encoding="utf-8") as lines:
         records = sum(1 for _ in lines)
-    with _kill_after(records // 2 + 1) as kill:
+    with kill_after(records // 2 + 1) as kill:
         try:
             execute_spec(session.smoke_spec(), crash)
         except KeyboardInterrupt:
