@@ -20,6 +20,7 @@ Life of a run::
 from __future__ import annotations
 
 import difflib
+import importlib
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,19 @@ def reproduction(lab: str, rows: Sequence[tuple[str, str | None, dict[str, Any],
     quick = tuple(RunSpec(lab=lab, preset=preset, overrides=deep_merge(extra, quick), name=name)
                   for name, preset, extra, quick in rows if quick is not None)
     return Reproduction(full=full, quick=quick)
+
+
+def deferred(module: str, name: str) -> Callable[..., Any]:
+    """``module.name``, imported when first called: how a ``lab.py`` names its functions
+    without importing torch or pandas (``stagewise labs | config | claims`` stay light), e.g.
+    ``summarize = deferred("stagewise.labs.lm.summary", "summarize")``."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"``{module}.{name}`` (imported when called)."
+    return call
 
 
 def _no_estimate(config: Any) -> Resources:

@@ -6,16 +6,13 @@ numpy or pandas import them when called.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...config import deep_merge
 from ...errors import UserError
-from ..contract import Lab, RunContext, RunResult, reproduction
+from ..contract import Lab, RunContext, RunResult, deferred, reproduction
 from .claimspecs import CLAIMS
 from .config import Config
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 NAME = "disentangled"
 DESCRIPTION = "elementary (P) then specialized (Q) features: normalized ReLU attention, large then annealed LR (Gong et al. 2025; reconstructed)"
@@ -106,25 +103,9 @@ def run(config: Config, ctx: RunContext) -> RunResult:
     })
 
 
-def summarize(config: Config, frame: pd.DataFrame, tables, result: RunResult):
-    """The run's Summary (:func:`.summary.summarize`)."""
-    from .summary import summarize as summarize_run
-
-    return summarize_run(config, frame, tables, result)
-
-
-def make_figures(config: Config, frame: pd.DataFrame, tables, summary, folder):
-    """The lab's figures (:func:`.figures.make_figures`)."""
-    from .figures import make_figures as draw
-
-    return draw(config, frame, tables, summary, folder)
-
-
-def estimate(config: Config):
-    """Peak memory and disk of a run (:func:`.resources.estimate`)."""
-    from .resources import estimate as estimate_resources
-
-    return estimate_resources(config)
+summarize = deferred("stagewise.labs.disentangled.summary", "summarize")
+make_figures = deferred("stagewise.labs.disentangled.figures", "make_figures")
+estimate = deferred("stagewise.labs.disentangled.resources", "estimate")
 
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,

@@ -6,14 +6,11 @@ transformers or pandas import them when called.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..contract import Lab, RunContext, RunResult, reproduction
+from ..contract import Lab, RunContext, RunResult, deferred, reproduction
 from .claimspecs import CLAIMS
 from .config import Config
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 NAME = "lm"
 DESCRIPTION = ("real Hugging Face causal LMs: syntactically wrong -> type-correct -> factually right, per-task loss of "
@@ -113,25 +110,9 @@ def _auto_threads(config: Config) -> int:
     return max(1, len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else max(1, os.cpu_count() or 1)
 
 
-def summarize(config: Config, frame: pd.DataFrame, tables, result: RunResult):
-    """The run's Summary (:func:`.summary.summarize`)."""
-    from .summary import summarize as summarize_run
-
-    return summarize_run(config, frame, tables, result)
-
-
-def make_figures(config: Config, frame: pd.DataFrame, tables, summary, folder):
-    """The lab's figures (:func:`.figures.make_figures`)."""
-    from .figures import make_figures as draw
-
-    return draw(config, frame, tables, summary, folder)
-
-
-def estimate(config: Config):
-    """Peak memory and disk of a run (:func:`.resources.estimate`)."""
-    from .resources import estimate as estimate_resources
-
-    return estimate_resources(config)
+summarize = deferred("stagewise.labs.lm.summary", "summarize")
+make_figures = deferred("stagewise.labs.lm.figures", "make_figures")
+estimate = deferred("stagewise.labs.lm.resources", "estimate")
 
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ..contract import Lab, RunContext, RunResult, reproduction
+from ..contract import Lab, RunContext, RunResult, deferred, reproduction
 from .claimspecs import CLAIMS
 from .config import Config
 
@@ -201,25 +201,9 @@ def figures(config: Config, frame: pd.DataFrame, tables, summary, folder):
     return make_figures(config, frame, tables, summary, folder)
 
 
-def make_figures(config: Config, frame: pd.DataFrame, tables, summary, folder):
-    """The figures of one run's frame (:func:`.figures.make_figures`)."""
-    from .figures import make_figures as draw
-
-    return draw(config, frame, tables, summary, folder)
-
-
-def summarize(config: Config, frame: pd.DataFrame, tables, result: RunResult):
-    """The run's Summary (:func:`.compare.summarize_run`)."""
-    from .compare import summarize_run
-
-    return summarize_run(config, frame, tables, result)
-
-
-def estimate(config: Config):
-    """Peak memory and disk of a run (:func:`.resources.estimate`)."""
-    from .resources import estimate as estimate_resources
-
-    return estimate_resources(config)
+make_figures = deferred("stagewise.labs.ntp.figures", "make_figures")  # the figures of one run's frame
+summarize = deferred("stagewise.labs.ntp.compare", "summarize_run")
+estimate = deferred("stagewise.labs.ntp.resources", "estimate")
 
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
