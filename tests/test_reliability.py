@@ -198,3 +198,29 @@ def test_failing_run_inside_reproduce_is_recorded_and_the_rest_goes_on(tmp_path)
     report = reproduce(lab, tmp_path / "rep", quick=True)
     assert [r["status"] for r in report["runs"]] == ["failed", "done"]
     assert "solver exploded" in report["runs"][0]["error"]
+
+
+def test_a_folder_left_by_a_prepare_killed_between_its_writes_is_taken(tmp_path):
+    """A SIGKILL after config.yaml and before manifest.json (a sweep's worker) leaves a folder
+    with this config.yaml only: the rerun takes it (nothing ran there); a folder with another
+    config.yaml, or with any other file, is still refused."""
+    from stagewise import RunSpec, execute_spec
+    from stagewise.config import to_yaml
+    from stagewise.errors import UserError
+    from stagewise.labs.resolve import spec_config
+
+    spec = RunSpec(lab="ntp", preset="example1", overrides={"train": {"steps_stage2": 20}}, name="r")
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / "config.yaml").write_text(to_yaml(spec_config(spec)))
+    (root / ".manifest.json.abc.tmp").write_text("{")  # the half-written manifest's temp file
+    assert execute_spec(spec, root)["status"] == "done"
+    assert not list(root.glob(".*.tmp"))
+    for extra in ("other.txt", None):
+        other = tmp_path / f"other-{extra}"
+        other.mkdir()
+        (other / "config.yaml").write_text(to_yaml(spec_config(spec)) + ("" if extra else "# edited\n"))
+        if extra:
+            (other / extra).write_text("x")
+        with pytest.raises(UserError, match="is not empty"):
+            execute_spec(spec, other)

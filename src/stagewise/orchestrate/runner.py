@@ -107,14 +107,31 @@ def writable_dir(path: Path, flag: str) -> None:
         raise UserError(f"{flag} {path}: directory is not writable")
 
 
+def unborn(paths: RunPaths, config_text: str) -> bool:
+    """Whether ``paths.root`` is what a :func:`prepare` killed between its two writes left:
+    this very config.yaml (and atomic-write temp files), no manifest. Nothing ran there, so
+    a new run may take the folder (a sweep rerun after a SIGKILL at that moment)."""
+    names = {p.name for p in paths.root.iterdir()}
+    if paths.config.name not in names or any(n != paths.config.name and not (n.startswith(".") and n.endswith(".tmp"))
+                                             for n in names):
+        return False
+    try:
+        return paths.config.read_text() == config_text
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def prepare(lab: Lab, config: Any, out: str | Path) -> RunPaths:
     """Create a fresh run directory with config.yaml and a 'running' manifest."""
     paths = RunPaths(Path(out))
-    if paths.root.is_dir() and any(paths.root.iterdir()):
+    text = to_yaml(config)
+    if paths.root.is_dir() and any(paths.root.iterdir()) and not unborn(paths, text):
         raise UserError(f"--out {out}: directory exists and is not empty; choose another or use --resume {out}")
+    for stale in paths.root.glob(".*.tmp") if paths.root.is_dir() else ():  # an unborn folder's half-written files
+        stale.unlink(missing_ok=True)
     writable_dir(paths.root, "--out")
     try:
-        atomic_write_text(paths.config, to_yaml(config))
+        atomic_write_text(paths.config, text)
         atomic_write_json(paths.manifest, {
             "lab": lab.name, "status": "running", "config_hash": config_hash(config), "seeds": config.seed_list(),
             "versions": package_versions(), "git_sha": git_sha(), "host": socket.gethostname(),
