@@ -70,6 +70,9 @@ class ConfigModel(BaseModel):
     RENAMED_KEYS: ClassVar[dict[str, dict[str, str]]] = {}
     """Mapping-valued field -> {old key: new key} for its entries (e.g. ``experiment.grid.eta1``),
     accepted and hashed like :attr:`RENAMED`."""
+    ADDED: ClassVar[tuple[str, ...]] = ()
+    """Fields added after runs existed: at their default they are left out of the config hash
+    (and need no key in an old config.yaml), so every config made before the field keeps its hash."""
     """Old field name -> new name. The old name is still accepted (in YAML, ``--set``, presets
     and old run folders) with a one-line deprecation note, and it stays the key in the config
     hash, so the hash of every config made before the rename is unchanged."""
@@ -270,11 +273,16 @@ def resolve(
 
 # ---------------------------------------------------------------------------- output
 def _legacy_keys(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
-    """``dumped`` (``model``'s JSON dump) with renamed fields under their old names, recursively."""
+    """``dumped`` (``model``'s JSON dump) with renamed fields under their old names and fields
+    added later (:attr:`ConfigModel.ADDED`) left out at their defaults, recursively."""
     back = {new: old for old, new in getattr(type(model), "RENAMED", {}).items()}
     entries = getattr(type(model), "RENAMED_KEYS", {})
     out = {}
+    added = getattr(type(model), "ADDED", ())
+    fields = type(model).model_fields
     for key, value in dumped.items():
+        if key in added and getattr(model, key) == fields[key].default:
+            continue  # a field added later, at its default: hashed as before it existed
         sub = getattr(model, key, None)
         if isinstance(sub, BaseModel) and isinstance(value, dict):
             value = _legacy_keys(sub, value)

@@ -19,6 +19,7 @@ Finite: dict[str, Any] = {"allow_inf_nan": False}
 
 
 class DataConfig(ConfigModel):
+    ADDED = ("q_noise_radius",)
     d: int = Field(30, ge=1, description="[known] dimension of each feature block, x = [x1; x2] in R^{2d}; value 30 [reconstructed] (our probes)")
     prompt_len: int = Field(20, ge=2,
         description="[known] L: L-1 labelled context tokens plus the query (assumption: L >> sqrt(d) log d); value 20\n"
@@ -34,7 +35,11 @@ class DataConfig(ConfigModel):
     q0: float = Field(0.2, ge=0, le=1, description="[reconstructed] probability a token is Q-only")
     gamma0: float = Field(1.0, gt=0, **Finite, description="[known] P margin scale (margin gamma0 ||w*||^2, ||w*|| = 1)")
     p_noise: float | None = Field(None, ge=0, **Finite, description="[reconstructed] P noise std; null = 1/sqrt(d)")
-    q_noise: float = Field(0.05, ge=0, **Finite, description="[reconstructed] Q noise std (small)")
+    q_noise: float = Field(0.05, ge=0, **Finite, description="[reconstructed] Q noise std (small); ignored when q_noise_radius is set")
+    q_noise_radius: float | None = Field(None, gt=0, **Finite,
+        description="[reconstructed] high-dimensional Q noise (the gate-noise regime, spec section 5): the Q noise radius\n"
+        "R = q_noise sqrt(d) as a multiple of ||zeta||, so q_noise = q_noise_radius ||zeta|| / sqrt(d) (must stay < ||zeta||);\n"
+        "null = use q_noise")
     zeta: float = Field(0.5, gt=0, **Finite, description="[reconstructed] ||zeta|| of the Q clusters (0.2..1 plausible; 0.5 from our probes)")
     w_star: Literal["e1", "random"] = Field("e1", description="[reconstructed] P direction: first basis vector or a random unit vector per seed")
     q_centre: float = Field(0.0, ge=0, **Finite,
@@ -57,7 +62,15 @@ class DataConfig(ConfigModel):
             raise ValueError(f"data.q_centre={self.q_centre:g} needs data.d >= 3 (z is orthogonal to zeta1, zeta2)")
         if self.label_rule == "shared" and self.p_flip > 0:
             raise ValueError(f"data.p_flip={self.p_flip:g} needs data.label_rule=composite")
+        if self.q_noise_radius is not None and self.q_noise_radius >= math.sqrt(self.d):
+            raise ValueError(f"data.q_noise_radius={self.q_noise_radius:g}: must be < sqrt(d) = {math.sqrt(self.d):.3g} "
+                             "(q_noise per coordinate below ||zeta||)")
         return self
+
+    @property
+    def q_noise_std(self) -> float:
+        """The Q noise std per coordinate in effect: q_noise_radius ||zeta|| / sqrt(d), or q_noise."""
+        return self.q_noise if self.q_noise_radius is None else self.q_noise_radius * self.zeta / math.sqrt(self.d)
 
 
 class ModelConfig(ConfigModel):
@@ -81,6 +94,7 @@ class TrainConfig(TrainBase):
         "cosine: lr_stage1 -> lr_stage2 over all steps; warmup: linear 0 -> lr_stage1 over warmup_steps, then the step schedule")
     PATH = "train"
     RENAMED = {"eta1": "lr_stage1", "eta2": "lr_stage2"}
+    ADDED = ("objective",)
     lr_stage1: float = Field(1.0, gt=0, **Finite, description="[known] large learning rate eta1 of the elementary stage (was train.eta1);\n"
                              "value 1.0 [reconstructed] (our probes)")
     lr_stage2: float = Field(0.1, gt=0, **Finite, description="[known] annealed learning rate eta2 of the specialized stage (was train.eta2);\n"
@@ -89,6 +103,9 @@ class TrainConfig(TrainBase):
                     "in every seed we ran, and Q has had little time (longer t1 lets noisy seeds pick Q up early)")
     steps: int = Field(6000, ge=1, le=MAX_STEPS, description="[reconstructed] total steps (Q settles within ~3000 annealed steps)")
     warmup_steps: int = Field(100, ge=0, le=MAX_STEPS, description="[run] warmup schedule: steps of linear warmup")
+    objective: Literal["total", "branches"] = Field(
+        "total", description="[reconstructed] total: the logistic loss of f = f1 + f2 (+ L2); branches: the sum of the branch losses\n"
+        "K1(W) + K2(V) (+ L2), the review's notation (needs model.output=split, model.weights=block)")
     noise: float = Field(0.05, ge=0, **Finite,
         description="[reconstructed] Li-Wei-Ma update noise: N(0, (noise * lr)^2) added to every entry per step")
     noise_mode: Literal["lr", "constant", "stage1"] = Field(
@@ -123,6 +140,8 @@ class TrainConfig(TrainBase):
 class ThresholdConfig(ConfigModel):
     """Fixed before the runs (docs/disentangled.md section 4 gives the reasons)."""
 
+    ADDED = ("drop_learned", "drop_flat", "anneal_gain")
+
     p_learned: float = Field(0.95, gt=0, le=1, description="[reconstructed] P-only test accuracy that counts as 'P learned' (with p_loss)")
     q_learned: float = Field(0.85, gt=0, le=1, description="[reconstructed] Q-only test accuracy of the accuracy-level claim q_accuracy_stage2")
     p_loss: float = Field(0.5, gt=0, le=1, description="[reconstructed] P learned: K1 on P-bearing queries <= p_loss * log 2")
@@ -131,6 +150,15 @@ class ThresholdConfig(ConfigModel):
         description="[reconstructed] Q learned: K2 on Q-bearing queries <= q_loss * log 2 (the issue's 'at most half')")
     control_quantile: float = Field(0.95, gt=0, le=1, description="[reconstructed] Q not learned also needs Q-only accuracy <= this quantile of the\n"
                                     "shuffled-label control's (pooled over its seeds, same step)")
+    drop_learned: float = Field(0.5, gt=0, le=1,
+        description="[reconstructed] relative form of 'learned': at least this fraction of the attainable drop log 2 - K* realised\n"
+        "(K* the noise-free L2 floor of the branch loss; the relative twin of 'at most half of log 2')")
+    drop_flat: float = Field(0.2, gt=0, le=1,
+        description="[reconstructed] relative form of 'Q not learned at t1': at most this fraction of the attainable drop realised")
+    anneal_gain: float = Field(0.1, gt=0, le=1,
+        description="[reconstructed] causal accuracy claim: Q-part accuracy at the end with annealing minus the same member at a\n"
+        "constant large rate (same data and noise draws), per seed, at least this (4 standard errors of the difference of two\n"
+        "accuracies on ~800 Q-bearing test queries)")
     seed_fraction: float = Field(1.0, gt=0, le=1,
         description="[reconstructed] a per-seed claim holds when at least this fraction of seeds pass (1 = every seed)")
 
@@ -148,6 +176,7 @@ class ExperimentConfig(ConfigModel):
         "with the noise std held at noise * lr_stage1; noise-off-t1: constant lr_stage1 with the noise stopped at t1\n"
         "(which of the two matters?)")
     PATH = "experiment"
+    ADDED = ("floors",)
     RENAMED_KEYS = {"grid": {"eta1": "lr_stage1", "eta2": "lr_stage2"}}
     grid: dict[Literal["lr_stage1", "lr_stage2", "t1", "noise", "l2", "zeta", "q_centre", "p_flip", "batch_size"], list[float]] = Field(
         {"lr_stage1": [0.3, 1.0], "noise": [0.0, 0.02, 0.05, 0.1]},
@@ -155,6 +184,8 @@ class ExperimentConfig(ConfigModel):
         "q_centre, "
         "p_flip, batch_size with optimizer=sgd); the product runs as one batched computation (shapes are kept),\n"
         "each combination on the same seeds")
+    floors: bool = Field(True, description="[run] compute the attainable floors K1*, K2* (noise-free L2 optimum of each member's\n"
+                         "objective on its training prompts, and the two-scalar fixed point) after training; table floors")
     control: bool = Field(True, description="[run] train a shuffled-label control beside every member (targets permuted across the\n"
                           "training prompts): the null that q_not_learned_stage1 is tested against")
     seed_blocks: list[int] = Field([0, 1000, 2000], description="[run] kind=robustness: first seed of each block of n_seeds seeds")
@@ -214,6 +245,9 @@ class Config(RunBase):
             raise ValueError(f"experiment.grid.q_centre={grid['q_centre']} needs data.d >= 3")
         if "batch_size" in grid and self.train.optimizer != "sgd":
             raise ValueError(f"experiment.grid.batch_size needs train.optimizer=sgd (got {self.train.optimizer})")
+        if self.train.objective == "branches" and (self.model.output != "split" or self.model.weights != "block"):
+            raise ValueError(f"train.objective=branches needs model.output=split and model.weights=block "
+                             f"(got {self.model.output}, {self.model.weights}): K1, K2 are the losses of the split output's parts")
         t1s = self.experiment.grid.get("t1", [])
         if any(t > self.train.steps for t in t1s):
             raise ValueError(f"experiment.grid.t1={[int(t) for t in t1s]}: each must be <= train.steps ({self.train.steps})")
