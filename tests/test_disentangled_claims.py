@@ -201,7 +201,11 @@ def test_robustness_groups_and_claims(tmp_path):
     config = small(n_seeds=1, experiment={"kind": "robustness", "dims": [4, 6], "seed_blocks": [0, 100]})
     plan = groups(config)
     assert [g.name for g in plan] == ["d=4,seed=0", "d=4,seed=100", "d=6,seed=0", "d=6,seed=100"]
-    assert [[m.seed for m in g.members] for g in plan][1] == [100, 100]  # the block and its control
+    # the block, its no-anneal twin (the causal accuracy claim), and the two controls
+    assert [[m.seed for m in g.members] for g in plan][1] == [100, 100, 100, 100]
+    assert [plan[1].variant_of(m) for m in plan[1].members] == ["d=4,seed=100", "d=4,seed=100|no-anneal",
+                                                                 "d=4,seed=100|control", "d=4,seed=100|no-anneal|control"]
+    assert [m.eta2 for m in plan[1].members] == [config.train.eta2, config.train.eta1] * 2
     lab = dc_replace(get_lab("disentangled"), make_figures=lambda *a, **k: [])
     paths = prepare(lab, config, tmp_path / "rob")
     execute(lab, config, paths, progress=False)
@@ -215,7 +219,13 @@ def test_robustness_groups_and_claims(tmp_path):
         fractions = [cells[n]["pass_fraction"][key] for n in cells]
         assert claims[f"robust_{key}"]["holds"] == all(f >= 1.0 for f in fractions)
     stages = pd.read_parquet(paths.tables / "stages.parquet")
-    assert set(stages["variant"]) == {n for n in cells} | {f"{n}|control" for n in cells}
+    assert set(stages["variant"]) == {f"{n}{twin}" for n in cells for twin in ("", "|control", "|no-anneal", "|no-anneal|control")}
+    for name, cell in cells.items():  # the gain fraction is recomputed from the stage table's Q-part accuracies
+        end = stages[stages["stage"] == "stage2"].set_index("variant")["test.acc.q_part"]
+        gain = end[name] - end[f"{name}|no-anneal"]
+        assert cell["anneal_gain_fraction"] == float(gain >= config.thresholds.anneal_gain)
+    gains = [cells[n]["anneal_gain_fraction"] for n in cells]
+    assert claims["robust_anneal_gain"]["holds"] == all(f >= 1.0 for f in gains)
 
 
 def test_noise_mode_ablations_differ_only_where_they_should():

@@ -187,6 +187,14 @@ def _print_summary(run_dir: Path) -> None:
     if scalars:
         out_console.print("  ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in scalars.items()),
                           highlight=False)
+    floors = summary.details.get("floors")
+    if isinstance(floors, dict) and floors:  # details.floors: {variant: {quantity: value}}, what the model can attain
+        names = [k for k in next(iter(floors.values())) if not k.startswith("per_seed.")]
+        table = Table("attainable floors (means over seeds)", *names, header_style="bold")
+        for variant, entry in floors.items():
+            table.add_row(variant, *(f"{entry.get(k):.4g}" if isinstance(entry.get(k), float) else str(entry.get(k, "-"))
+                                     for k in names))
+        out_console.print(table)
     if summary.final:
         table = Table("metric (last step)", "mean", "min", "max", header_style="bold")
         fmt = lambda v: "-" if v is None else f"{v:.6g}"  # noqa: E731

@@ -51,7 +51,11 @@ class Group:
     def variant_of(self, member: Member) -> str:
         """The variant field of this member's records ("" for a single-variant run, "control"
         for its shuffled-label control; group prefixes go first)."""
-        base = member.variant if self.prefix_by_variant else self.prefix.rstrip("/")
+        if self.prefix_by_variant:
+            base = member.variant
+        else:  # a cell's own members, and its ablation twins as "CELL|no-anneal"
+            cell = self.prefix.rstrip("/")
+            base = cell if member.variant == "baseline" else f"{cell}|{member.variant}" if cell else member.variant
         return control_of(base) if member.control else base
 
 
@@ -110,8 +114,9 @@ def groups(config: Config) -> list[Group]:
         return [Group("baseline", config, with_control(config, members_from_config(config)))]
     if kind == "grid":
         return [Group("grid", config, with_control(config, seed_major(config, grid_variants(config))), prefix_by_variant=True)]
-    if kind == "robustness":
-        return [Group(name, cfg, with_control(cfg, members_from_config(cfg)), prefix=f"{name}/")
+    if kind == "robustness":  # each cell with its no-anneal twin (the causal accuracy claim) when the ablations name it
+        twins = {"baseline": {}, **({"no-anneal": _variant(config, "no-anneal")[0]} if "no-anneal" in config.experiment.ablations else {})}
+        return [Group(name, cfg, with_control(cfg, seed_major(cfg, twins)), prefix=f"{name}/")
                 for name, cfg in robustness_configs(config)]
     if kind == "d-scaling":
         return [Group(f"d={d}", cfg := scaled_config(config, d), members_from_config(cfg), prefix=f"d={d}/")
@@ -129,7 +134,9 @@ def groups(config: Config) -> list[Group]:
             shared.append(name)
             overrides[name] = member_over
     batched = seed_major(config, {v: overrides[v] for v in shared})
-    controls = with_control(config, members_from_config(config))[config.n_seeds:]  # the baseline's only
+    # the baseline's control (the null of every variant) and, for the causal accuracy claim, the no-anneal twin's
+    nulls = {v: overrides[v] for v in ("baseline", "no-anneal") if v in shared}
+    controls = [replace(m, control=True) for m in seed_major(config, nulls)] if config.experiment.control else []
     return [Group("batched", config, batched + controls, prefix_by_variant=True)] + separate
 
 

@@ -153,9 +153,11 @@ def robustness(summary: dict[str, Any], folder: Path) -> list[Path]:
     """Fraction of seeds passing each criterion per (d, seed block) cell."""
     cells = summary["robustness"]
     names = list(cells)
-    criteria = ("staged", *STAGED)
-    grid = np.array([[cells[n].get("staged_fraction") if k == "staged" else cells[n].get("pass_fraction", {}).get(k)
-                      for k in criteria] for n in names], dtype=float)  # (cells, criteria)
+    from .summary import cell_fraction
+
+    extra = [k for k in ("q_drop_stage2", "anneal_gain", "control_no_gain") if any(cell_fraction(cells[n], k) is not None for n in names)]
+    criteria = ("staged", *STAGED, *extra)
+    grid = np.array([[cell_fraction(cells[n], k) for k in criteria] for n in names], dtype=float)  # (cells, criteria); None -> nan
     fig, axes = panel_grid(1, panel=(1.6 * len(criteria) + 2, 0.45 * len(names) + 1.5), legend=False)
     ax = axes[0, 0]
     image = _heat(ax, grid)

@@ -15,6 +15,7 @@ from . import claimspecs as cs
 from .claims import (LOG2, Q_ACC, REVIEW_FLOOR, STAGED, SeedValues, control_bound, control_of, judged_by, review_claims,
                      spectral_claims, stage_claims, stage_passes, staged_fraction)
 from .config import Config
+from .floor_claims import anneal_gain_claims, gain_fraction, relative_claims, twin, with_floors
 
 
 def _mean(frame: pd.DataFrame, metric: str, step: int) -> float:
@@ -132,19 +133,23 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
     kind = config.experiment.kind
     stages = tables.get("stages")
     stages = stages if stages is not None else pd.DataFrame(columns=["variant", "seed", "stage"])
+    floors = tables.get("floors")
     summary: dict[str, Any] = {"experiment": kind, "groups": extras["groups"]}
+    if floors is not None and len(floors):
+        summary["floors"] = floors_details(floors)
     claims: list[Claim] = []
     if kind in ("two-stage", "spectral"):
         summary["stages"] = stage_table(config, stages)
         summary["stage_detection"] = stage_detection(config, frame)
-        claims += stage_claims(config, stages)
+        claims += with_floors(config, stage_claims(config, stages), stages, floors)
         claims += spectral_claims(config, stages, truncation_means(config, frame))
         claims += review_claims(config, stages)
     elif kind == "ablations":
         variants = ["baseline"] + list(config.experiment.ablations)
         variant_tables = {v: stage_table(config, stages, v, control_of("baseline")) for v in variants}  # one null for all
         summary["ablations"] = variant_tables
-        claims += stage_claims(config, stages, "baseline")
+        claims += with_floors(config, stage_claims(config, stages, "baseline"), stages, floors, "baseline")
+        claims += anneal_gain_claims(config, stages, "baseline")
         claims += ablation_claims(config, variant_tables)
     elif kind == "grid":
         from .experiments import grid_variants
@@ -155,6 +160,13 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
         from .experiments import robustness_configs
 
         cells = {name: stage_table(cfg, stages, name) for name, cfg in robustness_configs(config)}
+        for name, cfg in robustness_configs(config):
+            cells[name]["anneal_gain_fraction"] = gain_fraction(cfg, stages, name)
+            cells[name]["control_no_gain_fraction"] = gain_fraction(cfg, stages, name, control=True)
+            cells[name]["relative"] = {c.id: {"verdict": c.verdict, "pass_fraction": c.pass_fraction, "reason": c.reason}
+                                       for c in relative_claims(cfg, stages, floors, name)}
+            if not SeedValues.of(stages, twin(name)).empty:
+                cells[name]["no_anneal"] = stage_table(cfg, stages, twin(name), control_of(twin(name)))
         summary["robustness"] = cells
         claims += robustness_claims(config, cells)
     elif kind == "d-scaling":
@@ -172,9 +184,10 @@ def robustness_claims(config: Config, cells: dict[str, dict[str, Any]]) -> list[
     need = config.thresholds.seed_fraction
     spec = judged_by(cs.ROBUST, need - FRACTION_TOL if need < 1 else 1.0)
     out = []
-    for key in (*STAGED, "staged"):
-        fracs = {name: (c.get("staged_fraction") if key == "staged" else c.get("pass_fraction", {}).get(key))
-                 for name, c in cells.items()}
+    for key in (*STAGED, "staged", "anneal_gain", "control_no_gain", "q_drop_stage2"):
+        if key in ("anneal_gain", "control_no_gain") and all(c.get(f"{key}_fraction") is None for c in cells.values()):
+            continue  # no no-anneal twins in this run
+        fracs = {name: cell_fraction(c, key) for name, c in cells.items()}
         known = [f for f in fracs.values() if f is not None]
         evidence = "; ".join(f"{n}: {'n/a' if f is None else f'{f:.2f}'}" for n, f in fracs.items())
         statement = f"{key.replace('_', ' ')}: at least {need:g} of the seeds pass in every d x seed block"
@@ -186,6 +199,45 @@ def robustness_claims(config: Config, cells: dict[str, dict[str, Any]]) -> list[
                                    statement=statement))
         else:
             out.append(spec.result(min(known), evidence, case=key, statement=statement))
+    return out
+
+
+def cell_fraction(cell: dict[str, Any], key: str) -> float | None:
+    """A robustness cell's fraction of seeds passing criterion ``key`` (None: not measured or
+    not testable there)."""
+    if key == "staged":
+        return cell.get("staged_fraction")
+    if key in ("anneal_gain", "control_no_gain"):
+        return cell.get(f"{key}_fraction")
+    if key in cell.get("relative", {}):
+        rel = cell["relative"][key]
+        return None if rel["verdict"] == "not testable" else rel["pass_fraction"]
+    return cell.get("pass_fraction", {}).get(key)
+
+
+FLOOR_COLUMNS = {"K1": "K1*", "K2": "K2*", "analytic.K1": "analytic K1*", "analytic.K2": "analytic K2*",
+                 "m_P": "m_P*", "m_Q": "m_Q*", "analytic.m_P": "analytic m_P*", "analytic.m_Q": "analytic m_Q*"}
+
+
+def floors_details(floors: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """``details.floors``: per variant, the means over seeds of the attainable floors (numerical
+    and analytic; test K1* on P-bearing, K2* on Q-bearing queries, nats), the per-seed K1*,
+    K2*, the solver's worst gradient norm and any reason a floor is missing."""
+    out: dict[str, dict[str, Any]] = {}
+    for variant, rows in floors.groupby("variant", sort=False):
+        entry: dict[str, Any] = {label: _nanmean(rows[col].to_numpy(float)) for col, label in FLOOR_COLUMNS.items() if col in rows}
+        for col in ("K1", "K2"):
+            if col in rows:
+                entry[f"per_seed.{col}*"] = {str(int(s)): (None if v != v else float(v)) for s, v in zip(rows["seed"], rows[col])}
+        grads = rows["grad_norm"].to_numpy(float) if "grad_norm" in rows else np.array([])
+        if np.isfinite(grads).any():
+            entry["max grad_norm"] = float(np.nanmax(grads))
+        if "converged" in rows:
+            entry["converged"] = f"{int(rows['converged'].fillna(False).astype(bool).sum())}/{len(rows)}"
+        reasons = sorted({str(r) for r in rows.get("reason", pd.Series(dtype=object)).dropna() if str(r)})
+        if reasons:
+            entry["reason"] = "; ".join(reasons)
+        out[str(variant) or "(run)"] = entry
     return out
 
 
