@@ -189,7 +189,7 @@ def _print_summary(run_dir: Path) -> None:
                           highlight=False)
     floors = summary.details.get("floors")
     if isinstance(floors, dict) and floors:  # details.floors: {variant: {quantity: value}}, what the model can attain
-        names = [k for k in next(iter(floors.values())) if not k.startswith("per_seed.")]
+        names = [k for k in next(iter(floors.values())) if not k.startswith("per seed")]
         table = Table("attainable floors (means over seeds)", *names, header_style="bold")
         for variant, entry in floors.items():
             table.add_row(variant, *(f"{entry.get(k):.4g}" if isinstance(entry.get(k), float) else str(entry.get(k, "-"))

@@ -222,13 +222,14 @@ FLOOR_COLUMNS = {"K1": "K1*", "K2": "K2*", "analytic.K1": "analytic K1*", "analy
 def floors_details(floors: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """``details.floors``: per variant, the means over seeds of the attainable floors (numerical
     and analytic; test K1* on P-bearing, K2* on Q-bearing queries, nats), the per-seed K1*,
-    K2*, the solver's worst gradient norm and any reason a floor is missing."""
+    K2* (in seed order, as text: one flat record per variant, a table in the report), the
+    solver's worst gradient norm and any reason a floor is missing."""
     out: dict[str, dict[str, Any]] = {}
     for variant, rows in floors.groupby("variant", sort=False):
         entry: dict[str, Any] = {label: _nanmean(rows[col].to_numpy(float)) for col, label in FLOOR_COLUMNS.items() if col in rows}
         for col in ("K1", "K2"):
             if col in rows:
-                entry[f"per_seed.{col}*"] = {str(int(s)): (None if v != v else float(v)) for s, v in zip(rows["seed"], rows[col])}
+                entry[f"per seed {col}*"] = ", ".join("nan" if v != v else f"{v:.4f}" for v in rows[col].to_numpy(float))
         grads = rows["grad_norm"].to_numpy(float) if "grad_norm" in rows else np.array([])
         if np.isfinite(grads).any():
             entry["max grad_norm"] = float(np.nanmax(grads))
