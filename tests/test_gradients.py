@@ -9,7 +9,8 @@ ensemble sizes, random padding masks, random sample weights and shared datasets:
   token-space code, for orthonormal, rotated, Gaussian (d < V, d > V) and identity
   embeddings; ``train.Params.chain`` (the factored chain rule W_kq = W_k^T W_q, W_ov = W_o W_v).
 * Disentangled: ``model.gradients`` of the (minibatch-weighted) logistic loss for split /
-  joint / full weights, the three normalizers, K members per shared dataset.
+  joint / full weights, the three normalizers, K members per shared dataset; and of both
+  ``train.objective`` values (total f, or the sum of the parts' losses "branches").
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 
 from stagewise.labs.disentangled.model import forward as dis_forward
 from stagewise.labs.disentangled.model import gradients as dis_gradients
-from stagewise.labs.disentangled.model import logistic, make_batch
+from stagewise.labs.disentangled.model import logistic, make_batch, objective_loss
 from stagewise.labs.ntp.model import TokenBatch, collocation_loss, forward, gradients, token_matrices
 from stagewise.labs.ntp.train import Params
 
@@ -182,3 +183,48 @@ def test_disentangled_closed_form_gradients_on_random_inputs(output, full, norma
     for i, (a, b) in enumerate(zip(ours, auto)):
         assert_rel_close(a, b, f"grad matrix {i}")
 
+
+
+@pytest.mark.parametrize("objective", ["total", "branches"])
+@pytest.mark.parametrize("normalizer", ["L", "L-1", "sum"])
+@pytest.mark.parametrize("U,K,N,L,d", DIS_SHAPES)
+@pytest.mark.parametrize("minibatch", [False, True])
+def test_disentangled_objective_gradients_on_random_inputs(objective, normalizer, U, K, N, L, d, minibatch):
+    """train.objective: the (weighted) mean of log(1 + e^{-y f}) ("total") or of
+    log(1 + e^{-y f1}) + log(1 + e^{-y f2}) ("branches", split block weights), written here
+    from the parts' outputs (not through model.objective_loss), against autograd."""
+    gen = torch.Generator().manual_seed(U * 1000 + K * 100 + N * 10 + L + (7 if minibatch else 0) + (3 if objective == "branches" else 0))
+    M = U * K
+    batch = make_batch(*random_prompts(gen, U, N, L, d), full=False, per_data=K)
+    mats = [torch.randn(M, d, d, generator=gen, dtype=DTYPE).requires_grad_(True) for _ in range(2)]
+    weight = None
+    if minibatch:
+        keep = torch.rand(M, N, generator=gen) < 0.5
+        keep[:, 0] = True
+        weight = keep.to(DTYPE) / keep.sum(-1, keepdim=True)  # (M, N)
+    fwd = dis_forward(tuple(mats), batch, "split", normalizer)
+    if objective == "total":
+        per_prompt = logistic(fwd.out[0] + fwd.out[1], batch.target)  # (M, N)
+    else:
+        per_prompt = logistic(fwd.out[0], batch.target) + logistic(fwd.out[1], batch.target)  # (M, N)
+    loss = (per_prompt * weight).sum(-1) if minibatch else per_prompt.mean(-1)  # (M,)
+    auto = torch.autograd.grad(loss.sum(), mats)
+    detached = dis_forward(tuple(m.detach() for m in mats), batch, "split", normalizer)
+    ours = dis_gradients(detached, batch, normalizer, weight, objective)
+    for i, (a, b) in enumerate(zip(ours, auto)):
+        assert_rel_close(a, b, f"{objective} grad matrix {i}")
+    # the objective's per-prompt loss agrees with the one written here
+    assert torch.allclose(objective_loss(detached, batch.target, objective), per_prompt.detach(), rtol=1e-14, atol=0)
+    if objective == "branches":  # the two objectives differ (each unit is driven by its own part)
+        total = dis_gradients(detached, batch, normalizer, weight)
+        assert max(float((a - b).abs().max()) for a, b in zip(ours, total)) > 1e-6
+
+
+def test_disentangled_branches_objective_needs_two_units():
+    gen = torch.Generator().manual_seed(5)
+    batch = make_batch(*random_prompts(gen, 1, 4, 3, 2), full=True)
+    fwd = dis_forward((torch.randn(1, 4, 4, generator=gen, dtype=DTYPE),), batch, "joint", "L")
+    with pytest.raises(ValueError, match="branches"):
+        dis_gradients(fwd, batch, "L", None, "branches")
+    with pytest.raises(ValueError, match="unknown"):
+        dis_gradients(fwd, batch, "L", None, "sum-of-parts")

@@ -115,7 +115,7 @@ def groups(config: Config) -> list[Group]:
     if kind == "grid":
         return [Group("grid", config, with_control(config, seed_major(config, grid_variants(config))), prefix_by_variant=True)]
     if kind == "robustness":  # each cell with its no-anneal twin (the causal accuracy claim) when the ablations name it
-        twins = {"baseline": {}, **({"no-anneal": _variant(config, "no-anneal")[0]} if "no-anneal" in config.experiment.ablations else {})}
+        twins: dict[str, dict[str, Any]] = {"baseline": {}, **({"no-anneal": _variant(config, "no-anneal")[0]} if "no-anneal" in config.experiment.ablations else {})}
         return [Group(name, cfg, with_control(cfg, seed_major(cfg, twins)), prefix=f"{name}/")
                 for name, cfg in robustness_configs(config)]
     if kind == "d-scaling":
@@ -190,6 +190,18 @@ def _stage_rows(group: Group, stage: str, step: int, values: dict[str, torch.Ten
     cols = {k: values[k].tolist() for k in STAGE_COLUMNS if k in values}
     return [{"group": group.name, "variant": group.variant_of(m), "seed": m.seed, "stage": stage, "step": step,
              **{k: v[i] for k, v in cols.items()}} for i, m in enumerate(group.members)]
+
+
+def floor_table(group: Group) -> pd.DataFrame:
+    """The attainable floors of the group's members (:func:`.floors.floor_rows`, one row per
+    member, identical problems solved once) under the run store's variant names."""
+    from .floors import floor_rows
+
+    rows = floor_rows(group.config, group.members)
+    frame = pd.DataFrame(rows)
+    frame["variant"] = [group.variant_of(m) for m in group.members]
+    frame.insert(0, "group", group.name)
+    return frame
 
 
 def truncation_metrics(config: Config, ens, weights: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
@@ -302,6 +314,8 @@ class GroupLoop(UpdateLoop):
         if t == self.total:
             frame = pd.DataFrame(self.stage_rows)
             self.ctx.log_table("stages", frame[[c for c in STAGE_KEYS + STAGE_COLUMNS if c in frame]], part=self.group.name)
+            if self.group.config.experiment.floors:
+                self.ctx.log_table("floors", floor_table(self.group), part=self.group.name)
 
     def meta(self, t: int) -> dict[str, Any]:
         return {"group": self.index, "step": t, "stage_rows": self.stage_rows}

@@ -9,8 +9,11 @@ The output for the query q = x_L is, per *branch* b with key-query matrix A_b::
     full:   one branch on the whole x with a full 2d x 2d matrix (outside the theory)
 
 norm: "L" sum_l y_l r_l / L, "L-1" ... / (L-1), "sum" sum_l y_l r_l / (sum_l r_l + eps).
-Loss: logistic log(1 + exp(-y_L f)) averaged over prompts (+ L2 outside this module).
-Gradients are closed form (checked against autograd in tests/test_gradients.py).
+Loss: logistic log(1 + exp(-y_L f)) averaged over prompts (+ L2 outside this module), or,
+objective "branches" (split block weights), the sum of the parts' losses
+log(1 + exp(-y_L f^1)) + log(1 + exp(-y_L f^2)) (K1(W) + K2(V)): each ReLU unit is then
+driven by its own output instead of f. Gradients are closed form (checked against autograd
+in tests/test_gradients.py).
 
 Shapes: M members, N prompts, C = L-1 context tokens, d block dim (2d for "full").
 Members that share a dataset (the same seed under several hyper-parameter variants) are
@@ -65,6 +68,27 @@ def make_batch(x1: torch.Tensor, x2: torch.Tensor, y: torch.Tensor, kind: torch.
     query = join(x1[:, :, -1], x2[:, :, -1])  # (U, B, N, k)
     expand = lambda t: t.repeat_interleave(per_data, dim=0).contiguous()  # noqa: E731  (M, ...)
     return Batch(ctx, query, expand(y[:, :, :-1]), expand(y[:, :, -1]), expand(kind[:, :, -1]), per_data)
+
+
+def empty_features(datasets: int, n: int, prompt_len: int, d: int, full: bool,
+                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Uninitialised ctx (U, B, N, C, k) and query (U, B, N, k) in :func:`make_batch`'s layout
+    (block: B = 2, k = d; full: B = 1, k = 2d), to be filled through :func:`feature_slot`."""
+    branches, width = (1, 2 * d) if full else (2, d)
+    ctx = torch.empty(datasets, branches, n, prompt_len - 1, width, dtype=dtype)  # (U, B, N, C, k)
+    query = torch.empty(datasets, branches, n, width, dtype=dtype)  # (U, B, N, k)
+    return ctx, query
+
+
+def feature_slot(ctx: torch.Tensor, query: torch.Tensor, dataset: int, block: int,
+                 full: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Views of one dataset's P (block 0) or Q (block 1) features inside :func:`empty_features`'
+    buffers: context (N, C, d) and query (N, d); make_batch's layout (full: the halves of k)."""
+    if not full:
+        return ctx[dataset, block], query[dataset, block]
+    d = ctx.shape[-1] // 2
+    part = slice(block * d, (block + 1) * d)
+    return ctx[dataset, 0, :, :, part], query[dataset, 0, :, part]
 
 
 def _by_data(t: torch.Tensor, per_data: int) -> torch.Tensor:
@@ -130,16 +154,44 @@ def logistic(f: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.softplus(-target * f)
 
 
-def gradients(fwd: Forward, batch: Batch, normalizer: str, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
-    """Gradients of the mean logistic loss w.r.t. each branch matrix, (M, k, k) each.
+OBJECTIVES = ("total", "branches")
+
+
+def _drives(fwd: Forward, objective: str) -> tuple[torch.Tensor, ...]:
+    """The output each ReLU unit's loss is taken of, (M, N) per unit: f for every unit
+    ("total"), or the unit's own output ("branches": the two parts of split block weights)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective={objective!r}: unknown; allowed: {', '.join(OBJECTIVES)}")
+    if objective == "total":
+        return (fwd.f,) * len(fwd.out)
+    if len(fwd.out) != 2:
+        raise ValueError("objective='branches' needs split output with block weights (two ReLU units, f = f1 + f2)")
+    return fwd.out
+
+
+def objective_loss(fwd: Forward, target: torch.Tensor, objective: str = "total") -> torch.Tensor:
+    """Per-prompt loss of the trained objective, (M, N): log(1 + exp(-y f)) ("total") or
+    log(1 + exp(-y f^1)) + log(1 + exp(-y f^2)) ("branches"); no L2."""
+    if objective == "total":
+        _drives(fwd, objective)
+        return logistic(fwd.f, target)
+    return cast(torch.Tensor, sum(logistic(out, target) for out in _drives(fwd, objective)))
+
+
+def gradients(fwd: Forward, batch: Batch, normalizer: str, weight: torch.Tensor | None = None,
+              objective: str = "total") -> tuple[torch.Tensor, ...]:
+    """Gradients of the mean loss of ``objective`` (:func:`objective_loss`) w.r.t. each branch
+    matrix, (M, k, k) each.
 
     ``weight`` (M, N) replaces the 1/N prompt weights (minibatches: 1/B on the drawn prompts).
+    Unit u's score s_l gets d loss / d s_l = dloss_u * d norm / d r_l * [s_l > 0] with
+    dloss_u = -y sigmoid(-y g_u), g_u = f ("total") or the unit's own output ("branches").
     """
     n = batch.target.shape[1]
-    dloss = -batch.target * torch.sigmoid(-batch.target * fwd.f)  # (M, N) d loss / d f
-    dloss = dloss * weight if weight is not None else dloss / n
     coef = []
-    for s, out in zip(fwd.score, fwd.out):
+    for s, out, drive in zip(fwd.score, fwd.out, _drives(fwd, objective)):
+        dloss = -batch.target * torch.sigmoid(-batch.target * drive)  # (M, N) d loss / d drive
+        dloss = dloss * weight if weight is not None else dloss / n
         relu = F.relu(s)
         grad_r = _norm_grad(batch.labels, relu, out, normalizer)  # (M, N, C)
         coef.append(dloss.unsqueeze(-1) * grad_r * (s > 0))  # (M, N, C) d loss / d s_l

@@ -14,6 +14,12 @@ numerical floors (:mod:`.floors`) are the reference, these the cross-check.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: this module imports no torch
+    from .config import Config
+    from .train import Member
 
 KAPPA_Q_NOISE = 0.56  # the Q noise's loss of margin per unit q_noise / ||zeta|| (spec section 5)
 KAPPA_P_NOISE = 0.8  # the P noise's gain of margin, (1 + 0.8 / sqrt d)^2 (half-normal noise along w*)
@@ -27,3 +33,146 @@ def kappa_q(prompt_len: int, p0: float, zeta: float, q_noise: float) -> float:
 def kappa_p(prompt_len: int, q0: float, d: int) -> float:
     """kappa_P: the mean P margin per unit of b (W = b w* w*^T)."""
     return (prompt_len - 1) / prompt_len * (1 - q0) * 0.5 * (1 + KAPPA_P_NOISE / math.sqrt(d)) ** 2
+
+
+# --- the two-scalar fixed point (spec section 5) ------------------------------------------------------------------
+ROOT_XTOL = 1e-15  # brentq's absolute tolerance on a margin
+ROOT_RTOL = 4 * 2.0 ** -52  # ... and relative (brentq's floor)
+RESIDUAL_TOL = 1e-12  # both stationarity equations must hold to this (nats of margin) at the returned root
+
+
+@dataclass(frozen=True)
+class FixedPoint:
+    """The reduced model's L2 optimum: mean margins m_P, m_Q and the floors softplus(-m)."""
+
+    m_p: float
+    m_q: float
+    residual: float  # max |equation residual| of the two stationarity conditions at (m_p, m_q)
+
+    @property
+    def k1(self) -> float:
+        """K1* = softplus(-m_P*) (P-bearing queries)."""
+        return softplus(-self.m_p)
+
+    @property
+    def k2(self) -> float:
+        """K2* = softplus(-m_Q*) (Q-bearing queries)."""
+        return softplus(-self.m_q)
+
+
+def softplus(x: float) -> float:
+    """log(1 + e^x), stable for either sign."""
+    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+
+
+def sigmoid(x: float) -> float:
+    """1 / (1 + e^-x), stable for either sign."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def drives(m_p: float, m_q: float, p0: float, q0: float, objective: str = "total") -> tuple[float, float]:
+    """(D_P, D_Q): the mean d(-loss)/d(margin) that drives W and V in the reduced model.
+
+    total (one logistic loss on f = f1 + f2; query kinds: P-only p0, Q-only q0, both 1-p0-q0)::
+
+        D_P = p0 s(-m_P) + (1-p0-q0) s(-m_P-m_Q)      D_Q = q0 s(-m_Q) + (1-p0-q0) s(-m_Q-m_P)
+
+    branches (K1(W) + K2(V): each part's loss of its own margin; a query without the feature has
+    part output 0 and a constant loss log 2)::
+
+        D_P = (1-q0) s(-m_P)                          D_Q = (1-p0) s(-m_Q)
+    """
+    both = 1.0 - p0 - q0
+    if objective == "total":
+        return p0 * sigmoid(-m_p) + both * sigmoid(-m_p - m_q), q0 * sigmoid(-m_q) + both * sigmoid(-m_q - m_p)
+    if objective == "branches":
+        return (1.0 - q0) * sigmoid(-m_p), (1.0 - p0) * sigmoid(-m_q)
+    raise ValueError(f"objective={objective!r}: unknown; allowed: total, branches")
+
+
+def fixed_point(k_p: float, k_q: float, p0: float, q0: float, l2: float, objective: str = "total") -> FixedPoint:
+    """The stationary point of GD + L2 in the reduced model W = b w* w*^T, V = a (u1 u1^T + u2 u2^T),
+    m_P = k_p b, m_Q = k_q a (k_p = kappa_P, k_q = kappa_Q)::
+
+        m_Q = k_q^2 D_Q(m_P, m_Q) / (2 lambda)        m_P = k_p^2 D_P(m_P, m_Q) / lambda
+
+    (:func:`drives` gives D_P, D_Q for either objective; ||V||_F^2 = 2 a^2 puts the 2 under V's).
+    These are the conditions grad = 0 of the reduced objective
+    l(b, a) = E[loss of the margins k_p b, k_q a] + (lambda/2)(b^2 + 2 a^2), a sum of softplus of
+    linear functions plus a strictly convex term: l is strictly convex, so the root is unique.
+
+    Solved as nested 1-D problems with brentq: for fixed m_P, m_Q -> m_Q - A_Q D_Q(m_P, m_Q) is
+    strictly increasing (D_Q decreases in m_Q) with one root in [0, A_Q]; then m_P -> h(m_P) =
+    m_P - A_P D_P(m_P, m_Q(m_P)) is bracketed on [0, A_P] (h(0) <= 0 <= h(A_P), D <= 1). The
+    branches objective decouples (D_P depends on m_P only, D_Q on m_Q only). Raises ValueError
+    for l2 <= 0 (no finite optimum) or a non-positive k."""
+    from scipy.optimize import brentq
+
+    if not l2 > 0:
+        raise ValueError(f"l2={l2!r}: the fixed point needs lambda > 0 (without L2 the margins grow without bound)")
+    if not (k_p > 0 and k_q > 0):
+        raise ValueError(f"kappa_P={k_p!r}, kappa_Q={k_q!r}: both must be > 0")
+    a_p, a_q = k_p ** 2 / l2, k_q ** 2 / (2 * l2)
+    solve = lambda fn, hi: brentq(fn, 0.0, hi, xtol=ROOT_XTOL, rtol=ROOT_RTOL, maxiter=500)  # noqa: E731
+
+    def m_q_given(m_p: float) -> float:
+        return solve(lambda m: m - a_q * drives(m_p, m, p0, q0, objective)[1], a_q)
+
+    m_p = solve(lambda m: m - a_p * drives(m, m_q_given(m), p0, q0, objective)[0], a_p)
+    m_q = m_q_given(m_p)
+    d_p, d_q = drives(m_p, m_q, p0, q0, objective)
+    residual = max(abs(m_p - a_p * d_p), abs(m_q - a_q * d_q))
+    if not residual <= RESIDUAL_TOL * max(1.0, m_p, m_q):
+        raise ValueError(f"fixed point not solved: residual {residual:.3e} at m_P={m_p:.6g}, m_Q={m_q:.6g}")
+    return FixedPoint(m_p, m_q, residual)
+
+
+# --- the analytic floor of a lab member ---------------------------------------------------------------------------
+NO_L2 = "lambda = 0: no finite optimum (the loss keeps falling as the weights grow), so no floor"
+
+
+def analytic_reason(config: "Config", member: "Member") -> str | None:
+    """Why the fixed point does not apply to ``member`` of ``config`` (None: it applies). It
+    was derived for xor Q, split output, block weights, the 1/L normaliser, shared labels, no Q
+    centre, lambda > 0, gamma0 = 1 and P noise 1/sqrt(d) (kappa_P's constant), real targets."""
+    dc, mc = config.data, config.model
+    checks = [(dc.q_geometry == "xor", f"data.q_geometry={dc.q_geometry} (derived for xor)"),
+              (mc.output == "split", f"model.output={mc.output} (derived for split)"),
+              (mc.weights == "block", f"model.weights={mc.weights} (derived for block)"),
+              (mc.normalizer == "L", f"model.normalizer={mc.normalizer} (derived for 1/L)"),
+              (dc.label_rule == "shared", f"data.label_rule={dc.label_rule} (derived for shared labels)"),
+              (member.q_centre == 0, f"q_centre={member.q_centre:g} (derived for no Q centre)"),
+              (member.l2 > 0, NO_L2),
+              (dc.gamma0 == 1 and (dc.p_noise is None or math.isclose(dc.p_noise, 1 / math.sqrt(dc.d))),
+               f"data.gamma0={dc.gamma0:g}, data.p_noise={dc.p_noise} (kappa_P assumes gamma0 = 1 and P noise 1/sqrt(d))"),
+              (not member.control, "shuffled-label control (its targets carry no feature)")]
+    for ok, why in checks:
+        if not ok:
+            return f"not applicable: {why}"
+    q_noise = dc.model_copy(update={"zeta": member.zeta}).q_noise_std
+    if kappa_q(dc.prompt_len, member.p0, member.zeta, q_noise) <= 0:
+        return f"not applicable: Q noise {q_noise:.3g} >= ||zeta|| / {KAPPA_Q_NOISE} (kappa_Q <= 0)"
+    return None
+
+
+def analytic_floor(config: "Config", member: "Member") -> dict[str, float | str]:
+    """The ``analytic.*`` columns of one member: K1*, K2*, m_P*, m_Q* of :func:`fixed_point`
+    for ``config.train.objective``, Q noise ``data.q_noise_std`` at the member's ||zeta||. The
+    fixed point is solved with the member's training mixture (p0, q0); the margins are then
+    read on the test prompts' (the config's) mixture, m = m_train kappa(test) / kappa(train)
+    (the same when the two agree). NaN and ``analytic.reason`` where it does not apply."""
+    reason = analytic_reason(config, member)
+    if reason is not None:
+        return {"analytic.K1": math.nan, "analytic.K2": math.nan, "analytic.m_P": math.nan, "analytic.m_Q": math.nan,
+                "analytic.reason": reason}
+    dc = config.data
+    q_noise = dc.model_copy(update={"zeta": member.zeta}).q_noise_std
+    k_q = lambda p0: kappa_q(dc.prompt_len, p0, member.zeta, q_noise)  # noqa: E731
+    k_p = lambda q0: kappa_p(dc.prompt_len, q0, dc.d)  # noqa: E731
+    point = fixed_point(k_p(member.q0), k_q(member.p0), member.p0, member.q0, member.l2, config.train.objective)
+    m_p, m_q = point.m_p * k_p(dc.q0) / k_p(member.q0), point.m_q * k_q(dc.p0) / k_q(member.p0)
+    return {"analytic.K1": softplus(-m_p), "analytic.K2": softplus(-m_q), "analytic.m_P": m_p, "analytic.m_Q": m_q,
+            "analytic.reason": ""}

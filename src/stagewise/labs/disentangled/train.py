@@ -263,7 +263,7 @@ def update(ens: Ensemble, state: State, step: int) -> None:
     lr = learning_rate(config, ens.hyper, step)  # (M,)
     weight = _minibatch(ens) if tc.optimizer == "sgd" else None
     fwd = forward(tuple(state.weights), ens.train, config.model.output, config.model.normalizer)
-    grads = gradients(fwd, ens.train, config.model.normalizer, weight)
+    grads = gradients(fwd, ens.train, config.model.normalizer, weight, config.train.objective)
     l2 = ens.hyper["l2"].view(-1, 1, 1)
     names = [f"w{i}" for i in range(len(state.weights))]
     params = dict(zip(names, state.weights))

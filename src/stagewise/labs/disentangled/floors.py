@@ -1,0 +1,469 @@
+"""Attainable floors K1*, K2* of the disentangled lab: the noise-free L2 optimum of each member.
+
+Numerical floor (the reference). For every member (deduplicated: seed, lambda, data fields
+and control flag decide the problem) minimise the run's own objective on the member's own
+training prompts (a control's: its shuffled targets), from its own initial weights::
+
+    J(X) = (1/N) sum_n loss_n + (lambda/2) ||X||^2,      X = (W, V) (or the full matrix)
+    loss_n = softplus(-y_n f_n)                            train.objective = total
+           = softplus(-y_n f^1_n) + softplus(-y_n f^2_n)   train.objective = branches
+
+then evaluate the optimum on the TEST prompts with the lab's own metrics (metrics.evaluate:
+K1* = test.K1.p_queries, K2* = test.K2.q_queries, ...) and the mean margins m_P* = mean y f^1
+over P-bearing, m_Q* = mean y f^2 over Q-bearing test queries.
+
+J is piecewise smooth (every ReLU gate is a kink) and its minimum sits ON kinks: a context
+token whose label disagrees with the query's (xor Q: its score is noise around 0) adds
+c_a ReLU(s_a) with c_a = dJ / dReLU(s_a) > 0, a one-sided penalty, so the optimum keeps a few
+such scores exactly at 0 (about 10 of the 7600 Q scores at the default). There the gradient
+does not vanish: GD and L-BFGS stall at max |grad| ~ 5e-6. The stationarity measure is the
+minimum-norm Clarke subgradient over the kinks Z the iterate sits on (|s_a| <= ZERO_REL rms)::
+
+    r = grad J_Z(X) + sum_{a in Z} theta_a c_a dS_a,  theta in [0, 1]^Z minimising ||r||_2
+
+(J_Z: J with the gates of Z off; dS_a = d s_a / dX; box least squares, scipy's BVLS), and a
+member is converged when max |r| < GRAD_TOL (incl. the L2 term).
+
+Solver: a semismooth Newton (SQP) method, batched over members as a tensor dimension. At X
+the scores near their kink (candidates S: c_a > 0, |s_a| <= NEAR_REL rms, at most MAX_NEAR
+per member) are modelled as hinges, the rest of J by its second-order model with the exact
+Gauss-Newton Hessian H = lambda I + Phi^T Phi (Phi: the rows sqrt(l''_n / N) d(drive_n)/dX;
+exact for the 1/L and 1/(L-1) normalisers, where f is linear in X between kinks)::
+
+    min_v  g^T v + v^T H v / 2 + sum_{a in S} c_a max(0, s_a + dS_a v)
+
+solved through its dual, a box QP in theta in [0, 1]^S (Q = D G H^-1 G^T D, b = D (G H^-1 g - s),
+D = diag(c)), with H^-1 by Woodbury in prompt space (a Cholesky of lambda I + Phi Phi^T per
+member: no P x P matrix); v = -H^-1 (g + G^T D theta), then a backtracking line search on the
+true J. The kinks the step lands on are hit exactly (s is linear in X). lambda = 0 has no
+finite optimum: that floor is absent with the reason.
+
+Analytic floor (the cross-check): :func:`.theory.analytic_floor`, the two-scalar fixed point,
+applicable only to the family it was derived for (:func:`.theory.analytic_reason`).
+
+Shapes: M members (unique problems), B branches of k x k (W, V; B = 1, k = 2d for full
+weights), U ReLU units (split: B; joint, full: 1), R drives (loss terms: 1 for total, 2 for
+branches), N train prompts, C = L - 1 context tokens, S candidate kinks, P = B k^2.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ...engine import resolve_device, resolve_dtype
+from ...engine.perf import training_threads
+from ...errors import UserError
+from . import theory
+from .config import Config
+from .data import validate_spec
+from .metrics import KINDS, evaluate
+from .model import Batch, Forward, _norm_grad, all_scores, branch_outputs, gradients, normalize, objective_loss
+from .resources import FEATURE_COPIES, PROCESS_BASE, STEP_COPIES
+from .train import DATA_FIELDS, Member, build_ensemble, data_spec, init_weights, members_from_config
+
+GRAD_TOL = 1e-8  # converged: max |entry| of the minimum-norm Clarke subgradient (incl. L2) per member ...
+SOLVE_TOL = 1e-12  # ... while the iterations go on to this (or until steps stall), so floors do not depend on batching
+MAX_ITER = 100  # Newton iterations
+STALL_ITER = 3  # ... stopped early after this many steps below STEP_TOL
+STEP_TOL = 1e-14  # a step this small (max |v| / max(1, max |X|)) changes nothing in float64
+NEAR_REL = 1e-2  # candidate kinks: |s_a| <= NEAR_REL * rms of the member's nonzero scores of that unit ...
+MAX_NEAR = 200  # ... the MAX_NEAR closest at most per member
+ZERO_REL = 1e-10  # the kinks an iterate sits on: |s_a| <= ZERO_REL * rms
+FLAT = 1e-12  # the line search accepts J(X + t v) <= J(X) + FLAT |J| (round-off: decreases of 1e-16 |J| are invisible)
+MAX_HALVINGS = 40  # step halvings of the line search
+JITTER = 1e-12  # added to the (scaled) dual QP's matrix: more hinges than independent rows make it singular
+QP_ITER = 100  # projected Newton iterations of the dual QP ...
+QP_TOL = 1e-14  # ... until max |projected gradient| <= QP_TOL (the QP scaled to unit diagonal maximum)
+
+
+@dataclass(frozen=True)
+class Solution:
+    """One problem's optimum: weights (B, k, k), objective J*, certificate and test metrics."""
+
+    weights: torch.Tensor
+    objective: float
+    grad_norm: float  # max |r|, the minimum-norm Clarke subgradient
+    iterations: int
+    kinks: int  # |Z|: scores held at their kink
+    converged: bool
+    test: dict[str, float]  # metrics.evaluate's test metrics at the optimum, plus m_P, m_Q
+
+
+class _Problem:
+    """J and its pieces for a batch of members: value, gradient, kink coefficients, Newton rows."""
+
+    def __init__(self, config: Config, batch: Batch, l2: torch.Tensor):
+        self.config, self.batch, self.l2 = config, batch, l2
+        self.split = config.model.output == "split" or batch.ctx.shape[1] == 1
+        self.live = self._nonzero_features()  # (M, U, N, C)
+
+    def _nonzero_features(self) -> torch.Tensor:
+        """(M, U, N, C): the scores that move with X (context and query features of the unit nonzero)."""
+        batch = self.batch
+        live = (batch.ctx.pow(2).sum(-1) > 0) & (batch.query.pow(2).sum(-1) > 0).unsqueeze(-1)  # (D, B, N, C)
+        live = live if self.split else live.any(1, keepdim=True)  # (D, U, N, C)
+        return live.repeat_interleave(batch.per_data, dim=0)  # (M, U, N, C)
+
+    def forward(self, x: torch.Tensor) -> Forward:
+        """model.forward (split, joint or full) of X (M, B, k, k)."""
+        scores = all_scores(tuple(x.unbind(1)), self.batch)  # (M, B, N, C)
+        units = scores if self.split else scores.sum(1, keepdim=True)  # (M, U, N, C)
+        outs = tuple(normalize(self.batch.labels, F.relu(s), self.config.model.normalizer) for s in units.unbind(1))
+        return Forward(tuple(units.unbind(1)), outs, sum(outs[1:], outs[0]))
+
+    def value(self, fwd: Forward, x: torch.Tensor) -> torch.Tensor:
+        """J (M,)."""
+        return objective_loss(fwd, self.batch.target, self.config.train.objective).mean(-1) + 0.5 * self.l2 * x.pow(2).flatten(1).sum(-1)
+
+    def grad(self, fwd: Forward, x: torch.Tensor, kinks: "_Kinks | None" = None, coef: torch.Tensor | None = None) -> torch.Tensor:
+        """grad J (M, B, k, k); with ``kinks`` (and their c, (M, A)) grad J_A: without the
+        contributions c_a [s_a > 0] dS_a of those gates (J_A: their ReLU terms taken out)."""
+        grads = gradients(fwd, self.batch, self.config.model.normalizer, None, self.config.train.objective)
+        grad = torch.stack(grads, 1) + self.l2.view(-1, 1, 1, 1) * x
+        if kinks is None or coef is None:
+            return grad
+        return grad - kinks.adjoint(coef * (kinks.gather(torch.stack(fwd.score, 1)) > 0))
+
+    def drives(self, fwd: Forward) -> tuple[torch.Tensor, ...]:
+        """The outputs the loss terms are taken of, (M, N) each: (f,) or (f^1, f^2)."""
+        return (fwd.f,) if self.config.train.objective == "total" else fwd.out
+
+    def relu_coefficients(self, fwd: Forward) -> torch.Tensor:
+        """c = dJ / dReLU(s) per unit, prompt and context token, (M, U, N, C)."""
+        drives = self.drives(fwd) * (len(fwd.out) if self.config.train.objective == "total" else 1)
+        y, out = self.batch.target, []
+        for s, unit_out, g in zip(fwd.score, fwd.out, drives):
+            dloss = -y * torch.sigmoid(-y * g) / y.shape[1]  # (M, N)
+            out.append(dloss.unsqueeze(-1) * _norm_grad(self.batch.labels, F.relu(s), unit_out, self.config.model.normalizer))
+        return torch.stack(out, 1)
+
+    def newton_rows(self, fwd: Forward, hinges: torch.Tensor) -> torch.Tensor:
+        """Phi (M, R, N, B, k): row (r, n) is sqrt(l''_rn / N) d drive_rn / dX = sum_b e_b w_rnb q_nb^T
+        without the gates of ``hinges`` (M, U, N, C) (only w is stored; q is the prompt's query)."""
+        batch, M = self.batch, self.batch.target.shape[0]
+        D, B, N, _, k = batch.ctx.shape
+        y, drives = batch.target, self.drives(fwd)
+        rows = torch.zeros(M, len(drives), N, B, k, dtype=batch.ctx.dtype, device=batch.ctx.device)
+        for u, (s, unit_out) in enumerate(zip(fwd.score, fwd.out)):
+            alpha = _norm_grad(batch.labels, F.relu(s), unit_out, self.config.model.normalizer) * ((s > 0) & ~hinges[:, u])  # (M, N, C)
+            alpha = alpha.view(D, -1, N, alpha.shape[-1])  # (D, K, N, C)
+            r = 0 if len(drives) == 1 else u
+            for b in ([u] if self.split and B > 1 else range(B)):
+                rows[:, r, :, b] += torch.einsum("dknc,dncq->dknq", alpha, batch.ctx[:, b]).reshape(M, N, k)  # (M, N, k)
+        curvature = torch.stack([torch.sigmoid(y * g) * torch.sigmoid(-y * g) for g in drives], 1) / N  # (M, R, N) l''
+        return rows * curvature.sqrt()[..., None, None]
+
+
+class _Kinks:
+    """Rows dS_a of a padded kink set: idx (M, A) into the flattened (U, N, C) grid, valid
+    (M, A); dS_a = sum_b e_b x_{a,b} q_{a,b}^T, kept as ctx, query (M, A, B, k)."""
+
+    def __init__(self, problem: _Problem, mask: torch.Tensor):
+        batch, M = problem.batch, mask.shape[0]
+        counts = mask.flatten(1).sum(-1)  # (M,)
+        width = max(1, int(counts.max()))
+        order = torch.sort(mask.flatten(1).to(torch.int8), dim=1, descending=True, stable=True).indices[:, :width]  # (M, A)
+        self.valid = torch.arange(width, device=mask.device).unsqueeze(0) < counts.unsqueeze(1)  # (M, A)
+        self.idx = order
+        n_units, N, C = mask.shape[1:]
+        unit, n, c = order // (N * C), (order // C) % N, order % C  # (M, A) each
+        data = torch.arange(M, device=mask.device) // batch.per_data  # (M,) dataset of each member
+        ctx = batch.ctx[data.unsqueeze(1), :, n, c]  # (M, A, B, k)
+        if n_units > 1:  # split: unit a's score reads its own branch only
+            ctx = ctx * F.one_hot(unit, ctx.shape[2]).to(ctx.dtype).unsqueeze(-1)  # (M, A, B, k)
+        self.ctx = ctx * self.valid.to(ctx.dtype)[..., None, None]
+        self.query = batch.query[data.unsqueeze(1), :, n]  # (M, A, B, k)
+
+    def gather(self, values: torch.Tensor) -> torch.Tensor:
+        """(M, U, N, C) -> (M, A), 0 on padding."""
+        return values.flatten(1).gather(1, self.idx) * self.valid
+
+    def gram(self) -> torch.Tensor:
+        """G G^T (M, A, A)."""
+        return (torch.einsum("mabk,mcbk->mbac", self.ctx, self.ctx) * torch.einsum("mabl,mcbl->mbac", self.query, self.query)).sum(1)
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        """G x = (s_a)_a: (M, B, k, k) -> (M, A)."""
+        return torch.einsum("mabk,mbkl,mabl->ma", self.ctx, x, self.query)
+
+    def adjoint(self, u: torch.Tensor) -> torch.Tensor:
+        """G^T u: (M, A) -> (M, B, k, k)."""
+        return torch.einsum("ma,mabk,mabl->mbkl", u * self.valid, self.ctx, self.query)
+
+    def columns(self, m: int, coef: torch.Tensor) -> torch.Tensor:
+        """Member m's c_a dS_a as the columns of a (P, A_m) matrix."""
+        n = int(self.valid[m].sum())
+        return (coef[m, :n, None] * torch.einsum("abk,abl->abkl", self.ctx[m, :n], self.query[m, :n]).flatten(1)).T
+
+
+def _box_qp(q: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """argmin theta^T q theta / 2 + b^T theta over [0, 1]^A, batched over members (q PSD,
+    (M, A, A); padding fixed at 0): Bertsekas' projected Newton method. Each iteration fixes
+    the bound variables the gradient pushes outwards, takes the Newton step on the others
+    (batched Cholesky, JITTER added to the scaled matrix) and backtracks along the projection
+    arc; it stops when the projected gradient is below QP_TOL of the scale (finite once the
+    bound set is right)."""
+    scale = q.diagonal(dim1=1, dim2=2).amax(-1).clamp_min(1e-300)  # (M,)
+    q, b = q / scale[:, None, None], b / scale[:, None]
+    eye = torch.eye(q.shape[-1], dtype=q.dtype, device=q.device)
+    value = lambda th: 0.5 * (th * (q @ th.unsqueeze(-1)).squeeze(-1)).sum(-1) + (b * th).sum(-1)  # noqa: E731  (M,)
+    theta = torch.zeros_like(b)
+    for _ in range(QP_ITER):
+        grad = (q @ theta.unsqueeze(-1)).squeeze(-1) + b  # (M, A)
+        projected = (theta - (theta - grad).clamp(0.0, 1.0)) * valid
+        if float(projected.abs().max()) <= QP_TOL:
+            break
+        fixed = ~valid | ((theta <= 0) & (grad > 0)) | ((theta >= 1) & (grad < 0))  # (M, A)
+        free = (~fixed).to(q.dtype)
+        reduced = q * free.unsqueeze(-1) * free.unsqueeze(-2) + torch.diag_embed(1.0 - free) + JITTER * eye
+        step = torch.cholesky_solve((-grad * free).unsqueeze(-1), torch.linalg.cholesky(reduced)).squeeze(-1)  # (M, A)
+        t, current = torch.ones_like(scale), value(theta)
+        accepted = torch.zeros_like(theta)
+        for _ in range(MAX_HALVINGS):
+            trial = (theta + t.unsqueeze(-1) * step).clamp(0.0, 1.0) * valid
+            ok = (value(trial) <= current) & (accepted.abs().sum(-1) == 0)
+            accepted = torch.where(ok.unsqueeze(-1), trial - theta + (trial == theta).to(q.dtype) * 0, accepted)
+            theta_next = torch.where(ok.unsqueeze(-1), trial, theta)
+            done = ok | (accepted.abs().sum(-1) > 0)
+            theta = theta_next
+            if bool(done.all()):
+                break
+            t = torch.where(done, t, 0.5 * t)
+    return theta
+
+
+def _newton_step(problem: _Problem, x: torch.Tensor, near: torch.Tensor) -> torch.Tensor:
+    """The SQP step v (M, B, k, k) at x with the kinks ``near`` (M, U, N, C) as hinges."""
+    fwd = problem.forward(x)
+    kinks = _Kinks(problem, near)
+    coef = kinks.gather(problem.relu_coefficients(fwd))  # (M, A)
+    grad = problem.grad(fwd, x, kinks, coef)  # grad J_S: the hinges' terms out
+    rows = problem.newton_rows(fwd, near)  # (M, R, N, B, k)
+    M, R, N, B, _ = rows.shape
+    query = problem.batch.query.repeat_interleave(problem.batch.per_data, dim=0)  # (M, B, N, k)
+    lam = problem.l2.view(-1, 1, 1)
+    inner = lam * torch.eye(R * N, dtype=x.dtype, device=x.device)  # (M, RN, RN): lambda I + Phi Phi^T
+    for b in range(B):
+        w = rows[:, :, :, b].reshape(M, R * N, -1)  # (M, RN, k)
+        inner = inner + (w @ w.transpose(1, 2)) * (query[:, b] @ query[:, b].transpose(1, 2)).repeat(1, R, R)
+    chol = torch.linalg.cholesky(inner)
+    phi = lambda u: torch.stack([torch.einsum("mrnk,mkl,mnl->mrn", rows[:, :, :, b], u[:, b], query[:, b])  # noqa: E731
+                                 for b in range(B)]).sum(0).reshape(M, R * N)  # Phi u: (M, B, k, k) -> (M, RN)
+    phi_t = lambda z: torch.stack([torch.einsum("mrn,mrnk,mnl->mkl", z.view(M, R, N), rows[:, :, :, b], query[:, b])  # noqa: E731
+                                   for b in range(B)], 1)  # Phi^T z: (M, RN) -> (M, B, k, k)
+    solve = lambda z: torch.cholesky_solve(z, chol)  # noqa: E731
+    if bool(near.any()):  # the dual box QP of the hinges
+        scores = kinks.apply(x)  # (M, A) the hinges' true scores
+        phi_g = torch.stack([torch.einsum("mrnk,mak->mrna", rows[:, :, :, b], kinks.ctx[:, :, b])
+                             * torch.einsum("mnk,mak->mna", query[:, b], kinks.query[:, :, b]).unsqueeze(1) for b in range(B)]).sum(0)
+        phi_g = phi_g.reshape(M, R * N, -1)  # (M, RN, A) Phi G^T
+        g_hinv_gt = (kinks.gram() - phi_g.transpose(1, 2) @ solve(phi_g)) / lam  # (M, A, A) G H^-1 G^T
+        g_hinv_g = (kinks.apply(grad) - (phi_g.transpose(1, 2) @ solve(phi(grad).unsqueeze(-1))).squeeze(-1)) / lam.view(-1, 1)
+        theta = _box_qp(coef.unsqueeze(-1) * g_hinv_gt * coef.unsqueeze(1), coef * (g_hinv_g - scores), kinks.valid)
+        grad = grad + kinks.adjoint(coef * theta)
+    return -(grad - phi_t(solve(phi(grad).unsqueeze(-1)).squeeze(-1))) / lam.unsqueeze(-1)
+
+
+def _rms_masks(problem: _Problem, fwd: Forward) -> tuple[torch.Tensor, torch.Tensor]:
+    """(|s| (M, U, N, C), rms (M, U, 1, 1)) of the live scores of ``fwd`` (true gates)."""
+    scores = torch.stack(fwd.score, 1).abs() * problem.live  # (M, U, N, C)
+    rms = (scores.pow(2).flatten(2).sum(-1) / problem.live.flatten(2).sum(-1).clamp_min(1)).sqrt()  # (M, U)
+    return scores, rms[..., None, None]
+
+
+def _near_kinks(problem: _Problem, fwd: Forward) -> torch.Tensor:
+    """The hinge candidates (M, U, N, C): live, c > 0, |s| <= NEAR_REL rms, the MAX_NEAR closest."""
+    scores, rms = _rms_masks(problem, fwd)
+    near = problem.live & (problem.relu_coefficients(fwd) > 0) & (scores <= NEAR_REL * rms)
+    if int(near.flatten(1).sum(-1).max()) > MAX_NEAR:
+        ratio = torch.where(near, scores / rms.clamp_min(1e-300), torch.inf).flatten(1)  # (M, UNC)
+        cut = ratio.kthvalue(MAX_NEAR, dim=1, keepdim=True).values  # (M, 1)
+        near = near & (ratio <= cut).view_as(near)
+    return near
+
+
+def certificate(problem: _Problem, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(max |r| (M,), |Z| (M,)): the minimum-norm Clarke subgradient over the kinks Z the
+    iterate sits on (module docstring); BVLS per member on its (P, |Z|) columns."""
+    from scipy.optimize import lsq_linear
+
+    fwd = problem.forward(x)
+    scores, rms = _rms_masks(problem, fwd)
+    zero = problem.live & (scores <= ZERO_REL * rms)  # (M, U, N, C)
+    kinks = _Kinks(problem, zero)
+    coef = kinks.gather(problem.relu_coefficients(fwd))  # (M, A)
+    grad = problem.grad(fwd, x, kinks, coef)  # grad J_Z
+    residual = grad.abs().flatten(1).amax(-1)
+    if bool(zero.any()):
+        with training_threads(1):
+            for m in torch.nonzero(kinks.valid.any(-1)).flatten().tolist():
+                cols, g = kinks.columns(m, coef).cpu().numpy(), grad[m].flatten().cpu().numpy()
+                fit = lsq_linear(cols, -g, bounds=(0.0, 1.0), method="bvls", tol=1e-15)
+                residual[m] = float(abs(g + cols @ fit.x).max())
+    return residual, zero.flatten(1).sum(-1)
+
+
+def solve(config: Config, members: list[Member]) -> list[Solution]:
+    """The numerical floors of ``members`` (each its own problem; :func:`floor_rows` deduplicates)."""
+    device = resolve_device(config.device)
+    ens = build_ensemble(config, members).to(device)
+    x = torch.stack(init_weights(config, members, resolve_dtype(config.model.dtype)), 1).to(device)  # (M, B, k, k)
+    problem = _Problem(config, ens.train, ens.hyper["l2"])
+    M = len(members)
+    expand = lambda t: t.view(-1, 1, 1, 1)  # noqa: E731  (M,) -> (M, 1, 1, 1)
+    with training_threads(config.thread_count(M)):
+        iters = torch.zeros(M, dtype=torch.long, device=device)
+        stalls = torch.zeros(M, dtype=torch.long, device=device)
+        residual, _ = certificate(problem, x)
+        todo = ~(residual < SOLVE_TOL)
+        for _ in range(MAX_ITER):
+            if not bool(todo.any()):
+                break
+            fwd = problem.forward(x)
+            value = problem.value(fwd, x)
+            step = _newton_step(problem, x, _near_kinks(problem, fwd)) * expand(todo)
+            t = torch.ones(M, dtype=x.dtype, device=device)
+            searching, new_x = todo.clone(), x.clone()
+            for _ in range(MAX_HALVINGS):
+                trial = x + expand(t) * step
+                ok = searching & (problem.value(problem.forward(trial), trial) <= value + FLAT * value.abs())
+                new_x = torch.where(expand(ok), trial, new_x)
+                searching = searching & ~ok
+                if not bool(searching.any()):
+                    break
+                t = torch.where(searching, 0.5 * t, t)
+            size = (new_x - x).abs().flatten(1).amax(-1) / x.abs().flatten(1).amax(-1).clamp_min(1.0)
+            x = new_x
+            iters = iters + todo.long()
+            stalls = torch.where(size < STEP_TOL, stalls + 1, 0)
+            residual, _ = certificate(problem, x)
+            todo = todo & ~(residual < SOLVE_TOL) & (stalls < STALL_ITER) & torch.isfinite(value)
+        residual, zeros = certificate(problem, x)
+        fwd = problem.forward(x)
+        value = problem.value(fwd, x)
+        weights = tuple(x.unbind(1))
+        test = evaluate(weights, ens.test, ens.hyper["l2"], config.model.output, config.model.normalizer, config.data.d, "test")
+        f1, f2 = branch_outputs(weights, ens.test, config.model.normalizer, config.data.d)
+        margin = lambda f, mask: ((ens.test.target * f) * mask).sum(-1) / mask.sum(-1)  # noqa: E731  (M,)
+        test["m_P"] = margin(f1, ens.test.kind != KINDS["q_only"])
+        test["m_Q"] = margin(f2, ens.test.kind != KINDS["p_only"])
+    return [Solution(x[i].cpu(), float(value[i]), float(residual[i]), int(iters[i]), int(zeros[i]),
+                     bool(residual[i] < GRAD_TOL) and math.isfinite(float(value[i])), {k: float(v[i]) for k, v in test.items()})
+            for i in range(M)]
+
+
+# --- rows, report -------------------------------------------------------------------------------------------------
+TEST_COLUMNS = {"K1": "test.K1.p_queries", "K2": "test.K2.q_queries", "K1.all": "test.K1", "K2.all": "test.K2",
+                "m_P": "m_P", "m_Q": "m_Q", "acc.p_only": "test.acc.p_only", "acc.q_only": "test.acc.q_only",
+                "acc.p_part": "test.acc.p_part", "acc.q_part": "test.acc.q_part", "acc": "test.acc"}
+"""Row column -> the test metric at the optimum it holds (K1, K2: the claims' P-/Q-bearing queries)."""
+
+
+def problem_key(member: Member) -> tuple:
+    """What decides a member's floor problem: seed (data, init), lambda, data fields, control."""
+    return (member.seed, member.l2, *(getattr(member, k) for k in DATA_FIELDS))
+
+
+def floors_bytes(config: Config, members: list[Member]) -> int:
+    """A bytes bound of :func:`floor_rows` on ``members``: the prompts (as resources.estimate
+    counts them), score-sized work arrays of train and test, and the Newton solver (a few (2N)^2 arrays per member)."""
+    dc = config.data
+    unique = len({problem_key(m) for m in members})
+    L, d = dc.prompt_len, dc.d
+    params = (4 if config.model.weights == "full" else 2) * d * d
+    features = unique * (dc.n_train + dc.n_test) * L * 2 * d * 8 * FEATURE_COPIES
+    steps = unique * max(dc.n_train, dc.n_test) * (L - 1) * 8 * STEP_COPIES * 2  # value_grad and the certificate
+    solver = unique * (params * 8 * 12 + (2 * dc.n_train) ** 2 * 8 * 4)  # iterates, steps; the prompt-space Cholesky
+    return PROCESS_BASE + features + steps + solver
+
+
+def floor_rows(config: Config, members: list[Member]) -> list[dict[str, Any]]:
+    """One row per member (table ``floors``): seed, variant, control, l2, objective, the
+    numerical floor (K1, K2 = test K1.p_queries / K2.q_queries, K1.all, K2.all, m_P, m_Q,
+    accuracies, J, grad_norm, iterations, kinks, converged, reason) and the analytic one
+    (``analytic.*``, analytic.reason). Identical problems are solved once; lambda = 0 gives no
+    floor and that reason, a solver that ends unconverged its reason (values kept), non-finite
+    NaN values and its reason."""
+    keys = [problem_key(m) for m in members]
+    unique = {k: m for k, m in zip(keys, members) if m.l2 > 0}
+    order = sorted(unique, key=lambda k: (k[0], *k[2:], k[1]))  # data-major: the lambda variants of one dataset together
+    solutions = dict(zip(order, solve(config, [unique[k] for k in order]))) if order else {}
+    rows = []
+    for key, m in zip(keys, members):
+        row: dict[str, Any] = {"seed": m.seed, "variant": m.variant, "control": m.control, "l2": m.l2,
+                               "objective": config.train.objective}
+        sol = solutions.get(key)
+        if sol is None:
+            row.update({c: math.nan for c in TEST_COLUMNS}, J=math.nan, grad_norm=math.nan, iterations=0, kinks=0,
+                       converged=False, reason=theory.NO_L2)
+        else:
+            finite = math.isfinite(sol.objective) and all(math.isfinite(sol.test[t]) for t in ("test.K1", "test.K2"))
+            row.update({c: sol.test[t] if finite else math.nan for c, t in TEST_COLUMNS.items()}, J=sol.objective,
+                       grad_norm=sol.grad_norm, iterations=sol.iterations, kinks=sol.kinks, converged=sol.converged)
+            row["reason"] = ("" if sol.converged else "solver diverged: non-finite objective or test loss" if not finite else
+                             f"not converged: max |generalised grad| {sol.grad_norm:.2e} >= {GRAD_TOL:g} after {sol.iterations} iterations")
+        row.update(theory.analytic_floor(config, m))
+        rows.append(row)
+    return rows
+
+
+@dataclass(frozen=True)
+class FloorsReport:
+    """What ``stagewise floors`` prints: rows (:func:`floor_rows`), seconds taken, a config note."""
+
+    rows: list[dict[str, Any]]
+    seconds: float
+    note: str
+
+    def text(self) -> list[str]:
+        """The note, a header, one line per seed (numerical | analytic K1*, K2*, m_P*, m_Q* |
+        certificate), the means over seeds, the reasons, the time."""
+        cols = ("K1", "K2", "m_P", "m_Q", "analytic.K1", "analytic.K2", "analytic.m_P", "analytic.m_Q")
+        fmt = lambda v: f"{v:8.4f}" if isinstance(v, float) and math.isfinite(v) else f"{'-':>8}"  # noqa: E731
+        lines = [self.note, f"{'seed':>6} {'K1*':>8} {'K2*':>8} {'m_P*':>8} {'m_Q*':>8} | {'an. K1*':>8} {'an. K2*':>8} "
+                            f"{'an. m_P*':>8} {'an. m_Q*':>8} | {'grad':>8} {'iter':>5} {'kinks':>5} conv"]
+        for r in self.rows:
+            vals = [fmt(r[c]) for c in cols]
+            lines.append(f"{r['seed']:>6} {' '.join(vals[:4])} | {' '.join(vals[4:])} | {r['grad_norm']:8.1e} {r['iterations']:>5} "
+                         f"{r['kinks']:>5} {'yes' if r['converged'] else 'no'}")
+        means = [fmt(_mean([r[c] for r in self.rows])) for c in cols]
+        lines.append(f"{'mean':>6} {' '.join(means[:4])} | {' '.join(means[4:])} |")
+        lines += [f"note: {why}" for why in sorted({r[k] for r in self.rows for k in ("reason", "analytic.reason") if r[k]})]
+        lines.append(f"computed in {self.seconds:.2f} s without training: the noise-free L2 optimum of train.objective="
+                     f"{self.rows[0]['objective']} on each seed's training prompts (max |generalised grad| < {GRAD_TOL:g}); "
+                     "K1* on P-bearing, K2* on Q-bearing test queries, nats")
+        return lines
+
+
+def _mean(values: list[float]) -> float:
+    finite = [v for v in values if isinstance(v, float) and math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else math.nan
+
+
+def floors_report(config: Config, memory_limit: int | None = None) -> FloorsReport:
+    """The floors of the config's baseline members (n_seeds seeds, no controls), without
+    training. Raises UserError (one line) for lambda = 0, a size above ``memory_limit`` bytes
+    (checked before any prompt is drawn) or a solver that ends non-finite."""
+    members = members_from_config(config)
+    validate_spec(data_spec(config, members[0]))
+    if not config.train.l2 > 0:
+        raise UserError(f"train.l2={config.train.l2:g}: {theory.NO_L2}; floors need train.l2 > 0")
+    need = floors_bytes(config, members)
+    if memory_limit is not None and need > memory_limit:
+        raise UserError(f"floors need about {need / 2**30:.2f} GiB (n_seeds={config.n_seeds}, d={config.data.d}, "
+                        f"N={config.data.n_train}, test {config.data.n_test}), above the available {memory_limit / 2**30:.2f} GiB; "
+                        "use fewer seeds or prompts")
+    start = time.perf_counter()
+    rows = floor_rows(config, members)
+    bad = [r for r in rows if not math.isfinite(r["J"])]
+    if bad:
+        raise UserError(f"floors: the solver diverged for seed {bad[0]['seed']} ({bad[0]['reason']})")
+    note = (f"disentangled floors: {config.n_seeds} seeds from {config.seed}, d={config.data.d}, L={config.data.prompt_len}, "
+            f"N={config.data.n_train}, test {config.data.n_test}, zeta={config.data.zeta:g}, lambda={config.train.l2:g}")
+    return FloorsReport(rows, time.perf_counter() - start, note)
