@@ -89,6 +89,39 @@ def config_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise lab
 app.command("claims")(claims_cmd)
 
 
+@app.command("floors")
+def floors_cmd(
+    lab: str = typer.Argument(..., help="lab name, see `stagewise labs`"),
+    preset: Optional[str] = typer.Option(None, "--preset", "-p", help="named preset, see `stagewise labs`"),
+    config_file: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file of config values"),
+    sets: Optional[List[str]] = typer.Option(None, "--set", "-s", help="override one value: a.b=value (repeatable)"),
+    seeds: Optional[int] = typer.Option(None, "--seeds", help="number of seeds (seed..seed+K-1)"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="also write the rows to this JSON file"),
+) -> None:
+    """Print the attainable loss floors of a config (numerical optimum and analytic
+    cross-check), computed in seconds without training."""
+    import json
+
+    from .config import resolve
+    from .labs import REGISTRY, get_lab
+    from .orchestrate.runner import available_memory
+
+    value = get_lab(lab)
+    if value.floors is None:
+        raise UserError(f"lab '{lab}' declares no attainable floors; labs with floors: "
+                        + ", ".join(n for n, v in REGISTRY.items() if v.floors is not None))
+    if seeds is not None and seeds < 1:
+        raise UserError(f"--seeds {seeds}: must be >= 1")
+    config = resolve(value.Config, value.preset_overrides(preset), config_file, sets or [],
+                     {"n_seeds": seeds} if seeds is not None else None)
+    value.check(config)
+    report = value.floors(config, available_memory())
+    for line in report.text():
+        out_console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if json_out is not None:
+        json_out.write_text(json.dumps({"lab": lab, "preset": preset, "rows": report.rows}, indent=1, default=str) + "\n")
+
+
 @app.command("run")
 def run_cmd(
     lab: Optional[str] = typer.Argument(None, help="lab name (omit with --resume)"),

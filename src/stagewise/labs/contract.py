@@ -178,6 +178,11 @@ class Lab:
     """The lab's declared claims (``stagewise claims LAB``): every claim in a summary instantiates one (``spec_id``)."""
     conformance_skips: Mapping[str, str] = field(default_factory=dict)
     """Checks of :func:`stagewise.testing.check_lab` this lab declares it cannot pass: check name -> reason."""
+    floors: Callable[[Any, int | None], Any] | None = None
+    """``floors(config, memory_limit)``: the attainable loss floors of a config without training
+    (``stagewise floors LAB``), an object with ``text() -> list[str]`` and ``rows`` (list of
+    dicts); UserError (one line) for a config it cannot handle or that needs more than
+    ``memory_limit`` bytes. None: the lab declares no floors."""
 
     def preset_overrides(self, preset: str | None) -> dict[str, Any]:
         """The overrides of a named preset (None: the lab's defaults); one-line error otherwise."""

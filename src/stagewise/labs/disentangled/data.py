@@ -11,12 +11,19 @@ Shapes: S ensemble members, N prompts per member, L tokens per prompt, d block d
 Randomness: member i draws from its own generator seeded by (seeds[i], split), so member i
 of a batch equals a call with ``seeds=[seeds[i]]``. The geometry (w*, zeta1, zeta2) comes
 from a third stream of the seed, shared by the train and test splits of that seed.
+
+Memory: :func:`draw_member` draws the two (N, L, d) noise streams chunk of prompts by chunk
+(:func:`prompt_chunks`) and hands each finished chunk of x1, x2 to a writer, which puts it
+straight into its final buffer (the run dtype's Batch, or :class:`Prompts`); the sampler
+itself holds O(CHUNK_ELEMENTS) floats beyond the (N, L) labels. The chunks draw the same
+values as one call (torch's CPU normal sampler, see :data:`RNG_BLOCK`), so the values do not
+depend on the chunking.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +44,9 @@ STREAMS = SeedStreams({"data.train": 1, "data.test": 2, "geometry": 3, "init": (
                       width={"init": 63, "noise": 63, "batch": 63, "control": 63})
 
 KIND_BOTH, KIND_P_ONLY, KIND_Q_ONLY, KIND_P_FLIPPED = 0, 1, 2, 3  # p_flipped: both features, P carries -y
+CHUNK_ELEMENTS = 1 << 21  # float64 values (16 MiB) of a noise stream drawn at once: bounds the sampler's temporaries
+RNG_BLOCK = 16  # torch's CPU normal sampler transforms blocks of 16 uniforms and redraws the last 16 of a draw whose
+# size is not a multiple of 16: draws of a multiple of 16 values each, the last one >= 16, equal one call of their sum
 
 
 @dataclass(frozen=True)
@@ -57,11 +67,17 @@ class DataSpec:
     q_centre: float = 0.0  # ||z||: a common Q centre z (orthogonal to zeta1, zeta2) added to every Q block
     label_rule: str = "shared"  # "shared": P and Q both encode y; "composite": P's sign disagrees with y w.p. p_flip
     p_flip: float = 0.0  # composite: probability that a token's P block carries -y (Q always carries y)
+    q_noise_radius: float | None = None  # R / ||zeta|| with R = q_noise sqrt(d) (gate-noise regime); None -> q_noise
 
     @property
     def p_noise_std(self) -> float:
         """The P noise std in effect (1/sqrt(d) when ``p_noise`` is None)."""
         return 1.0 / math.sqrt(self.d) if self.p_noise is None else float(self.p_noise)
+
+    @property
+    def q_noise_std(self) -> float:
+        """The Q noise std per coordinate in effect: q_noise_radius ||zeta|| / sqrt(d), or ``q_noise``."""
+        return float(self.q_noise) if self.q_noise_radius is None else self.q_noise_radius * self.zeta / math.sqrt(self.d)
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,13 @@ def validate_spec(spec: DataSpec) -> None:
         problems.append(f"data.p_noise={spec.p_noise!r}: must be a finite number >= 0 (or null for 1/sqrt(d))")
     if not _is_real(spec.q_noise) or spec.q_noise < 0:
         problems.append(f"data.q_noise={spec.q_noise!r}: must be a finite number >= 0")
+    if spec.q_noise_radius is not None:
+        radius = spec.q_noise_radius
+        if not _is_real(radius) or radius <= 0:
+            problems.append(f"data.q_noise_radius={radius!r}: must be a finite number > 0 (or null to use data.q_noise)")
+        elif _is_int(spec.d) and spec.d >= 1 and radius >= math.sqrt(spec.d):
+            problems.append(f"data.q_noise_radius={radius!r}: must be < sqrt(d) = {math.sqrt(spec.d):.4g} at data.d={spec.d} "
+                            "(the Q noise per coordinate, radius ||zeta|| / sqrt(d), must stay below ||zeta||)")
     for key in ("gamma0", "zeta"):
         value = getattr(spec, key)
         if not _is_real(value) or value <= 0:
@@ -162,51 +185,99 @@ def geometry(spec: DataSpec, seeds: Sequence[int]) -> tuple[torch.Tensor, torch.
     return w_star, zeta / zeta.norm(dim=-1, keepdim=True).clamp_min(1e-300)
 
 
-def _sample_member(spec: DataSpec, seed: int, n: int, stream: str) -> dict[str, torch.Tensor]:
-    """One member's prompts in float64: x1, x2 (N, L, d), y, kind (N, L), w_star (d,), zeta (2, d)."""
+Writer = Callable[[int, int, torch.Tensor], None]
+"""``write(a, b, block)``: store the float64 block (b - a, L, d) of prompts a..b-1 of one member."""
+
+
+@dataclass(frozen=True)
+class MemberDraw:
+    """What one member's draw returns beside the blocks its writers received."""
+
+    y: torch.Tensor  # (N, L) float64 labels in {-1, +1}; y[:, L-1] is the target
+    kind: torch.Tensor  # (N, L) long token kinds (KIND_*)
+    w_star: torch.Tensor  # (d,) float64
+    zeta: torch.Tensor  # (2, d) float64, scaled to ||zeta||
+
+
+def prompt_chunks(n: int, prompt_len: int, d: int, chunk_elements: int | None = None) -> list[tuple[int, int]]:
+    """Prompt ranges [a, b) that split one (n, L, d) normal draw into calls that draw the same
+    values: every range but the last holds a multiple of RNG_BLOCK values, the last at least
+    RNG_BLOCK (or the whole draw), about ``chunk_elements`` (default :data:`CHUNK_ELEMENTS`) values each."""
+    chunk_elements = CHUNK_ELEMENTS if chunk_elements is None else chunk_elements
+    per = prompt_len * d
+    unit = RNG_BLOCK // math.gcd(per, RNG_BLOCK)  # prompts per multiple of RNG_BLOCK values
+    step = max(unit, chunk_elements // per // unit * unit)
+    bounds = list(range(0, n, step)) + [n]
+    if len(bounds) > 2 and (bounds[-1] - bounds[-2]) * per < RNG_BLOCK:  # a short tail joins the range before it
+        del bounds[-2]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _p_block(spec: DataSpec, xi: torch.Tensor, y: torch.Tensor, flip: torch.Tensor | None, kind: torch.Tensor,
+             w_star: torch.Tensor) -> torch.Tensor:
+    """x1 of a chunk from its P noise draw xi (c, L, d), in place: the noise kept on the positive
+    side of the hyperplane orthogonal to w*, times the label P encodes, zero on Q-only tokens."""
+    along = xi @ w_star  # (c, L)
+    xi += (along.abs() - along).unsqueeze(-1) * w_star  # (c, L, d)
+    p_sign = y if flip is None else torch.where(flip, -y, y)  # (c, L) the label P encodes (= y unless composite flips it)
+    x1 = xi.add_(spec.gamma0 * w_star).mul_(p_sign.unsqueeze(-1))  # (c, L, d): p_sign (gamma0 w* + xi)
+    return x1.mul_((kind != KIND_Q_ONLY).unsqueeze(-1).to(x1.dtype))
+
+
+def _q_block(spec: DataSpec, noise: torch.Tensor, y: torch.Tensor, side: torch.Tensor, kind: torch.Tensor,
+             zeta: torch.Tensor, q_centre: torch.Tensor) -> torch.Tensor:
+    """x2 of a chunk from its Q noise draw (c, L, d): z + side * cluster centre + noise, zero on P-only tokens."""
+    positive = (y > 0).unsqueeze(-1)  # (c, L, 1)
+    if spec.q_geometry == "three-cluster":
+        centre = torch.where(positive, torch.zeros_like(zeta[0]), zeta[0])  # (c, L, d)
+    else:  # xor
+        centre = torch.where(positive, zeta[0], zeta[1])  # (c, L, d)
+    x2 = (q_centre + side.unsqueeze(-1) * centre).add_(noise)  # (c, L, d): z + cluster + noise
+    return x2.mul_((kind != KIND_P_ONLY).unsqueeze(-1).to(x2.dtype))
+
+
+def draw_member(spec: DataSpec, seed: int, n: int, stream: str, write_x1: Writer, write_x2: Writer,
+                chunk_elements: int | None = None) -> MemberDraw:
+    """One member's ``n`` prompts in float64, x1 and x2 handed to the writers chunk by chunk.
+
+    Fixed draw order on the member's stream, independent of the options and of the chunking:
+    y, u (N, L); the P noise xi (N, L, d); the cluster side (N, L); the Q noise (N, L, d); the
+    composite flip (N, L), drawn last. P's sign needs the flip, so when ``spec.p_flip > 0`` the
+    P noise is drawn a second time from the stream state saved before it (same values), after
+    the flip; otherwise each chunk of x1 is finished as it is drawn. Peak memory: the (N, L)
+    draws plus a few (chunk, L, d) temporaries.
+    """
     w_star, zeta, q_centre = _geometry(spec, seed)
     gen = STREAMS.torch(seed, stream)
     L, d, f64 = spec.prompt_len, spec.d, torch.float64
-    # fixed draw order, independent of the geometry options
+    chunks = prompt_chunks(n, L, d, chunk_elements)
     y = torch.randint(0, 2, (n, L), generator=gen).to(f64) * 2 - 1  # (N, L)
     u = torch.rand(n, L, generator=gen, dtype=f64)  # (N, L)
-    xi = torch.randn(n, L, d, generator=gen, dtype=f64) * spec.p_noise_std  # (N, L, d)
-    side = torch.randint(0, 2, (n, L), generator=gen).to(f64) * 2 - 1  # (N, L) cluster sign
-    q_noise = torch.randn(n, L, d, generator=gen, dtype=f64) * spec.q_noise  # (N, L, d)
-    flip = torch.rand(n, L, generator=gen, dtype=f64) < spec.p_flip  # (N, L) composite: P carries -y (drawn last)
-
     kind = torch.full((n, L), KIND_BOTH, dtype=torch.long)
     kind[u < spec.p0] = KIND_P_ONLY
     kind[(u >= spec.p0) & (u < spec.p0 + spec.q0)] = KIND_Q_ONLY
+    composite = spec.p_flip > 0
+    p_state = gen.get_state()
+    for a, b in chunks:  # the P noise: finished now, or (composite) skipped and drawn again after the flip
+        xi = torch.randn(b - a, L, d, generator=gen, dtype=f64).mul_(spec.p_noise_std)  # (c, L, d)
+        if not composite:
+            write_x1(a, b, _p_block(spec, xi, y[a:b], None, kind[a:b], w_star))
+    side = torch.randint(0, 2, (n, L), generator=gen).to(f64) * 2 - 1  # (N, L) cluster sign
+    for a, b in chunks:
+        noise = torch.randn(b - a, L, d, generator=gen, dtype=f64).mul_(spec.q_noise_std)  # (c, L, d)
+        write_x2(a, b, _q_block(spec, noise, y[a:b], side[a:b], kind[a:b], zeta, q_centre))
+    flip = torch.rand(n, L, generator=gen, dtype=f64) < spec.p_flip  # (N, L) composite: P carries -y (drawn last)
     kind[(kind == KIND_BOTH) & flip] = KIND_P_FLIPPED  # composite: only Q tells these tokens' label
-
-    # P: noise kept on the positive side of the hyperplane orthogonal to w*
-    along = xi @ w_star  # (N, L)
-    xi = xi + (along.abs() - along).unsqueeze(-1) * w_star  # (N, L, d)
-    p_sign = torch.where(flip, -y, y)  # (N, L) the label P encodes (= y unless composite flips it)
-    x1 = p_sign.unsqueeze(-1) * (spec.gamma0 * w_star + xi)  # (N, L, d)
-
-    # Q: cluster centre per token, plus isotropic noise
-    positive = (y > 0).unsqueeze(-1)  # (N, L, 1)
-    if spec.q_geometry == "three-cluster":
-        centre = torch.where(positive, torch.zeros_like(zeta[0]), zeta[0])  # (N, L, d)
-    else:  # xor
-        centre = torch.where(positive, zeta[0], zeta[1])  # (N, L, d)
-    x2 = q_centre + side.unsqueeze(-1) * centre + q_noise  # (N, L, d): z + cluster + noise
-
-    x1 = x1 * (kind != KIND_Q_ONLY).unsqueeze(-1).to(f64)  # (N, L, d)
-    x2 = x2 * (kind != KIND_P_ONLY).unsqueeze(-1).to(f64)  # (N, L, d)
-    return {"x1": x1, "x2": x2, "y": y, "kind": kind, "w_star": w_star, "zeta": zeta}
+    if composite:
+        gen.set_state(p_state)
+        for a, b in chunks:
+            xi = torch.randn(b - a, L, d, generator=gen, dtype=f64).mul_(spec.p_noise_std)  # (c, L, d)
+            write_x1(a, b, _p_block(spec, xi, y[a:b], flip[a:b], kind[a:b], w_star))
+    return MemberDraw(y, kind, w_star, zeta)
 
 
-def sample_prompts(spec: DataSpec, seeds: Sequence[int], n: int, split: str,
-                   dtype: torch.dtype = torch.float64) -> Prompts:
-    """Draw ``n`` prompts of ``spec.prompt_len`` tokens for every seed of the ensemble.
-
-    Returns Prompts with x1, x2 (S, N, L, d), y, kind (S, N, L), w_star (S, d), zeta (S, 2, d)
-    where S = len(seeds). Sampling is done in float64 and cast to ``dtype``, so the values
-    agree across dtypes up to rounding. Raises UserError on a bad spec, n, seeds or split.
-    """
+def check_sampling(spec: DataSpec, seeds: Sequence[int], n: int, split: str) -> None:
+    """Raise UserError listing every problem of the spec, ``n``, ``seeds`` and ``split``."""
     problems: list[str] = []
     try:
         validate_spec(spec)
@@ -221,9 +292,28 @@ def sample_prompts(spec: DataSpec, seeds: Sequence[int], n: int, split: str,
     if problems:
         raise UserError(*problems)
 
-    members = [_sample_member(spec, s, n, SPLIT_STREAMS[split]) for s in seeds]
-    stacked = {k: torch.stack([m[k] for m in members]) for k in members[0]}  # leading axis S
+
+def sample_prompts(spec: DataSpec, seeds: Sequence[int], n: int, split: str,
+                   dtype: torch.dtype = torch.float64, chunk_elements: int | None = None) -> Prompts:
+    """Draw ``n`` prompts of ``spec.prompt_len`` tokens for every seed of the ensemble.
+
+    Returns Prompts with x1, x2 (S, N, L, d), y, kind (S, N, L), w_star (S, d), zeta (S, 2, d)
+    where S = len(seeds). Sampling is done in float64 and written chunk by chunk into the
+    ``dtype`` outputs, so the values agree across dtypes up to rounding (and the float64 ones
+    do not depend on ``chunk_elements``). Raises UserError on a bad spec, n, seeds or split.
+    """
+    check_sampling(spec, seeds, n, split)
+    S, L, d = len(seeds), spec.prompt_len, spec.d
+    x1 = torch.empty(S, n, L, d, dtype=dtype)  # (S, N, L, d)
+    x2 = torch.empty(S, n, L, d, dtype=dtype)  # (S, N, L, d)
+    draws = []
+    for s, seed in enumerate(seeds):
+        def put(out: torch.Tensor) -> Writer:
+            def write(a: int, b: int, block: torch.Tensor) -> None:
+                out[a:b].copy_(block)
+            return write
+        draws.append(draw_member(spec, seed, n, SPLIT_STREAMS[split], put(x1[s]), put(x2[s]), chunk_elements))
     return Prompts(
-        x1=stacked["x1"].to(dtype), x2=stacked["x2"].to(dtype), y=stacked["y"].to(dtype),
-        kind=stacked["kind"], w_star=stacked["w_star"].to(dtype), zeta=stacked["zeta"].to(dtype),
+        x1=x1, x2=x2, y=torch.stack([m.y for m in draws]).to(dtype), kind=torch.stack([m.kind for m in draws]),
+        w_star=torch.stack([m.w_star for m in draws]).to(dtype), zeta=torch.stack([m.zeta for m in draws]).to(dtype),
     )

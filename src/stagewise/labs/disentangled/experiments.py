@@ -115,7 +115,9 @@ def groups(config: Config) -> list[Group]:
     if kind == "grid":
         return [Group("grid", config, with_control(config, seed_major(config, grid_variants(config))), prefix_by_variant=True)]
     if kind == "robustness":  # each cell with its no-anneal twin (the causal accuracy claim) when the ablations name it
-        twins: dict[str, dict[str, Any]] = {"baseline": {}, **({"no-anneal": _variant(config, "no-anneal")[0]} if "no-anneal" in config.experiment.ablations else {})}
+        twins: dict[str, dict[str, Any]] = {"baseline": {}}
+        if "no-anneal" in config.experiment.ablations:
+            twins["no-anneal"] = _variant(config, "no-anneal")[0]
         return [Group(name, cfg, with_control(cfg, seed_major(cfg, twins)), prefix=f"{name}/")
                 for name, cfg in robustness_configs(config)]
     if kind == "d-scaling":
@@ -135,7 +137,7 @@ def groups(config: Config) -> list[Group]:
             overrides[name] = member_over
     batched = seed_major(config, {v: overrides[v] for v in shared})
     # the baseline's control (the null of every variant) and, for the causal accuracy claim, the no-anneal twin's
-    nulls = {v: overrides[v] for v in ("baseline", "no-anneal") if v in shared}
+    nulls: dict[str, dict[str, Any]] = {v: overrides[v] for v in ("baseline", "no-anneal") if v in shared}
     controls = [replace(m, control=True) for m in seed_major(config, nulls)] if config.experiment.control else []
     return [Group("batched", config, batched + controls, prefix_by_variant=True)] + separate
 

@@ -64,7 +64,6 @@ from .config import Config
 from .data import validate_spec
 from .metrics import KINDS, evaluate
 from .model import Batch, Forward, _norm_grad, all_scores, branch_outputs, gradients, normalize, objective_loss
-from .resources import FEATURE_COPIES, PROCESS_BASE, STEP_COPIES
 from .train import DATA_FIELDS, Member, build_ensemble, data_spec, init_weights, members_from_config
 
 GRAD_TOL = 1e-8  # converged: max |entry| of the minimum-norm Clarke subgradient (incl. L2) per member ...
@@ -80,6 +79,8 @@ MAX_HALVINGS = 40  # step halvings of the line search
 JITTER = 1e-12  # added to the (scaled) dual QP's matrix: more hinges than independent rows make it singular
 QP_ITER = 100  # projected Newton iterations of the dual QP ...
 QP_TOL = 1e-14  # ... until max |projected gradient| <= QP_TOL (the QP scaled to unit diagonal maximum)
+FEATURE_COPIES = 6  # (N + T, L, 2d) float64 arrays per problem while sampling and stored (floors_bytes' bound)
+STEP_COPIES = 10  # score-sized (N, C) float64 arrays per problem and pass (value_grad, certificate)
 
 
 @dataclass(frozen=True)
@@ -224,17 +225,16 @@ def _box_qp(q: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> torch.Tens
         reduced = q * free.unsqueeze(-1) * free.unsqueeze(-2) + torch.diag_embed(1.0 - free) + JITTER * eye
         step = torch.cholesky_solve((-grad * free).unsqueeze(-1), torch.linalg.cholesky(reduced)).squeeze(-1)  # (M, A)
         t, current = torch.ones_like(scale), value(theta)
-        accepted = torch.zeros_like(theta)
+        searching, new = valid.any(-1), theta.clone()
         for _ in range(MAX_HALVINGS):
             trial = (theta + t.unsqueeze(-1) * step).clamp(0.0, 1.0) * valid
-            ok = (value(trial) <= current) & (accepted.abs().sum(-1) == 0)
-            accepted = torch.where(ok.unsqueeze(-1), trial - theta + (trial == theta).to(q.dtype) * 0, accepted)
-            theta_next = torch.where(ok.unsqueeze(-1), trial, theta)
-            done = ok | (accepted.abs().sum(-1) > 0)
-            theta = theta_next
-            if bool(done.all()):
+            ok = searching & (value(trial) <= current)
+            new = torch.where(ok.unsqueeze(-1), trial, new)
+            searching = searching & ~ok
+            if not bool(searching.any()):
                 break
-            t = torch.where(done, t, 0.5 * t)
+            t = torch.where(searching, 0.5 * t, t)
+        theta = new
     return theta
 
 
@@ -371,8 +371,9 @@ def problem_key(member: Member) -> tuple:
 
 
 def floors_bytes(config: Config, members: list[Member]) -> int:
-    """A bytes bound of :func:`floor_rows` on ``members``: the prompts (as resources.estimate
-    counts them), score-sized work arrays of train and test, and the Newton solver (a few (2N)^2 arrays per member)."""
+    """A bytes bound of :func:`floor_rows` on ``members`` beyond the process itself: the
+    prompts, score-sized work arrays of train and test, and the Newton solver (a few (2N)^2
+    arrays per member)."""
     dc = config.data
     unique = len({problem_key(m) for m in members})
     L, d = dc.prompt_len, dc.d
@@ -380,7 +381,7 @@ def floors_bytes(config: Config, members: list[Member]) -> int:
     features = unique * (dc.n_train + dc.n_test) * L * 2 * d * 8 * FEATURE_COPIES
     steps = unique * max(dc.n_train, dc.n_test) * (L - 1) * 8 * STEP_COPIES * 2  # value_grad and the certificate
     solver = unique * (params * 8 * 12 + (2 * dc.n_train) ** 2 * 8 * 4)  # iterates, steps; the prompt-space Cholesky
-    return PROCESS_BASE + features + steps + solver
+    return features + steps + solver
 
 
 def floor_rows(config: Config, members: list[Member]) -> list[dict[str, Any]]:
@@ -449,7 +450,8 @@ def _mean(values: list[float]) -> float:
 def floors_report(config: Config, memory_limit: int | None = None) -> FloorsReport:
     """The floors of the config's baseline members (n_seeds seeds, no controls), without
     training. Raises UserError (one line) for lambda = 0, a size above ``memory_limit`` bytes
-    (checked before any prompt is drawn) or a solver that ends non-finite."""
+    (what the solver may use beyond the process; checked before any prompt is drawn) or a
+    solver that ends non-finite."""
     members = members_from_config(config)
     validate_spec(data_spec(config, members[0]))
     if not config.train.l2 > 0:

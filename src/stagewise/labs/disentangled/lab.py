@@ -106,10 +106,11 @@ def run(config: Config, ctx: RunContext) -> RunResult:
 summarize = deferred("stagewise.labs.disentangled.summary", "summarize")
 make_figures = deferred("stagewise.labs.disentangled.figures", "make_figures")
 estimate = deferred("stagewise.labs.disentangled.resources", "estimate")
+floors = deferred("stagewise.labs.disentangled.floors", "floors_report")
 
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
-          summarize=summarize, make_figures=make_figures, estimate=estimate,
+          summarize=summarize, make_figures=make_figures, estimate=estimate, floors=floors,
           claims=CLAIMS, key_metrics=("test.K1.p_queries", "test.K2.q_queries", "test.acc.p_only", "test.acc.q_only"),
           smoke={"n_seeds": 2, "data": {"d": 6, "prompt_len": 6, "n_train": 40, "n_test": 60},
                  "train": {"steps": 40, "t1": 15, "log_every": 5, "spectrum_every": 10, "checkpoint_every": 7}})

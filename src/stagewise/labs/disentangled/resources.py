@@ -1,11 +1,23 @@
 """Up-front size estimate of a disentangled run (memory and metric disk) from the config
 alone, before any prompt is drawn.
 
-Sizes: M members of the largest group (seeds x batched variants), U datasets (seeds),
-N train / T test prompts, C = L - 1 context tokens, d the block dimension. The prompt
-features are stored once per dataset, in float64 while sampling and in the run dtype
-after: about ``FEATURE_COPIES`` arrays of (U, N + T, L, 2d); a step keeps about
-``STEP_COPIES`` (M, N, C) score-sized arrays and the test evaluation (M, T, C) ones.
+Memory, group by group (:func:`~.experiments.groups`; groups run one after another, so the
+peak is the largest group's), U datasets as :func:`.train.data_layout` stores them (a
+dataset once for the K members that share it), M members, N train / T test prompts, L
+tokens, C = L - 1, d the block dimension, w the run dtype's bytes:
+
+- features: (U_train N + U_test T) L 2d w, the only (U, N, L, 2d)-sized arrays (the sampler
+  writes straight into them);
+- labels: M (N + T)(C + 1) w + M (N + T) 8, the per-member context labels, targets, kinds;
+- the larger of the sampler's temporaries (SAMPLER_CHUNKS float64 chunks of
+  :data:`.data.CHUNK_ELEMENTS` values and SAMPLER_ROWS (N, L) float64 draws) and a step's or
+  an evaluation's arrays: STEP_ARRAYS arrays of (M, 2, max(N, T), C) w;
+- weights and their updates: WEIGHT_COPIES arrays of (M, 2d, 2d) w;
+- with ``experiment.floors``: the floors' solver on the group's unique problems
+  (:func:`.floors.floors_bytes`), alive beside the training ensemble;
+- PROCESS_BASE: the interpreter, torch, pandas and the run store.
+The constants were measured (VmHWM of ``stagewise run``, benchmarks/bench_disentangled.py
+section 4 and tests/test_disentangled_gate_noise.py); :func:`memory_parts` gives the parts.
 
 Disk (:class:`~stagewise.runs.sizes.DiskBudget`, the peak of the run folder), group by group
 (:func:`~.experiments.groups`): a stream line per variant at every logged or spectrum step
@@ -29,9 +41,11 @@ from ...runs.sizes import DiskBudget, safetensors_bytes, stream_bytes, stream_by
 from ..contract import Resources
 from .config import Config
 
-FEATURE_COPIES = 6  # x1, x2, noise draws in float64 while sampling, plus the stored features
-STEP_COPIES = 10  # scores, ReLU, masks, gradient coefficients of both branches
-PROCESS_BASE = 400 << 20
+PROCESS_BASE = 400 << 20  # measured: see the module docstring
+STEP_ARRAYS = 10  # (M, 2, N, C) arrays alive at a step's or an evaluation's peak (measured)
+SAMPLER_CHUNKS = 5  # float64 chunks alive while drawing (noise draw, its correction, centre, block, cast)
+SAMPLER_ROWS = 8  # (N, L) float64-sized draws of one member (y, u, kind, side, flip, masks)
+WEIGHT_COPIES = 8  # (M, 2d, 2d) arrays: weights, gradients, L2 term, noise draws, optimizer moments
 
 EXACT_LINES = 200_000  # up to this many logged steps a group's stream is counted line by line
 PROBE_PROMPTS = 8  # prompts of the one-member ensemble whose metric names are read off ...
@@ -54,28 +68,59 @@ FIGURES = {  # measured, rounded up; ablations/grid: per variant panel (+ the ta
 ROBUSTNESS_BYTES_PER_CELL = 2_500
 
 
-def estimate(config: Config) -> Resources:
-    from .experiments import grid_variants
+def memory_parts(config: Config) -> dict[str, int]:
+    """Bytes of the largest group's memory by part (module docstring), and ``total`` (with
+    PROCESS_BASE): what :func:`estimate` reports."""
+    from .data import CHUNK_ELEMENTS, prompt_chunks
+    from .experiments import groups
 
+    best: dict[str, int] = {}
+    for group in groups(config):
+        parts = _group_memory(group, CHUNK_ELEMENTS, prompt_chunks)
+        if not best or sum(parts.values()) > sum(best.values()):
+            best = parts
+    return {**best, "process": PROCESS_BASE, "total": PROCESS_BASE + sum(best.values())}
+
+
+def _group_memory(group, chunk_elements: int, prompt_chunks) -> dict[str, int]:
+    from dataclasses import replace
+
+    from .train import data_layout
+
+    cfg = group.config
+    dc = cfg.data
+    M, L, d, N, T = len(group.members), dc.prompt_len, dc.d, dc.n_train, dc.n_test
+    width = 8 if cfg.model.dtype == "float64" else 4
+    test_members = [replace(m, p0=dc.p0, q0=dc.q0, control=False) for m in group.members]
+    u_train, u_test = len(data_layout(group.members)[0]), len(data_layout(test_members)[0])
+    chunk = max(b - a for a, b in prompt_chunks(max(N, T), L, d, chunk_elements)) * L * d
+    parts = {
+        "features": (u_train * N + u_test * T) * L * 2 * d * width,
+        "labels": M * (N + T) * (L * width + 8),
+        "work": max(SAMPLER_CHUNKS * chunk * 8 + SAMPLER_ROWS * max(N, T) * L * 8, STEP_ARRAYS * M * 2 * max(N, T) * (L - 1) * width),
+        "weights": WEIGHT_COPIES * M * (2 * d) ** 2 * width,
+    }
+    if cfg.experiment.floors:
+        parts["floors"] = _floors_memory(group)
+    return parts
+
+
+def _floors_memory(group) -> int:
+    """The floors' solver (:func:`.floors.floors_bytes` of the group's members with lambda > 0)."""
+    from .floors import floors_bytes
+
+    members = [m for m in group.members if m.l2 > 0]
+    return floors_bytes(group.config, members) if members else 0
+
+
+def estimate(config: Config) -> Resources:
+    parts = memory_parts(config)
     dc, ex = config.data, config.experiment
     dims = ex.dims if ex.kind in ("d-scaling", "robustness") else [dc.d]
-    d = max(dims)
-    L = dc.prompt_len
-    if ex.kind == "d-scaling" and ex.scale_rules and dc.d >= 2:  # the scaling rule of experiments.scaled_config
-        L = max(2, round(dc.prompt_len * (math.sqrt(d) * math.log(d)) / (math.sqrt(dc.d) * math.log(dc.d))))
-    variants = {"grid": len(grid_variants(config)), "ablations": 1 + len(ex.ablations)}.get(ex.kind, 1)
-    controls = 2 if ex.control and ex.kind != "d-scaling" else 1  # each member's shuffled-label twin (own data)
-    U, M = config.n_seeds * controls, config.n_seeds * variants * controls
-    if ex.kind == "ablations" and ex.control:
-        M = config.n_seeds * (variants + 1)  # only the baseline has a control
-    width = 8 if config.model.dtype == "float64" else 4
-    features = U * (dc.n_train + dc.n_test) * L * 2 * d * 8 * FEATURE_COPIES
-    steps = M * max(dc.n_train, dc.n_test) * (L - 1) * 8 * STEP_COPIES
-    weights = M * (2 * d) ** 2 * width * 8
-    memory = PROCESS_BASE + features + steps + weights
     disk = disk_budget(config)
-    return Resources(int(memory), disk.peak, f"M={M} members, d={d}, L={L}, N={dc.n_train}, test {dc.n_test}; "
-                                             f"disk: {disk.describe()}")
+    size = ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in parts.items() if k != "total")
+    return Resources(int(parts["total"]), disk.peak, f"d={max(dims)}, L={dc.prompt_len}, N={dc.n_train}, test {dc.n_test}, "
+                                                     f"{config.n_seeds} seeds; memory: {size}; disk: {disk.describe()}")
 
 
 def line_names(group) -> dict[str, list[str]]:

@@ -22,8 +22,8 @@ from ...engine import BatchedOptimizer, pack, resolve_dtype, unpack
 from ...engine.driver import StepOutput, TrainingDriver
 from ...engine.perf import training_threads
 from .config import Config
-from .data import STREAMS, DataSpec, geometry, sample_prompts
-from .model import Batch, forward, gradients, make_batch
+from .data import SPLIT_STREAMS, STREAMS, DataSpec, check_sampling, draw_member, geometry
+from .model import Batch, empty_features, feature_slot, forward, gradients
 
 
 # member fields that change the data (members that agree on them and on the seed share one dataset)
@@ -83,7 +83,7 @@ def data_spec(config: Config, member: Member | None = None) -> DataSpec:
     dc = config.data
     spec = DataSpec(d=dc.d, prompt_len=dc.prompt_len, q_geometry=dc.q_geometry, p0=dc.p0, q0=dc.q0, gamma0=dc.gamma0,
                     p_noise=dc.p_noise, q_noise=dc.q_noise, zeta=dc.zeta, w_star=dc.w_star, q_centre=dc.q_centre,
-                    label_rule=dc.label_rule, p_flip=dc.p_flip)
+                    label_rule=dc.label_rule, p_flip=dc.p_flip, q_noise_radius=dc.q_noise_radius)
     if member is None:
         return spec
     return replace(spec, **{k: getattr(member, k) for k in DATA_FIELDS if k != "control"})
@@ -118,55 +118,93 @@ class Ensemble:
                        zeta_basis=None if self.zeta_basis is None else self.zeta_basis.to(device))
 
 
+def feature_key(member: Member) -> tuple:
+    """What decides a member's prompt features (x1, x2, context labels, kinds): the seed and the
+    data fields but ``control``, which permutes only the training targets y_L."""
+    return (member.seed, *(getattr(member, k) for k in DATA_FIELDS if k != "control"))
+
+
 def data_layout(members: list[Member]) -> tuple[list[Member], int]:
     """(one member per dataset, K) when members come in data-major blocks of K that share a
-    dataset (same seed and data fields); otherwise every member keeps its own copy (K = 1)."""
-    keys = [m.data_key() for m in members]
-    for k in range(len(keys), 1, -1):
-        if len(keys) % k:
-            continue
-        blocks = [keys[i:i + k] for i in range(0, len(keys), k)]
-        if all(len(set(b)) == 1 for b in blocks) and len({b[0] for b in blocks}) == len(blocks):
-            return members[::k], k
-    return members, 1
+    dataset (same :func:`feature_key`: a shuffled-label control shares its seed's features;
+    or, where that gives larger blocks, the same :meth:`Member.data_key`, controls apart);
+    otherwise every member keeps its own copy (K = 1)."""
+    def blocks_of(keys: list[tuple]) -> int:
+        for k in range(len(keys), 1, -1):
+            if len(keys) % k:
+                continue
+            blocks = [keys[i:i + k] for i in range(0, len(keys), k)]
+            if all(len(set(b)) == 1 for b in blocks) and len({b[0] for b in blocks}) == len(blocks):
+                return k
+        return 1
+    k = max(blocks_of([feature_key(m) for m in members]), blocks_of([m.data_key() for m in members]))
+    return members[::k], k
+
+
+def data_major(members: list[Member]) -> list[Member]:
+    """``members`` reordered (stably) so that those sharing a dataset (:func:`feature_key`) are
+    consecutive: with K members per dataset, :func:`data_layout` then stores each dataset once
+    and the model contracts it once for its K members. Each variant keeps its seeds' order."""
+    blocks: dict[tuple, list[Member]] = {}
+    for m in members:
+        blocks.setdefault(feature_key(m), []).append(m)
+    return [m for block in blocks.values() for m in block]
 
 
 def _prompts(config: Config, members: list[Member], n: int, split: str, dtype: torch.dtype) -> Batch:
-    """Sample each dataset once (grouped by data spec), data-major for shared datasets.
+    """Sample each dataset once, straight into the Batch's buffers (data-major for shared
+    datasets): the features are the only (U, N, L, 2d)-sized arrays; the sampler's
+    temporaries are a chunk of prompts (:func:`.data.draw_member`).
 
     Test prompts are drawn from the member's own distribution (zeta, q_centre, p_flip) with
     two exceptions: the mixture is the config's (so a variant trained with the mixture off
     is still measured on P-only / Q-only / both queries) and the targets are never shuffled
-    (a control is measured on the baseline's test set)."""
+    (a control is measured on the baseline's test set). A training control's targets are its
+    dataset's, permuted (:func:`control_permutation`)."""
     if split == "test":
         members = [replace(m, p0=config.data.p0, q0=config.data.q0, control=False) for m in members]
     owners, per_data = data_layout(members)
-    groups: dict[tuple, list[int]] = {}
-    for i, m in enumerate(owners):
-        groups.setdefault(m.data_key()[1:], []).append(i)
-    parts, order = [], []
-    for idx in groups.values():
-        parts.append(sample_prompts(data_spec(config, owners[idx[0]]), [owners[i].seed for i in idx], n, split, dtype))
-        order += idx
-    if len(parts) == 1:  # the common case: no concatenation or reordering copies
-        cat = {k: getattr(parts[0], k) for k in ("x1", "x2", "y", "kind")}
-    else:
-        perm = torch.argsort(torch.tensor(order))
-        cat = {k: torch.cat([getattr(p, k) for p in parts])[perm] for k in ("x1", "x2", "y", "kind")}
-    del parts
-    if split == "train" and any(m.control for m in owners):
-        cat["y"] = shuffle_targets(cat["y"], [m.seed if m.control else None for m in owners])
-    return make_batch(cat["x1"], cat["x2"], cat["y"], cat["kind"], config.model.weights == "full", per_data)
+    full = config.model.weights == "full"
+    ctx, query = empty_features(len(owners), n, config.data.prompt_len, config.data.d, full, dtype)
+    ys, kinds = [], []
+    for u, owner in enumerate(owners):
+        spec = data_spec(config, owner)
+        check_sampling(spec, [owner.seed], n, split)
+        write_x1, write_x2 = (_writer(*feature_slot(ctx, query, u, block, full)) for block in (0, 1))
+        drawn = draw_member(spec, owner.seed, n, SPLIT_STREAMS[split], write_x1, write_x2)
+        ys.append(drawn.y)
+        kinds.append(drawn.kind)
+    y = torch.stack(ys).to(dtype)  # (U, N, L)
+    expand = lambda t: t.repeat_interleave(per_data, dim=0).contiguous()  # noqa: E731  (M, ...)
+    target = expand(y[:, :, -1])  # (M, N)
+    if split == "train":
+        for i, m in enumerate(members):
+            if m.control:
+                target[i] = target[i, control_permutation(m.seed, n)]
+    return Batch(ctx, query, expand(y[:, :, :-1]), target, expand(torch.stack(kinds)[:, :, -1]), per_data)
+
+
+def _writer(ctx: torch.Tensor, query: torch.Tensor) -> Callable[[int, int, torch.Tensor], None]:
+    """A :data:`.data.Writer` into one dataset's block: prompts a..b-1, tokens 0..L-2 -> ctx (N, C, d),
+    token L-1 -> query (N, d), cast to the buffers' dtype."""
+    def write(a: int, b: int, block: torch.Tensor) -> None:
+        ctx[a:b].copy_(block[:, :-1])
+        query[a:b].copy_(block[:, -1])
+    return write
+
+
+def control_permutation(seed: int, n: int) -> torch.Tensor:
+    """The shuffled-label control's permutation of the N training prompts of ``seed`` (stream "control")."""
+    return torch.randperm(n, generator=STREAMS.torch(seed, "control"))  # (N,)
 
 
 def shuffle_targets(y: torch.Tensor, seeds: list[int | None]) -> torch.Tensor:
     """The shuffled-label control: y (U, N, L) with the targets y[u, :, L-1] permuted across
-    the N prompts for every dataset u whose seed is given (stream "control" of that seed)."""
+    the N prompts for every dataset u whose seed is given (:func:`control_permutation`)."""
     y = y.clone()
     for u, seed in enumerate(seeds):
         if seed is not None:
-            perm = torch.randperm(y.shape[1], generator=STREAMS.torch(seed, "control"))  # (N,)
-            y[u, :, -1] = y[u, perm, -1]
+            y[u, :, -1] = y[u, control_permutation(seed, y.shape[1]), -1]
     return y
 
 
