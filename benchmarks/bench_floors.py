@@ -42,7 +42,7 @@ def main() -> None:
         start = time.perf_counter()
         floors_report(config)
         repeat = time.perf_counter() - start
-        mean = lambda key: statistics.mean(r[key] for r in report.rows)  # noqa: E731
+        mean = lambda key, rows=report.rows: statistics.mean(r[key] for r in rows)  # noqa: E731
         its = [r["iterations"] for r in report.rows]
         row = {"case": name, "first_s": first, "repeat_s": repeat, "iterations": f"{min(its)}-{max(its)}",
                "max_grad": max(r["grad_norm"] for r in report.rows), "K1": mean("K1"), "analytic.K1": mean("analytic.K1"),

@@ -56,7 +56,7 @@ def test_numerical_floors_against_the_fixed_point_on_the_spec_cells():
     for (zeta, l2) in sorted(SPEC_CELLS):
         rows = floors_report(config(n_seeds=4, data={"zeta": zeta}, train={"l2": l2})).rows
         assert all(r["converged"] and r["grad_norm"] < GRAD_TOL for r in rows)
-        mean = lambda key: statistics.mean(r[key] for r in rows)  # noqa: E731
+        mean = lambda key, rows=rows: statistics.mean(r[key] for r in rows)  # noqa: E731
         assert abs(mean("K1") - mean("analytic.K1")) <= K1_TOL, (zeta, l2)
         for margin in ("m_Q", "m_P"):
             assert abs(mean(margin) - mean(f"analytic.{margin}")) <= MARGIN_RTOL * mean(f"analytic.{margin}") + MARGIN_ATOL, \
