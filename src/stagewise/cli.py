@@ -98,8 +98,7 @@ def floors_cmd(
     seeds: Optional[int] = typer.Option(None, "--seeds", help="number of seeds (seed..seed+K-1)"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="also write the rows to this JSON file"),
 ) -> None:
-    """Print the attainable loss floors of a config (numerical optimum and analytic
-    cross-check), computed in seconds without training."""
+    """Print the attainable loss floors of a config (numerical optimum, analytic cross-check), without training."""
     import json
 
     from .config import resolve

@@ -1,7 +1,7 @@
 """Lab-independent analysis on logged metrics: rate fits, spectra, stage detection."""
 
 from .ratefit import Fit, linear_fit, log_linear_rate, power_exponent, series, values_at
-from .spectra import SV_STATS, Spectrum, spectrum, spectrum_metrics, sv_stats, truncate, truncate_eig
+from .spectra import SV_STATS, Spectrum, spectrum, spectrum_metrics, sv_stats, truncate, truncate_svd, truncate_eig
 from .stages import StageReport, crossing_step, crossing_steps, detect_stages
 
 __all__ = [
@@ -19,7 +19,7 @@ __all__ = [
     "spectrum",
     "spectrum_metrics",
     "sv_stats",
-    "truncate",
+    "truncate", "truncate_svd",
     "truncate_eig",
     "values_at",
 ]

@@ -138,9 +138,16 @@ def truncate(m: torch.Tensor, k: int, keep: str = "top") -> torch.Tensor:
     truncate(m, k, "top") + truncate(m, n - k, "bottom") == m; k = 0 gives zeros, k = n gives m.
     """
     m = _as_batch(m)  # (S, n, n)
-    n = m.shape[-1]
+    _check_k(k, m.shape[-1], keep)
+    return truncate_svd(torch.linalg.svd(m), k, keep)
+
+
+def truncate_svd(svd: tuple[torch.Tensor, torch.Tensor, torch.Tensor], k: int, keep: str = "top") -> torch.Tensor:
+    """:func:`truncate` from a precomputed ``torch.linalg.svd(m)`` = (u, s, vh) of shapes
+    (S, n, n), (S, n), (S, n, n): one SVD for many k (same values as :func:`truncate`)."""
+    u, s, vh = svd  # (S, n, n), (S, n), (S, n, n); s descending
+    n = s.shape[-1]
     _check_k(k, n, keep)
-    u, s, vh = torch.linalg.svd(m)  # (S, n, n), (S, n), (S, n, n); s descending
     part = slice(0, k) if keep == "top" else slice(n - k, n)
     u_k, s_k, vh_k = u[:, :, part], s[:, part], vh[:, part, :]  # (S, n, k), (S, k), (S, k, n)
     return (u_k * s_k.unsqueeze(-2)) @ vh_k  # (S, n, n)

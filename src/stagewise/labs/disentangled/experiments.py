@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from ...config import deep_merge, validate
-from ...measure import truncate
+from ...measure import truncate_svd
 from ...engine import resolve_device
 from ...engine.driver import StepOutput, TrainingDriver
 from ...engine.perf import training_threads
@@ -35,7 +35,7 @@ from ..contract import RunContext
 from .claims import control_of
 from .config import Config
 from .metrics import block_matrices, evaluate, review_metrics, weight_metrics
-from .train import Ensemble, Member, State, UpdateLoop, build_ensemble, init_weights, members_from_config
+from .train import Ensemble, Member, State, UpdateLoop, build_ensemble, data_major, init_weights, members_from_config
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,9 @@ def groups(config: Config) -> list[Group]:
     # the baseline's control (the null of every variant) and, for the causal accuracy claim, the no-anneal twin's
     nulls: dict[str, dict[str, Any]] = {v: overrides[v] for v in ("baseline", "no-anneal") if v in shared}
     controls = [replace(m, control=True) for m in seed_major(config, nulls)] if config.experiment.control else []
-    return [Group("batched", config, batched + controls, prefix_by_variant=True)] + separate
+    # data-major: a seed's variants and their controls are consecutive, so train.data_layout stores each seed's
+    # prompts once for all of them (a control permutes only its targets)
+    return [Group("batched", config, data_major(batched + controls), prefix_by_variant=True)] + separate
 
 
 def seed_major(config: Config, variants: dict[str, dict[str, Any]]) -> list[Member]:
@@ -213,9 +215,10 @@ def truncation_metrics(config: Config, ens, weights: tuple[torch.Tensor, ...]) -
     _, _, whole = block_matrices(weights, d)
     ks = config.experiment.truncation_ks or sorted({round(2 * d * i / 8) for i in range(9)})
     out = {}
+    svd = torch.linalg.svd(whole.to(torch.float64))  # (M, 2d, 2d), (M, 2d), (M, 2d, 2d): once for every k
     for keep in ("top", "bottom"):
         for k in ks:
-            cut = truncate(whole, min(k, 2 * d), keep).to(whole.dtype)  # (M, 2d, 2d); truncate works in float64
+            cut = truncate_svd(svd, min(k, 2 * d), keep).to(whole.dtype)  # (M, 2d, 2d); in float64
             cut_weights = (cut,) if len(weights) == 1 else (cut[:, :d, :d], cut[:, d:, d:])
             m = evaluate(cut_weights, ens.test, ens.hyper["l2"], config.model.output, config.model.normalizer, d, "test")
             for kind in ("p_only", "q_only", "both"):

@@ -79,8 +79,11 @@ MAX_HALVINGS = 40  # step halvings of the line search
 JITTER = 1e-12  # added to the (scaled) dual QP's matrix: more hinges than independent rows make it singular
 QP_ITER = 100  # projected Newton iterations of the dual QP ...
 QP_TOL = 1e-14  # ... until max |projected gradient| <= QP_TOL (the QP scaled to unit diagonal maximum)
-FEATURE_COPIES = 6  # (N + T, L, 2d) float64 arrays per problem while sampling and stored (floors_bytes' bound)
+FEATURE_COPIES = 2  # (N + T, L, 2d) float64 arrays per problem: stored once, plus the solver's passes over them
+# (measured peak 1.67x the features at d 100, L 500, N = T = 200; the sampler writes chunk by chunk)
 STEP_COPIES = 10  # score-sized (N, C) float64 arrays per problem and pass (value_grad, certificate)
+BATCH_BYTES = 4 << 30  # problems are solved in batches of at most this floors_bytes (at least one problem a batch):
+# the floors do not depend on the batching (tests/test_disentangled_floors.py), only the peak memory does
 
 
 @dataclass(frozen=True)
@@ -310,7 +313,9 @@ def certificate(problem: _Problem, x: torch.Tensor) -> tuple[torch.Tensor, torch
 
 
 def solve(config: Config, members: list[Member]) -> list[Solution]:
-    """The numerical floors of ``members`` (each its own problem; :func:`floor_rows` deduplicates)."""
+    """The numerical floors of ``members`` (each its own problem; :func:`floor_rows` deduplicates),
+    in float64 whatever the run's dtype (the certificate's GRAD_TOL is a float64 tolerance)."""
+    config = config.model_copy(update={"model": config.model.model_copy(update={"dtype": "float64"})})
     device = resolve_device(config.device)
     ens = build_ensemble(config, members).to(device)
     x = torch.stack(init_weights(config, members, resolve_dtype(config.model.dtype)), 1).to(device)  # (M, B, k, k)
@@ -384,6 +389,14 @@ def floors_bytes(config: Config, members: list[Member]) -> int:
     return features + steps + solver
 
 
+def batches(config: Config, members: list[Member]) -> list[list[Member]]:
+    """``members`` (unique problems, in order) cut into consecutive batches of at most
+    BATCH_BYTES of :func:`floors_bytes` each (one problem at least)."""
+    per = floors_bytes(config, members[:1]) if members else 0
+    size = max(1, BATCH_BYTES // max(1, per))
+    return [members[i:i + size] for i in range(0, len(members), size)]
+
+
 def floor_rows(config: Config, members: list[Member]) -> list[dict[str, Any]]:
     """One row per member (table ``floors``): seed, variant, control, l2, objective, the
     numerical floor (K1, K2 = test K1.p_queries / K2.q_queries, K1.all, K2.all, m_P, m_Q,
@@ -394,7 +407,9 @@ def floor_rows(config: Config, members: list[Member]) -> list[dict[str, Any]]:
     keys = [problem_key(m) for m in members]
     unique = {k: m for k, m in zip(keys, members) if m.l2 > 0}
     order = sorted(unique, key=lambda k: (k[0], *k[2:], k[1]))  # data-major: the lambda variants of one dataset together
-    solutions = dict(zip(order, solve(config, [unique[k] for k in order]))) if order else {}
+    solutions: dict[tuple, Solution] = {}
+    for batch in batches(config, [unique[k] for k in order]):
+        solutions.update(zip([problem_key(m) for m in batch], solve(config, batch)))
     rows = []
     for key, m in zip(keys, members):
         row: dict[str, Any] = {"seed": m.seed, "variant": m.variant, "control": m.control, "l2": m.l2,
@@ -456,7 +471,7 @@ def floors_report(config: Config, memory_limit: int | None = None) -> FloorsRepo
     validate_spec(data_spec(config, members[0]))
     if not config.train.l2 > 0:
         raise UserError(f"train.l2={config.train.l2:g}: {theory.NO_L2}; floors need train.l2 > 0")
-    need = floors_bytes(config, members)
+    need = max(floors_bytes(config, b) for b in batches(config, list({problem_key(m): m for m in members}.values())))
     if memory_limit is not None and need > memory_limit:
         raise UserError(f"floors need about {need / 2**30:.2f} GiB (n_seeds={config.n_seeds}, d={config.data.d}, "
                         f"N={config.data.n_train}, test {config.data.n_test}), above the available {memory_limit / 2**30:.2f} GiB; "

@@ -106,11 +106,12 @@ def _group_memory(group, chunk_elements: int, prompt_chunks) -> dict[str, int]:
 
 
 def _floors_memory(group) -> int:
-    """The floors' solver (:func:`.floors.floors_bytes` of the group's members with lambda > 0)."""
-    from .floors import floors_bytes
+    """The floors' solver: :func:`.floors.floors_bytes` of its largest batch (:func:`.floors.batches`)
+    of the group's unique problems with lambda > 0."""
+    from .floors import batches, floors_bytes, problem_key
 
-    members = [m for m in group.members if m.l2 > 0]
-    return floors_bytes(group.config, members) if members else 0
+    unique = list({problem_key(m): m for m in group.members if m.l2 > 0}.values())
+    return max((floors_bytes(group.config, b) for b in batches(group.config, unique)), default=0)
 
 
 def estimate(config: Config) -> Resources:
@@ -142,7 +143,7 @@ def line_names(group) -> dict[str, list[str]]:
         return _NAMES[key]
     d = group.config.data.d
     small = {"n_train": PROBE_PROMPTS, "n_test": PROBE_PROMPTS, "d": min(d, PROBE_D),
-             "prompt_len": min(group.config.data.prompt_len, PROBE_D)}
+             "prompt_len": min(group.config.data.prompt_len, PROBE_D), "q_noise_radius": None}  # names do not depend on it
     cfg = validate(Config, deep_merge(group.config.model_dump(mode="json"), {"data": small}))
     ens = build_ensemble(cfg, [member])
     weights = init_weights(cfg, [member], resolve_dtype(cfg.model.dtype))

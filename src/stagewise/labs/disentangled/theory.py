@@ -137,7 +137,8 @@ NO_L2 = "lambda = 0: no finite optimum (the loss keeps falling as the weights gr
 def analytic_reason(config: "Config", member: "Member") -> str | None:
     """Why the fixed point does not apply to ``member`` of ``config`` (None: it applies). It
     was derived for xor Q, split output, block weights, the 1/L normaliser, shared labels, no Q
-    centre, lambda > 0, gamma0 = 1 and P noise 1/sqrt(d) (kappa_P's constant), real targets."""
+    centre, lambda > 0, gamma0 = 1 and P noise 1/sqrt(d) (kappa_P's constant), real targets, and
+    cluster-level gates (Q noise radius q_noise sqrt(d) < ||zeta||, spec section 5)."""
     dc, mc = config.data, config.model
     checks = [(dc.q_geometry == "xor", f"data.q_geometry={dc.q_geometry} (derived for xor)"),
               (mc.output == "split", f"model.output={mc.output} (derived for split)"),
@@ -153,6 +154,9 @@ def analytic_reason(config: "Config", member: "Member") -> str | None:
         if not ok:
             return f"not applicable: {why}"
     q_noise = dc.model_copy(update={"zeta": member.zeta}).q_noise_std
+    if q_noise * math.sqrt(dc.d) >= member.zeta:
+        return (f"not applicable: token-level gates (Q noise radius q_noise sqrt(d) = {q_noise * math.sqrt(dc.d):.3g} >= "
+                f"||zeta|| = {member.zeta:g}; derived for cluster-level gates)")
     if kappa_q(dc.prompt_len, member.p0, member.zeta, q_noise) <= 0:
         return f"not applicable: Q noise {q_noise:.3g} >= ||zeta|| / {KAPPA_Q_NOISE} (kappa_Q <= 0)"
     return None
