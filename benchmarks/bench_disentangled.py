@@ -6,14 +6,23 @@
 2. Seed scaling at d = 16, L = 16, N = 256: seed-steps/s at 1, 8 and 64 seeds (target:
    64 seeds >= 8x the single-seed seed-steps/s).
 3. Peak memory (VmHWM of a fresh process) at 64 seeds of the default size.
+4. The gate-noise size (preset gate-noise: d 200, L 1000, N 400, float32, 4 seeds x
+   (baseline, no-anneal, no-noise) + 2 controls = 20 members over 4 datasets): seconds per
+   training step against the memory-bandwidth bound of that size, measured in the same run:
+   bytes streamed per step = 2 passes (forward scores, backward contraction: the gradient
+   needs the forward's sigmoid coefficients, so no GD step can read the features fewer
+   times) x the stored training features (U, B, N, C, k), over the copy bandwidth
+   (dst.copy_(src) of 1 GiB, read + write bytes / s, best of 5, the step's thread count).
+   Target: step time within 2x of the bound.
 
-Usage: python benchmarks/bench_disentangled.py [--steps 4000] [--skip-memory]
+Usage: python benchmarks/bench_disentangled.py [--steps 4000] [--skip-memory] [--only gate-noise]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -23,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from stagewise.config import deep_merge, resolve
+from stagewise.engine.perf import training_threads
 from stagewise.labs.disentangled.config import Config
 from stagewise.labs.disentangled.model import forward, logistic
 from stagewise.labs.disentangled.data import STREAMS
@@ -96,7 +106,12 @@ def main() -> None:
     parser.add_argument("--scaling-steps", type=int, default=500)
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=["gate-noise"], default=None, help="run only this section")
+    parser.add_argument("--gate-steps", type=int, default=8, help="timed steps of section 4 (after one warm-up step)")
     args = parser.parse_args()
+    if args.only == "gate-noise":
+        gate_noise_section(args.gate_steps)
+        return
     if args.memory_child is not None:
         before = hwm_mb()
         batched(config_for(args.memory_child, 200))
@@ -132,6 +147,51 @@ def main() -> None:
         mem = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"\n## 3. peak memory, 64 seeds of the default size (N = 400 train, 2000 test, L = 20, d = 30)\n\n"
               f"VmHWM {mem['peak']:.0f} MB ({mem['peak'] - mem['imports']:.0f} MB above the imports)")
+
+    gate_noise_section(args.gate_steps)
+
+
+def copy_bandwidth(threads: int, nbytes: int = 1 << 30, repeats: int = 5) -> float:
+    """Bytes per second of dst.copy_(src) (read + write) for float32 buffers of ``nbytes``."""
+    src = torch.ones(nbytes // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    best = math.inf
+    with training_threads(threads):
+        for _ in range(repeats):
+            start = time.perf_counter()
+            dst.copy_(src)
+            best = min(best, time.perf_counter() - start)
+    return 2 * nbytes / best
+
+
+def gate_noise_section(steps: int) -> None:
+    from stagewise.labs import get_lab
+    from stagewise.labs.disentangled.experiments import groups
+
+    lab = get_lab("disentangled")
+    config = resolve(Config, lab.preset_overrides("gate-noise"))
+    group = groups(config)[0]
+    start = time.perf_counter()
+    ens = build_ensemble(config, group.members)
+    sampled = time.perf_counter() - start
+    state = State(list(init_weights(config, group.members, torch.float32)))
+    threads = config.thread_count(len(group.members))
+    with training_threads(threads):
+        state = run_training(ens, state, 1, lambda t, s: None)  # warm-up
+        start = time.perf_counter()
+        run_training(ens, state, steps, lambda t, s: None)
+        per_step = (time.perf_counter() - start) / steps
+    features = ens.train.ctx.nbytes + ens.train.query.nbytes
+    bandwidth = copy_bandwidth(threads)
+    bound = 2 * features / bandwidth
+    dc = config.data
+    print(f"\n## 4. gate-noise size: d {dc.d}, L {dc.prompt_len}, N {dc.n_train}, {len(group.members)} members over "
+          f"{ens.train.ctx.shape[0]} datasets, {config.model.dtype}, {threads} threads\n")
+    print("| quantity | value |\n|---|---:|")
+    print(f"| sampling train + test (s) | {sampled:.1f} |\n| training features (GiB) | {features / 2**30:.2f} |\n"
+          f"| copy bandwidth (GB/s) | {bandwidth / 1e9:.1f} |\n| bound: 2 passes / bandwidth (s) | {bound:.3f} |\n"
+          f"| measured step (s, mean of {steps}) | {per_step:.3f} |\n| ratio step / bound | {per_step / bound:.2f} "
+          f"(target <= 2: {'met' if per_step / bound <= 2 else 'MISSED'}) |")
 
 
 if __name__ == "__main__":
