@@ -6,7 +6,11 @@ floors.GRAD_TOL) and K1*, K2* (seed mean) beside the analytic fixed point. Targe
 default preset (8 seeds, d 30, L 20, N 400, test 2000) in under 10 s on this machine.
 A repeat of the same call is timed too (the first pays for torch's lazy initialisation).
 
-Usage: python benchmarks/bench_floors.py [--json benchmarks/results/floors.json]
+With --spec-table: the predicted-vs-measured table of docs/disentangled.md section 5a, the
+spec's cells (||zeta||, lambda) at the default size and seeds: analytic fixed point vs the
+numerical floor (seed mean and range) for K2*, K1*, m_Q*.
+
+Usage: python benchmarks/bench_floors.py [--json benchmarks/results/floors.json] [--spec-table]
 """
 
 from __future__ import annotations
@@ -31,7 +35,11 @@ CASES = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="also write the rows to this file")
+    parser.add_argument("--spec-table", action="store_true", help="print the spec cells' predicted-vs-measured table only")
     args = parser.parse_args()
+    if args.spec_table:
+        spec_table()
+        return
     rows = []
     print(f"{'case':32} {'first s':>8} {'repeat s':>8} {'iter':>9} {'max grad':>9} {'K1*':>7} {'an.K1*':>7} {'K2*':>7} {'an.K2*':>7}")
     for name, overrides in CASES.items():
@@ -55,6 +63,22 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)
+
+
+SPEC_CELLS = [(0.5, 0.01), (1.0, 0.01), (1.5, 0.01), (2.0, 0.01), (3.0, 0.01), (1.0, 0.001)]
+
+
+def spec_table() -> None:
+    print("| zeta, lambda | K2* fixed point | K2* numerical, mean (range) | K1* fixed point | K1* numerical | "
+          "m_Q* fixed point | m_Q* numerical | s |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    for zeta, l2 in SPEC_CELLS:
+        report = floors_report(resolve(Config, {"data": {"zeta": zeta}, "train": {"l2": l2}}))
+        rows = report.rows
+        mean = lambda key, rows=rows: statistics.mean(r[key] for r in rows)  # noqa: E731
+        k2 = [r["K2"] for r in rows]
+        print(f"| {zeta:g}, {l2:g} | {mean('analytic.K2'):.3f} | {mean('K2'):.3f} ({min(k2):.3f}-{max(k2):.3f}) | "
+              f"{mean('analytic.K1'):.3f} | {mean('K1'):.3f} | {mean('analytic.m_Q'):.3f} | {mean('m_Q'):.3f} | "
+              f"{report.seconds:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

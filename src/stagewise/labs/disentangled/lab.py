@@ -37,8 +37,8 @@ _MECHANISMS = {
 GATE_NOISE: dict[str, Any] = {
     # gate_noise.size(d=200, prompt_len=1000, zeta=3.0, radius=4.0, rho=26.0).overrides() (tests/test_disentangled_gate_noise.py)
     "data": {"d": 200, "prompt_len": 1000, "zeta": 3.0, "q_noise_radius": 4.0, "p0": 0.2, "q0": 0.2, "n_train": 400, "n_test": 400},
-    "train": {"l2": 0.08809, "noise": 0.06433, "lr_stage1": 1.0, "lr_stage2": 0.1, "t1": 35, "steps": 376,
-              "log_every": 5, "spectrum_every": 376, "checkpoint_every": 100},
+    "train": {"l2": 0.08809, "noise": 0.06433, "lr_stage1": 1.0, "lr_stage2": 0.1, "t1": 35, "steps": 1057,
+              "log_every": 10, "spectrum_every": 1057, "checkpoint_every": 250},
     "model": {"dtype": "float32"}, "n_seeds": 4,
     "experiment": {"kind": "ablations", "ablations": ["no-anneal", "no-noise"], "control": True, "floors": False},
 }
@@ -62,7 +62,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
                    {"experiment": {"kind": "robustness", "dims": [20, 30, 50], "seed_blocks": [0, 1000, 2000]},
                     "data": {"n_test": 1000}, "train": {"log_every": 100, "spectrum_every": 6000}}),
     "gate-noise": ("Li-Wei-Ma's token-level gate noise (spec 5): d 200, L 1000, ||zeta|| 3, Q noise radius 4 ||zeta||, "
-                   "kappa_Q^2/lambda 26, update noise 1.5 sigma_crit in stage 1 (gate_noise.size), 4 seeds, float32; "
+                   "kappa_Q^2/lambda 26, update noise 1.5 sigma_crit in stage 1, 1057 steps (gate_noise.size), 4 seeds, float32; "
                    "with its no-anneal and no-noise ablations and the shuffled controls",
                    GATE_NOISE),
     "d-scaling": ("K1, K2 at the stage ends for d = 8..128 with lambda and L scaled by the assumption's rules",
