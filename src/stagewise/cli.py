@@ -224,8 +224,8 @@ def _print_summary(run_dir: Path) -> None:
         names = [k for k in next(iter(floors.values())) if not k.startswith("per seed")]
         table = Table("attainable floors (means over seeds)", *names, header_style="bold")
         for variant, entry in floors.items():
-            table.add_row(variant, *(f"{entry.get(k):.4g}" if isinstance(entry.get(k), float) else str(entry.get(k, "-"))
-                                     for k in names))
+            table.add_row(variant, *(f"{entry.get(k):.4g}" if isinstance(entry.get(k), float)
+                                     else "-" if entry.get(k) is None else str(entry.get(k)) for k in names))
         out_console.print(table)
     if summary.final:
         table = Table("metric (last step)", "mean", "min", "max", header_style="bold")

@@ -165,6 +165,10 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
             cells[name]["control_no_gain_fraction"] = gain_fraction(cfg, stages, name, control=True)
             cells[name]["relative"] = {c.id: {"verdict": c.verdict, "pass_fraction": c.pass_fraction, "reason": c.reason}
                                        for c in relative_claims(cfg, stages, floors, name)}
+            # the cell's loss-level criteria whose threshold lies below its attainable floor (not testable there)
+            cells[name]["below_floor"] = {c.id: c.reason for c in with_floors(cfg, stage_claims(cfg, stages, name), stages,
+                                                                              floors, name)
+                                          if c.verdict == "not testable" and (c.reason or "").startswith(FLOOR_REASON)}
             if not SeedValues.of(stages, twin(name)).empty:
                 cells[name]["no_anneal"] = stage_table(cfg, stages, twin(name), control_of(twin(name)))
         summary["robustness"] = cells
@@ -188,10 +192,19 @@ def robustness_claims(config: Config, cells: dict[str, dict[str, Any]]) -> list[
         if key in ("anneal_gain", "control_no_gain") and all(c.get(f"{key}_fraction") is None for c in cells.values()):
             continue  # no no-anneal twins in this run
         fracs = {name: cell_fraction(c, key) for name, c in cells.items()}
+        why = {name: cell_reason(c, key) for name, c in cells.items() if fracs[name] is None and cell_reason(c, key)}
         known = [f for f in fracs.values() if f is not None]
         evidence = "; ".join(f"{n}: {'n/a' if f is None else f'{f:.2f}'}" for n, f in fracs.items())
         statement = f"{key.replace('_', ' ')}: at least {need:g} of the seeds pass in every d x seed block"
-        if not known:
+        if why and len(why) + len(known) == len(fracs):  # the cells without a value are not testable, with a reason
+            first = next(iter(why))
+            reason = f"not testable in {len(why)} of {len(fracs)} blocks ({first}: {why[first]})"
+            if not known:
+                out.append(spec.not_testable(reason, evidence, case=key, statement=statement))
+            else:
+                out.append(spec.result(min(known), f"{evidence}; judged on the testable blocks, {reason}", case=key,
+                                       statement=statement))
+        elif not known:
             out.append(spec.not_testable("no block has a pass fraction for this criterion", evidence, case=key,
                                          statement=statement))
         elif len(known) < len(fracs):
@@ -202,9 +215,24 @@ def robustness_claims(config: Config, cells: dict[str, dict[str, Any]]) -> list[
     return out
 
 
+FLOOR_REASON = "below the attainable floor"
+"""How :func:`.floor_claims.gate_by_floor` begins the reason of a claim whose threshold is under its floor."""
+
+
+def cell_reason(cell: dict[str, Any], key: str) -> str | None:
+    """Why criterion ``key`` is not testable in a robustness cell (below its floor, or its
+    relative form's reason), None where it is testable or simply not measured."""
+    if key in cell.get("below_floor", {}):
+        return cell["below_floor"][key]
+    rel = cell.get("relative", {}).get(key)
+    return rel["reason"] if rel is not None and rel["verdict"] == "not testable" else None
+
+
 def cell_fraction(cell: dict[str, Any], key: str) -> float | None:
     """A robustness cell's fraction of seeds passing criterion ``key`` (None: not measured or
     not testable there)."""
+    if key in cell.get("below_floor", {}):
+        return None
     if key == "staged":
         return cell.get("staged_fraction")
     if key in ("anneal_gain", "control_no_gain"):
