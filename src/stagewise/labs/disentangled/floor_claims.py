@@ -171,6 +171,13 @@ def with_floors(config: Config, claims: list[Claim], stages: pd.DataFrame, floor
             note = " (inside the band: at the loss level learned and not learned look alike here)" if inside else ""
             claim = claim.model_copy(update={"floor": floors.describe("K2") + note})
         out.append(claim)
+    # the conjunction of the four criteria cannot hold when one of them is below its floor
+    unattainable = [c.id for c in out if c.id in LOSS_CLAIMS and c.verdict == "not testable"
+                    and (c.reason or "").startswith("below the attainable floor")]
+    if unattainable:
+        out = [c.with_not_testable(f"its criterion {', '.join(unattainable)} is below the attainable floor (see that claim), "
+                                   "so the four cannot hold together in this reconstruction")
+               if c.id == "two_stage_per_seed" else c for c in out]
     return out + relative_claims(config, stages, floors_table, variant)
 
 

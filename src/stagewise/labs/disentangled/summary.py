@@ -224,6 +224,8 @@ def cell_reason(cell: dict[str, Any], key: str) -> str | None:
     relative form's reason), None where it is testable or simply not measured."""
     if key in cell.get("below_floor", {}):
         return cell["below_floor"][key]
+    if key == "staged" and cell.get("below_floor"):
+        return f"its criterion {', '.join(cell['below_floor'])} is below the attainable floor, so the four cannot hold together"
     rel = cell.get("relative", {}).get(key)
     return rel["reason"] if rel is not None and rel["verdict"] == "not testable" else None
 
@@ -231,7 +233,7 @@ def cell_reason(cell: dict[str, Any], key: str) -> str | None:
 def cell_fraction(cell: dict[str, Any], key: str) -> float | None:
     """A robustness cell's fraction of seeds passing criterion ``key`` (None: not measured or
     not testable there)."""
-    if key in cell.get("below_floor", {}):
+    if key in cell.get("below_floor", {}) or (key == "staged" and cell.get("below_floor")):
         return None
     if key == "staged":
         return cell.get("staged_fraction")
