@@ -19,7 +19,7 @@ from stagewise.labs.disentangled.data import KIND_P_FLIPPED, DataSpec, geometry,
 from stagewise.labs.disentangled.metrics import review_metrics, signal_metrics
 from stagewise.labs.disentangled.summary import bound_claims
 from stagewise.labs.disentangled.train import (
-    Member, build_ensemble, learning_rate, members_from_config, noise_std, shuffle_targets,
+    Member, build_ensemble, learning_rate, members_from_config, noise_std, control_permutation,
 )
 
 SMALL = {"n_seeds": 2, "data": {"d": 6, "prompt_len": 6, "n_train": 40, "n_test": 60},
@@ -75,8 +75,8 @@ def test_control_shuffles_only_the_training_targets():
     for i in range(S):  # a permutation of the same targets, not the same order
         assert torch.equal(y[i].sort().values, y[S + i].sort().values) and not torch.equal(y[i], y[S + i])
     assert torch.equal(ens.test.target[:S], ens.test.target[S:])  # test prompts are not shuffled
-    again = shuffle_targets(torch.stack([torch.arange(10.0).repeat(3, 1).T]), [7])
-    assert torch.equal(again, shuffle_targets(torch.stack([torch.arange(10.0).repeat(3, 1).T]), [7]))
+    perm = control_permutation(7, 10)  # the control's permutation: its seed's own stream, the same every time
+    assert torch.equal(perm, control_permutation(7, 10)) and sorted(perm.tolist()) == list(range(10))
 
 
 def test_noise_modes():

@@ -87,6 +87,10 @@ class SeedFloors:
         return f"{branch}* = {np.nanmean(num):.3f} ({spread}{analytic})"
 
 
+FLOOR_REASON = "below the attainable floor"
+"""How the reason of a claim whose threshold lies under its floor begins (:func:`gate_by_floor`)."""
+
+
 def gate_by_floor(config: Config, claim: Claim, floor: np.ndarray, threshold_nats: float, branch: str,
                   floors: SeedFloors) -> Claim:
     """``claim`` (a loss-level ``<=`` claim on ``branch``) with its floor stated, made not
@@ -100,7 +104,7 @@ def gate_by_floor(config: Config, claim: Claim, floor: np.ndarray, threshold_nat
     below = np.isfinite(floor) & (threshold_nats < floor)
     if below.mean() > 1 - config.thresholds.seed_fraction + 1e-12:
         return stated.with_not_testable(
-            f"below the attainable floor {floors.describe(branch)}: the threshold {threshold_nats:.3f} nats is under "
+            f"{FLOOR_REASON} {floors.describe(branch)}: the threshold {threshold_nats:.3f} nats is under "
             f"the noise-free L2 optimum in {int(below.sum())}/{below.size} seeds, so in this reconstruction it cannot "
             "hold whatever the schedule, stage length or noise")
     return stated
@@ -173,7 +177,7 @@ def with_floors(config: Config, claims: list[Claim], stages: pd.DataFrame, floor
         out.append(claim)
     # the conjunction of the four criteria cannot hold when one of them is below its floor
     unattainable = [c.id for c in out if c.id in LOSS_CLAIMS and c.verdict == "not testable"
-                    and (c.reason or "").startswith("below the attainable floor")]
+                    and (c.reason or "").startswith(FLOOR_REASON)]
     if unattainable:
         out = [c.with_not_testable(f"its criterion {', '.join(unattainable)} is below the attainable floor (see that claim), "
                                    "so the four cannot hold together in this reconstruction")

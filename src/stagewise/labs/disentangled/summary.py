@@ -15,7 +15,7 @@ from . import claimspecs as cs
 from .claims import (LOG2, Q_ACC, REVIEW_FLOOR, STAGED, SeedValues, control_bound, control_of, judged_by, review_claims,
                      spectral_claims, stage_claims, stage_passes, staged_fraction)
 from .config import Config
-from .floor_claims import anneal_gain_claims, gain_fraction, relative_claims, twin, with_floors
+from .floor_claims import FLOOR_REASON, anneal_gain_claims, gain_fraction, twin, with_floors
 
 
 def _mean(frame: pd.DataFrame, metric: str, step: int) -> float:
@@ -163,12 +163,12 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
         for name, cfg in robustness_configs(config):
             cells[name]["anneal_gain_fraction"] = gain_fraction(cfg, stages, name)
             cells[name]["control_no_gain_fraction"] = gain_fraction(cfg, stages, name, control=True)
+            gated = with_floors(cfg, stage_claims(cfg, stages, name), stages, floors, name)  # + the relative forms
             cells[name]["relative"] = {c.id: {"verdict": c.verdict, "pass_fraction": c.pass_fraction, "reason": c.reason}
-                                       for c in relative_claims(cfg, stages, floors, name)}
+                                       for c in gated if c.id in RELATIVE}
             # the cell's loss-level criteria whose threshold lies below its attainable floor (not testable there)
-            cells[name]["below_floor"] = {c.id: c.reason for c in with_floors(cfg, stage_claims(cfg, stages, name), stages,
-                                                                              floors, name)
-                                          if c.verdict == "not testable" and (c.reason or "").startswith(FLOOR_REASON)}
+            cells[name]["below_floor"] = {c.id: c.reason for c in gated if c.id in STAGED and c.verdict == "not testable"
+                                          and (c.reason or "").startswith(FLOOR_REASON)}
             if not SeedValues.of(stages, twin(name)).empty:
                 cells[name]["no_anneal"] = stage_table(cfg, stages, twin(name), control_of(twin(name)))
         summary["robustness"] = cells
@@ -215,8 +215,8 @@ def robustness_claims(config: Config, cells: dict[str, dict[str, Any]]) -> list[
     return out
 
 
-FLOOR_REASON = "below the attainable floor"
-"""How :func:`.floor_claims.gate_by_floor` begins the reason of a claim whose threshold is under its floor."""
+RELATIVE = (cs.P_DROP_STAGE1.id, cs.Q_FLAT_DROP_STAGE1.id, cs.Q_DROP_STAGE2.id, cs.P_KEPT_DROP_STAGE2.id)
+"""The relative forms :func:`.floor_claims.with_floors` appends (a robustness cell's ``relative``)."""
 
 
 def cell_reason(cell: dict[str, Any], key: str) -> str | None:

@@ -198,16 +198,6 @@ def control_permutation(seed: int, n: int) -> torch.Tensor:
     return torch.randperm(n, generator=STREAMS.torch(seed, "control"))  # (N,)
 
 
-def shuffle_targets(y: torch.Tensor, seeds: list[int | None]) -> torch.Tensor:
-    """The shuffled-label control: y (U, N, L) with the targets y[u, :, L-1] permuted across
-    the N prompts for every dataset u whose seed is given (:func:`control_permutation`)."""
-    y = y.clone()
-    for u, seed in enumerate(seeds):
-        if seed is not None:
-            y[u, :, -1] = y[u, control_permutation(seed, y.shape[1]), -1]
-    return y
-
-
 def build_ensemble(config: Config, members: list[Member]) -> Ensemble:
     dtype = resolve_dtype(config.model.dtype)
     hyper = {k: torch.tensor([float(getattr(m, k)) for m in members], dtype=dtype) for k in ("eta1", "eta2", "t1", "noise", "l2")}
