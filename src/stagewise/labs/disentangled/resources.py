@@ -54,6 +54,8 @@ RNG_STATE_BYTES = 5056  # torch's CPU generator state; each member keeps two (no
 STAGE_ROW_BYTES = 700  # a stage row in a checkpoint's JSON metadata (31 numbers and names)
 STAGES_BYTES = 20_000  # tables/stages.parquet: schema and column chunks of its 32 columns ...
 STAGES_BYTES_PER_ROW = 220  # ... and each row (measured ~170)
+FLOORS_BYTES = 19_000  # tables/floors.parquet (experiment.floors): schema and chunks of its 28 columns (measured 18.2 kB
+FLOORS_BYTES_PER_ROW = 80  # at 16 rows) and each member's row (measured ~62 at 288 rows)
 SUMMARY_BYTES = 9_000  # summary.json: claims and details (measured 8.7 kB + 0.74 kB per member) ...
 SUMMARY_BYTES_PER_MEMBER = 800  # ... each member's per-seed values ...
 SUMMARY_BYTES_PER_VARIANT = 3_000  # ... and (but for two-stage, spectral) each variant's or cell's stage values and claims
@@ -254,7 +256,8 @@ def disk_budget(config: Config) -> DiskBudget:
     budget.add_metrics(stream, values)
     budget.add_checkpoint_runs(checkpoints)
     stages = STAGES_BYTES + 2 * members * STAGES_BYTES_PER_ROW
-    budget.add("tables", stages)
+    floors = FLOORS_BYTES + members * FLOORS_BYTES_PER_ROW if config.experiment.floors else 0
+    budget.add("tables", stages + floors)
     budget.transient = max(budget.transient, stages)
     per_variant = SUMMARY_BYTES_PER_VARIANT * len(variants) if config.experiment.kind not in ("two-stage", "spectral") else 0
     budget.add("summary.json", SUMMARY_BYTES + per_variant + SUMMARY_BYTES_PER_MEMBER * members)
