@@ -17,13 +17,20 @@ gathers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
 
+if TYPE_CHECKING:
+    from .answertypes import TypeSpace
+
 CATEGORIES: tuple[str, ...] = ("semantic-correct", "type-correct", "type-wrong")
 SEMANTIC, TYPE_CORRECT, TYPE_WRONG = 0, 1, 2
+EXCLUDED = 3
+"""Open-world rule only: a wrong prediction for an example whose type is unclear (not counted in type claims)."""
+OPEN_CATEGORIES: tuple[str, ...] = (*CATEGORIES, "excluded")
+RULES: tuple[str, ...] = ("closed", "open")
 
 
 def normalize(text: str) -> str:
@@ -42,6 +49,7 @@ class AnswerSpace:
         member: (G, A) bool, answer a is the answer of some example of group g.
         answers: the A distinct normalized answer strings.
         groups: the G group names.
+        types: the open-world rule (:class:`~.answertypes.TypeSpace`), or None (closed rule only).
     """
 
     row_answer: torch.Tensor
@@ -50,6 +58,7 @@ class AnswerSpace:
     member: torch.Tensor
     answers: tuple[str, ...]
     groups: tuple[str, ...]
+    types: "TypeSpace | None" = None
 
 
 def answer_space(answers: Sequence[str], groups: Sequence[str], row_strings: Sequence[str],
@@ -100,6 +109,22 @@ def categorize(space: AnswerSpace, top1_rows: torch.Tensor, examples: torch.Tens
     return codes
 
 
+def categorize_open(space: AnswerSpace, top1_rows: torch.Tensor, examples: torch.Tensor | None = None) -> torch.Tensor:
+    """Open-world category codes (N,) int64 in {SEMANTIC, TYPE_CORRECT, TYPE_WRONG, EXCLUDED}:
+    semantic as :func:`categorize`; otherwise type-correct when row ``top1_rows[i]`` is a valid
+    answer of the example's type (:mod:`.answertypes`), EXCLUDED when that type is unclear."""
+    if space.types is None:
+        raise ValueError("this answer space has no open-world types")
+    idx = torch.arange(len(space.example_answer)) if examples is None else examples
+    semantic = space.row_answer[top1_rows] == space.example_answer[idx]  # (N,)
+    kind = space.types.example_type[idx]  # (N,) type index or -1
+    in_type = space.types.row_type[top1_rows, kind.clamp(min=0)] & (kind >= 0)  # (N,)
+    codes = torch.where(kind >= 0, torch.full_like(kind, TYPE_WRONG), torch.full_like(kind, EXCLUDED))
+    codes[in_type] = TYPE_CORRECT
+    codes[semantic] = SEMANTIC
+    return codes
+
+
 def category_names(codes: torch.Tensor) -> np.ndarray:
     """Codes -> the category strings (an object array of the same length)."""
-    return np.asarray(CATEGORIES, dtype=object)[codes.cpu().numpy()]
+    return np.asarray(OPEN_CATEGORIES, dtype=object)[codes.cpu().numpy()]

@@ -64,6 +64,13 @@ class TaskConfig(ConfigModel):
         "is two GPT-2 tokens, so those examples are dropped and counted) or yes-maybe-no (one GPT-2 token each)")
     shuffle_groups: bool = Field(False, description="control: permute the answers' group labels across relations (seeded by\n"
                                  "seed), so that 'type-correct' no longer means 'an answer of the same relation'")
+    replace_answers: bool = Field(False, description="control: replace every answer by another answer of the data of another\n"
+                                  "type and the nearest frequency rank (a seeded permutation: frequencies kept, types broken)")
+    sample: int | None = Field(None, ge=1, description="a random subset of N records per task, drawn with task.sample_seed after\n"
+                               "task.limit (null: every record, in file order)")
+    sample_seed: int = Field(0, ge=0, description="seed of task.sample (the subsample axis of a seeds study)")
+
+    ADDED = ("replace_answers", "sample", "sample_seed")
 
     def tasks(self) -> list[TaskName]:
         return list(dict.fromkeys(self.mixture)) if self.name == "mixture" else [self.name]
@@ -111,6 +118,7 @@ class DataConfig(ConfigModel):
 
 
 class TrainConfig(TrainBase):
+    ADDED = ("record",)
     optimizer: Literal["adamw", "adam", "sgd"] = Field("adamw", description="[paper: AdamW]")
     lr: float = Field(5e-6, gt=0, allow_inf_nan=False, description="learning rate [paper: 5e-6]")
     schedule: Literal["constant", "exponential", "cosine"] = Field(
@@ -127,6 +135,10 @@ class TrainConfig(TrainBase):
     reproduce_original_padding: bool = Field(False, description="the authors' defect, for comparison: right padding with EOS,\n"
                                              "no attention mask, logits read at the padded last position")
     grad_clip: float | None = Field(None, gt=0, allow_inf_nan=False, description="clip the global gradient norm")
+    record: Literal["eval-after-epoch", "train-before-step"] = Field(
+        "eval-after-epoch", description="what an epoch's predictions are: eval-after-epoch: the whole training set in eval mode\n"
+        "after the epoch (and at epoch 0, before training) [spec]; train-before-step: the training forward pass (train mode,\n"
+        "dropout on) of each batch before its update, gathered over the epoch [paper code: the authors' recording]")
     eval_every: int = Field(0, ge=0, le=MAX_STEPS, description="also evaluate every k optimizer steps inside epochs (records at\n"
                             "fractional epochs step / steps_per_epoch; 0: at epoch ends only) [default; for real models,\n"
                             "whose few epochs are too coarse to order the categories]")
@@ -149,6 +161,11 @@ class Thresholds(ConfigModel):
     """The claims' thresholds, fixed before any run (see docs/lm.md)."""
 
     half: float = Field(0.5, gt=0, lt=1, description="'falls to half' / 'reaches half': the fraction used by both claims")
+    type_rule: Literal["open", "closed"] = Field(
+        "open", description="the type rule the type claims are judged by: open (the prompt's declared answer type, lexicons;\n"
+        "answertypes.py) or closed (another answer of the same group in the loaded sample) [ours; both are reported]")
+
+    ADDED = ("type_rule",)
 
 
 class Config(RunBase):
@@ -169,6 +186,11 @@ class Config(RunBase):
             raise ValueError(f"data.paths: {', '.join(unused)} not among the run's tasks ({', '.join(self.task.tasks())})")
         if self.train.snapshot_epochs and self.train.snapshot_epochs[-1] > self.train.epochs:
             raise ValueError(f"train.snapshot_epochs={self.train.snapshot_epochs}: beyond train.epochs={self.train.epochs}")
+        if self.train.record == "train-before-step" and self.task.framing == "lm":
+            raise ValueError("train.record=train-before-step: only for task.framing=answer (the authors' answer records)")
+        if self.train.record == "train-before-step" and self.train.eval_every:
+            raise ValueError(f"train.eval_every={self.train.eval_every}: evaluations inside epochs are eval-mode passes; "
+                             "train.record=train-before-step records the training pass (set train.eval_every=0)")
         if self.train.reproduce_original_padding and self.task.framing == "lm":
             raise ValueError("train.reproduce_original_padding: only for task.framing=answer")
         return self

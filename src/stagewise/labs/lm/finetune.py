@@ -32,7 +32,7 @@ from ...engine import check_finite
 from ...engine.driver import StepOutput, TrainingDriver
 from ..contract import RunContext
 from .batching import Encoded, dataset_batches, last_logits, layout, length_sorted_batches, token_nll
-from .categories import SEMANTIC, TYPE_CORRECT, TYPE_WRONG, AnswerSpace, categorize, category_names
+from .categories import EXCLUDED, SEMANTIC, TYPE_CORRECT, TYPE_WRONG, AnswerSpace, categorize, categorize_open, category_names
 from .config import Config
 
 SpectraHook = Callable[[Any], tuple[dict[str, torch.Tensor], pd.DataFrame | None]]
@@ -45,7 +45,8 @@ class Evaluation:
     Attributes:
         top_rows: (N, k) model rows of the top-k tokens; top_probs: (N, k) their probabilities.
         answer_rank: (N,) 1-based rank of the answer (1 = top-1); answer_logprob: (N,).
-        codes: (N,) category codes (categories.SEMANTIC / TYPE_CORRECT / TYPE_WRONG).
+        codes: (N,) category codes of the closed-world rule (categories.SEMANTIC / TYPE_CORRECT / TYPE_WRONG).
+        codes_open: (N,) codes of the open-world rule (also EXCLUDED), or None without types.
     """
 
     top_rows: torch.Tensor
@@ -53,6 +54,25 @@ class Evaluation:
     answer_rank: torch.Tensor
     answer_logprob: torch.Tensor
     codes: torch.Tensor
+    codes_open: torch.Tensor | None = None
+
+
+def score_logits(logits: torch.Tensor, target: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
+    """(top rows (B, k), top probabilities (B, k) float64, answer rank (B,), answer log-prob (B,)
+    float64), on the CPU, of last-position logits (B, V') against the answers' rows (B,)."""
+    logp = torch.log_softmax(logits.detach().float(), dim=-1)  # (B, V')
+    answer = logp.gather(1, target[:, None])  # (B, 1)
+    values, idx = logp.topk(k, dim=-1)  # (B, k)
+    rank = (logp > answer).sum(-1) + 1  # (B,)
+    return idx.cpu(), values.exp().double().cpu(), rank.cpu(), answer[:, 0].double().cpu()
+
+
+def evaluation(space: AnswerSpace, top_rows: torch.Tensor, top_probs: torch.Tensor, rank: torch.Tensor,
+               logprob: torch.Tensor, examples: torch.Tensor | None = None) -> Evaluation:
+    """The :class:`Evaluation` of scored examples (``examples``: their indices, default all), both rules."""
+    codes = categorize(space, top_rows[:, 0], examples)
+    codes_open = categorize_open(space, top_rows[:, 0], examples) if space.types is not None else None
+    return Evaluation(top_rows, top_probs, rank, logprob, codes, codes_open)
 
 
 def learning_rate(cfg: Config, epoch: int, step: int, total_steps: int) -> float:
@@ -89,17 +109,9 @@ def evaluate_answers(model: Any, enc: Encoded, space: AnswerSpace, cfg: Config, 
     logprob = torch.empty(n, dtype=torch.float64)
     for rows in batches:
         ids, mask, pos, last = layout(enc, rows, t.padding, original)
-        logits = last_logits(model, ids.to(device), _dev(mask, device), _dev(pos, device), last).float()  # (B, V')
-        logp = torch.log_softmax(logits, dim=-1)  # (B, V')
-        target = enc.targets[rows].to(device)
-        answer = logp.gather(1, target[:, None])  # (B, 1)
-        values, idx = logp.topk(k, dim=-1)  # (B, k)
-        top_rows[rows] = idx.cpu()
-        top_probs[rows] = values.exp().double().cpu()
-        rank[rows] = ((logp > answer).sum(-1) + 1).cpu()
-        logprob[rows] = answer[:, 0].double().cpu()
-    codes = categorize(space, top_rows[:, 0])
-    return Evaluation(top_rows, top_probs, rank, logprob, codes)
+        logits = last_logits(model, ids.to(device), _dev(mask, device), _dev(pos, device), last)  # (B, V')
+        top_rows[rows], top_probs[rows], rank[rows], logprob[rows] = score_logits(logits, enc.targets[rows].to(device), k)
+    return evaluation(space, top_rows, top_probs, rank, logprob)
 
 
 @torch.inference_mode()
@@ -130,6 +142,11 @@ def answer_metrics(enc: Encoded, ev: Evaluation) -> dict[str, torch.Tensor]:
         out[f"train.type_correct{suffix}"] = (codes == TYPE_CORRECT).sum().double()
         out[f"train.type_wrong{suffix}"] = (codes == TYPE_WRONG).sum().double()
         out[f"train.accuracy{suffix}"] = (codes == SEMANTIC).double().mean()
+        if ev.codes_open is not None:  # the open-world rule (semantic-correct is the same under both)
+            opened = ev.codes_open[sel]
+            out[f"train.type_correct_open{suffix}"] = (opened == TYPE_CORRECT).sum().double()
+            out[f"train.type_wrong_open{suffix}"] = (opened == TYPE_WRONG).sum().double()
+            out[f"train.excluded_open{suffix}"] = (opened == EXCLUDED).sum().double()
     return out
 
 
@@ -151,6 +168,7 @@ def prediction_records(enc: Encoded, ev: Evaluation, epoch: float, vocab_ids: to
         "task": np.asarray(enc.tasks, dtype=object)[enc.task.numpy()],
         "epoch": np.full(len(enc), epoch, dtype=np.float64),
         "category": category_names(ev.codes),
+        "category_open": category_names(ev.codes_open) if ev.codes_open is not None else np.full(len(enc), None, dtype=object),
         "top_ids": list(top.numpy()),
         "top_probs": list(ev.top_probs.numpy()),
         "answer_rank": ev.answer_rank.numpy(),
@@ -208,9 +226,12 @@ def epoch_order(cfg: Config, n: int, epoch: int) -> torch.Tensor | None:
 
 
 def batch_loss(model: Any, enc: Encoded, rows: torch.Tensor, cfg: Config, device: torch.device,
-               per_task: torch.Tensor | None = None) -> torch.Tensor:
+               per_task: torch.Tensor | None = None,
+               record: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> torch.Tensor:
     """The batch's mean loss; adds each task's (summed loss, count) to ``per_task`` (T, 2)
-    when given (count = examples, or target tokens in the lm framing)."""
+    when given (count = examples, or target tokens in the lm framing); ``record(rows, logits)``
+    receives the answer framing's last-position logits (B, V') of this forward pass (the
+    authors' recording, ``train.record=train-before-step``)."""
     t = cfg.train
     mask: torch.Tensor | None  # None in the original padding layout (answer framing)
     pos: torch.Tensor | None
@@ -223,6 +244,8 @@ def batch_loss(model: Any, enc: Encoded, rows: torch.Tensor, cfg: Config, device
         ids, mask, pos, last = layout(enc, rows, t.padding, t.reproduce_original_padding)
         logits = last_logits(model, ids.to(device), _dev(mask, device), _dev(pos, device), last)  # (B, V')
         summed = F.cross_entropy(logits.float(), enc.targets[rows].to(device), reduction="none")  # (B,)
+        if record is not None:
+            record(rows, logits)
         counts = torch.ones_like(summed)
         loss = summed.mean()
     if per_task is not None:
@@ -269,6 +292,9 @@ class FineTuneLoop:
         self.batches: list[torch.Tensor] | None = None  # the current epoch's batches (rows)
         # per-task training loss since the last logged step (mixtures): (T, 2) summed loss, count
         self.per_task = torch.zeros(len(enc.tasks), 2, dtype=torch.float64) if len(enc.tasks) > 1 else None
+        # train.record=train-before-step: the epoch's training-pass scores of every example, filled batch by batch
+        self.recorder = TrainPassRecorder(enc.targets, min(cfg.train.top_k, model.get_input_embeddings().weight.shape[0])) \
+            if cfg.train.record == "train-before-step" and cfg.task.framing == "answer" else None
 
     def restore(self, checkpoint) -> int:
         unpack_state(checkpoint.tensors, self.model, self.opt)
@@ -276,6 +302,8 @@ class FineTuneLoop:
         self.epoch, self.batch, self.updates = meta["epoch"], meta["batch"], meta["step"]
         if "acc.per_task" in checkpoint.tensors:
             self.per_task = checkpoint.tensors["acc.per_task"].clone()
+        if self.recorder is not None:
+            self.recorder.restore(checkpoint.tensors)
         if self.batch == self.n_batches:  # saved before its epoch's evaluation (older runs)
             self.end_epoch()
         return self.updates
@@ -288,6 +316,8 @@ class FineTuneLoop:
         state = pack_state(self.model, self.opt)
         if self.per_task is not None:
             state["acc.per_task"] = self.per_task
+        if self.recorder is not None:
+            state.update(self.recorder.state())
         return state
 
     def meta(self, t: int) -> dict[str, int]:
@@ -300,7 +330,8 @@ class FineTuneLoop:
     def step(self, t: int, log: bool) -> StepOutput:
         cfg, model, enc = self.cfg, self.model, self.enc
         if t == 0:
-            record_epoch(cfg, model, enc, self.ctx, self.device, 0, 0, self.space, self.vocab_ids, self.spectra)
+            if self.recorder is None:  # the authors' recording has no epoch 0: its first record is epoch 1's training pass
+                record_epoch(cfg, model, enc, self.ctx, self.device, 0, 0, self.space, self.vocab_ids, self.spectra)
             if 0 in cfg.train.snapshot_epochs or cfg.train.epochs == 0:
                 snapshot(self.ctx, model, self.vocab_ids, 0, 0)
             return StepOutput()
@@ -310,7 +341,8 @@ class FineTuneLoop:
         lr = learning_rate(cfg, self.epoch, self.updates, self.total)
         for group in self.opt.param_groups:
             group["lr"] = lr
-        loss = batch_loss(model, enc, self.batches[self.batch], cfg, self.device, self.per_task)
+        loss = batch_loss(model, enc, self.batches[self.batch], cfg, self.device, self.per_task,
+                          self.recorder.add if self.recorder is not None else None)
         guard = {f"training loss in epoch {self.epoch}": loss.detach().reshape(1)}
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -343,7 +375,16 @@ class FineTuneLoop:
     def end_epoch(self) -> None:
         """The evaluation (and snapshot) after the epoch's last step; moves to the next epoch."""
         cfg, epoch, step = self.cfg, self.epoch, self.updates
-        record_epoch(cfg, self.model, self.enc, self.ctx, self.device, epoch, step, self.space, self.vocab_ids, self.spectra)
+        if self.recorder is not None:
+            if self.space is None:
+                raise ValueError("the answer framing needs its answer space")
+            log_answers(self.enc, self.ctx, self.recorder.evaluation(self.space), epoch, step, self.vocab_ids)
+            self.recorder.clear()
+            if self.spectra is not None and cfg.train.spectra_every:
+                log_epoch_spectra(self.ctx, self.model, self.spectra, epoch, step)
+        else:
+            record_epoch(cfg, self.model, self.enc, self.ctx, self.device, epoch, step, self.space, self.vocab_ids,
+                         self.spectra)
         if epoch in cfg.train.snapshot_epochs or epoch == cfg.train.epochs:
             snapshot(self.ctx, self.model, self.vocab_ids, epoch, step)
         self.epoch, self.batch = epoch + 1, 0
@@ -373,14 +414,69 @@ def record_epoch(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device:
     else:
         if space is None:
             raise ValueError("the answer framing needs its answer space")
-        ev = evaluate_answers(model, enc, space, cfg, device)
-        values = answer_metrics(enc, ev)
-        ctx.log_table("predictions", prediction_records(enc, ev, epoch, vocab_ids), part=step)
+        log_answers(enc, ctx, evaluate_answers(model, enc, space, cfg, device), epoch, step, vocab_ids)
+        if spectra is not None and cfg.train.spectra_every:
+            log_epoch_spectra(ctx, model, spectra, epoch, step)
+        return
     values["epoch"] = torch.tensor(float(epoch))
     ctx.log(step, {k: v.reshape(1).double() for k, v in values.items()})
     if spectra is not None and cfg.train.spectra_every:
-        metrics, table = spectra(model)
-        if step == 0:
-            ctx.log(0, {k: v.reshape(1) for k, v in metrics.items()})
-        if table is not None:  # every singular value, once per epoch (a table part per epoch)
-            ctx.log_table("spectra", table.assign(epoch=epoch, step=step), part=step)
+        log_epoch_spectra(ctx, model, spectra, epoch, step)
+
+
+def log_answers(enc: Encoded, ctx: RunContext, ev: Evaluation, epoch: float, step: int, vocab_ids: torch.Tensor | None) -> None:
+    """The ``predictions`` table part ``step`` and the epoch's metrics of one evaluation (answer framing)."""
+    ctx.log_table("predictions", prediction_records(enc, ev, epoch, vocab_ids), part=step)
+    values = answer_metrics(enc, ev)
+    values["epoch"] = torch.tensor(float(epoch))
+    ctx.log(step, {k: v.reshape(1).double() for k, v in values.items()})
+
+
+def log_epoch_spectra(ctx: RunContext, model: Any, spectra: SpectraHook, epoch: float, step: int) -> None:
+    """Spectra statistics at step 0, and every singular value once per epoch (a table part per epoch)."""
+    metrics, table = spectra(model)
+    if step == 0:
+        ctx.log(0, {k: v.reshape(1) for k, v in metrics.items()})
+    if table is not None:
+        ctx.log_table("spectra", table.assign(epoch=epoch, step=step), part=step)
+
+
+class TrainPassRecorder:
+    """The authors' recording (``train.record=train-before-step``): each example's scores from
+    the training forward pass (train mode, before its batch's update), gathered over an epoch.
+
+    Buffers: top rows (N, k), top probabilities (N, k), answer rank (N,), answer log-prob (N,),
+    seen (N,) bool; checkpointed with the loop's state, so a resumed epoch keeps its records."""
+
+    FIELDS = ("top_rows", "top_probs", "rank", "logprob", "seen")
+
+    def __init__(self, targets: torch.Tensor, k: int):
+        n = len(targets)
+        self.targets, self.k = targets, k  # (N,) the answers' model rows
+        self.top_rows = torch.zeros(n, k, dtype=torch.long)
+        self.top_probs = torch.zeros(n, k, dtype=torch.float64)
+        self.rank = torch.zeros(n, dtype=torch.long)
+        self.logprob = torch.zeros(n, dtype=torch.float64)
+        self.seen = torch.zeros(n, dtype=torch.bool)
+
+    def add(self, rows: torch.Tensor, logits: torch.Tensor) -> None:
+        """Score the batch ``rows`` (B,) from its training-pass logits (B, V')."""
+        top, probs, rank, logprob = score_logits(logits, self.targets[rows].to(logits.device), self.k)
+        self.top_rows[rows], self.top_probs[rows], self.rank[rows], self.logprob[rows] = top, probs, rank, logprob
+        self.seen[rows] = True
+
+    def clear(self) -> None:
+        self.seen.zero_()
+
+    def evaluation(self, space: AnswerSpace) -> Evaluation:
+        if not bool(self.seen.all()):
+            raise RuntimeError(f"train-before-step recording: {int((~self.seen).sum())} examples not seen this epoch")
+        return evaluation(space, self.top_rows.clone(), self.top_probs.clone(), self.rank.clone(), self.logprob.clone())
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {f"rec.{f}": getattr(self, f) for f in self.FIELDS}
+
+    def restore(self, tensors: dict[str, torch.Tensor]) -> None:
+        for f in self.FIELDS:
+            if f"rec.{f}" in tensors:
+                getattr(self, f).copy_(tensors[f"rec.{f}"])

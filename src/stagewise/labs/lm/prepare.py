@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -14,6 +14,8 @@ import torch
 
 from ...engine import resolve_device, resolve_dtype
 from ...errors import UserError
+from .answertypes import type_space
+from .controls import frequency_matched
 from .batching import Encoded, to_rows, tokenize
 from .categories import AnswerSpace, answer_space, row_strings
 from .config import DATA_ENV, Config
@@ -63,7 +65,26 @@ def read_data(cfg: Config) -> list[Example] | list[Sentence]:
             kwargs["answers"] = SICK_ANSWERS if t.sick_answers == "labels" else SICK_ANSWERS_YES_MAYBE_NO
         loader = load_sentences if t.framing == "lm" else load_examples
         parts[task] = loader(task, task_path(cfg, task), **kwargs)
+        if t.sample is not None:
+            parts[task] = subsample(parts[task], t.sample, t.sample_seed)
     return mixture(parts) if len(parts) > 1 else next(iter(parts.values()))
+
+
+def record_key(item_id: str, task: str) -> str:
+    """The record an example or sentence comes from: CounterFact's case (3 prompts) and BLiMP's
+    pair (good and bad) share one; every other item is its own record."""
+    return item_id.rsplit("/", 1)[0] if task in ("counterfact", "blimp") else item_id
+
+
+def subsample(items: list[Any], n: int, seed: int) -> list[Any]:
+    """``n`` records of ``items`` drawn without replacement (seeded by ``seed``), every item
+    of a drawn record kept, in file order; all of them when there are at most ``n``."""
+    keys = list(dict.fromkeys(record_key(i.id, i.task) for i in items))
+    if n >= len(keys):
+        return items
+    gen = torch.Generator().manual_seed(seed)
+    chosen = {keys[j] for j in torch.randperm(len(keys), generator=gen)[:n].tolist()}
+    return [i for i in items if record_key(i.id, i.task) in chosen]
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,6 +94,7 @@ class Prepared:
     space: AnswerSpace | None
     device: torch.device
     dropped: dict[str, int]
+    replacement: dict[str, float | int] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,6 +106,7 @@ class Tokenized:
     lengths: torch.Tensor  # (N,)
     targets: torch.Tensor  # (N,) the answer's id, -1 in the lm framing
     dropped: dict[str, int]
+    replacement: dict[str, float | int] | None = None  # task.replace_answers: controls.Replacement.as_dict()
 
     def used_ids(self) -> torch.Tensor:
         real = torch.arange(self.ids.shape[1])[None, :] < self.lengths[:, None]  # (N, L_max)
@@ -96,10 +119,14 @@ def tokenize_data(cfg: Config, tok: Any, *, quiet: bool = False) -> Tokenized:
     lm = cfg.task.framing == "lm"
     dropped: dict[str, int] = {}
     answers: list[str] = []
+    replacement = None
     if lm:
         texts = [s.text for s in cast("list[Sentence]", data)]  # read_data reads sentences in the lm framing
     else:
         examples, dropped = single_token_answers(cast("list[Example]", data), tok)  # and examples in the answer framing
+        if cfg.task.replace_answers:
+            examples, plan = frequency_matched(examples, cfg.seed)
+            replacement = plan.as_dict()
         data = examples
         if not quiet:
             shown = ", ".join(f"{task} {n}" for task, n in dropped.items())
@@ -115,7 +142,7 @@ def tokenize_data(cfg: Config, tok: Any, *, quiet: bool = False) -> Tokenized:
         targets = torch.full((len(data),), -1, dtype=torch.long)
     else:  # one tokenizer call; every answer is one token here
         targets = torch.tensor([r[0] for r in tok(answers, add_special_tokens=False)["input_ids"]])
-    return Tokenized(data, ids, lengths, targets, dropped)
+    return Tokenized(data, ids, lengths, targets, dropped, replacement)
 
 
 def encode(cfg: Config, data: Tokenized, loaded: LoadedModel) -> tuple[Encoded, AnswerSpace | None]:
@@ -139,9 +166,12 @@ def encode(cfg: Config, data: Tokenized, loaded: LoadedModel) -> tuple[Encoded, 
                       example_ids=tuple(e.id for e in items), pad=pad)
     space = None
     if not lm:
-        space = answer_space([e.answer for e in items], [e.group for e in items],
-                             row_strings(tok, loaded.vocab_ids, loaded.vocab_size),
-                             shuffle_seed=cfg.seed if cfg.task.shuffle_groups else None)
+        strings = row_strings(tok, loaded.vocab_ids, loaded.vocab_size)
+        shuffle = cfg.seed if cfg.task.shuffle_groups else None
+        answers, groups = [e.answer for e in items], [e.group for e in items]
+        space = replace(answer_space(answers, groups, strings, shuffle_seed=shuffle),
+                        types=type_space([e.task for e in items], groups, [e.original_answer or e.answer for e in items],
+                                         strings, shuffle_seed=shuffle))
     return encoded, space
 
 
@@ -156,7 +186,7 @@ def prepare(cfg: Config, *, quiet: bool = False) -> Prepared:
                    tokenizer=tok)
     encoded, space = encode(cfg, data, loaded)
     loaded.model.to(device)
-    return Prepared(loaded, encoded, space, device, data.dropped)
+    return Prepared(loaded, encoded, space, device, data.dropped, data.replacement)
 
 
 def _context_length(model: Any) -> int | None:

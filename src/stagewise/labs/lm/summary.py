@@ -33,11 +33,49 @@ from .categories import CATEGORIES
 from .config import Config
 
 
-def category_counts(predictions: pd.DataFrame, task: str | None = None) -> pd.DataFrame:
-    """Epoch x category counts (columns in CATEGORIES order; missing categories are 0)."""
+def rule_column(predictions: pd.DataFrame, rule: str) -> str | None:
+    """The predictions column of a type rule ("category": closed, "category_open": open), or
+    None when the table has no values for it (runs made before the open rule)."""
+    column = "category_open" if rule == "open" else "category"
+    return column if column in predictions and predictions[column].notna().any() else None
+
+
+def category_counts(predictions: pd.DataFrame, task: str | None = None, rule: str = "closed") -> pd.DataFrame:
+    """Epoch x category counts (columns in CATEGORIES order; missing categories are 0) under
+    the closed or open type rule; the open rule's excluded examples (unclear type) are left out."""
     rows = predictions if task is None else predictions[predictions["task"] == task]
-    counts = rows.groupby(["epoch", "category"]).size().unstack(fill_value=0)
+    column = rule_column(rows, rule) or "category"
+    counts = rows.groupby(["epoch", column]).size().unstack(fill_value=0)
     return counts.reindex(columns=list(CATEGORIES), fill_value=0).sort_index()
+
+
+def rule_agreement(predictions: pd.DataFrame) -> dict[str, Any] | None:
+    """Closed vs open rule per epoch: {epoch: {closed category: {open category: count}}}, and
+    per category the fraction of its closed-rule examples that the open rule puts in the same
+    category (excluded examples left out), at epoch 0 (the first epoch) and at the closed
+    rule's type-correct peak. None without open-rule records."""
+    if rule_column(predictions, "open") is None:
+        return None
+    table = predictions.groupby(["epoch", "category", "category_open"]).size()
+    crosstab: dict[str, dict[str, dict[str, int]]] = {}
+    for (epoch, closed, opened), n in table.items():
+        crosstab.setdefault(str(_num(epoch)), {}).setdefault(str(closed), {})[str(opened)] = int(n)
+    counts = category_counts(predictions)
+    first = counts.index[0]
+    peak = counts.index[int(np.argmax(counts["type-correct"].to_numpy()))]
+
+    def agreement(epoch: Any) -> dict[str, float | None]:
+        rows = predictions[(predictions["epoch"] == epoch) & (predictions["category_open"] != "excluded")]
+        out: dict[str, float | None] = {}
+        for c in CATEGORIES:
+            mine = rows[rows["category"] == c]
+            out[c] = float((mine["category_open"] == c).mean()) if len(mine) else None
+        out["all"] = float((rows["category"] == rows["category_open"]).mean()) if len(rows) else None
+        return out
+
+    return {"crosstab": crosstab, "first_epoch": _num(first), "type_correct_peak_epoch": _num(peak),
+            "agreement_first": agreement(first), "agreement_peak": agreement(peak),
+            "excluded": int((predictions[predictions["epoch"] == first]["category_open"] == "excluded").sum())}
 
 
 def _num(x: Any) -> int | float:
@@ -207,7 +245,9 @@ def stage_detection(config: Config, frame: pd.DataFrame) -> dict[str, Any] | Non
                 derived.append(pd.DataFrame({"step": steps, "seed": seed, "metric": name, "value": v}))
 
     if config.task.framing == "answer":
-        counts = {c: _at_evaluations(frame, f"train.{c}") for c in ("type_wrong", "type_correct", "semantic_correct")}
+        suffix = "_open" if config.thresholds.type_rule == "open" and (frame["metric"] == "train.type_correct_open").any() else ""
+        counts = {c: _at_evaluations(frame, f"train.{c}{suffix if c != 'semantic_correct' else ''}")
+                  for c in ("type_wrong", "type_correct", "semantic_correct")}
         for seed, (steps, tw) in counts["type_wrong"].items():
             tc, sem = counts["type_correct"][seed][1], counts["semantic_correct"][seed][1]
             wrong = tc + tw
@@ -230,6 +270,13 @@ def stage_detection(config: Config, frame: pd.DataFrame) -> dict[str, Any] | Non
     return detect_stages(table, {n: (n, 0.0, "above") for n in names}).as_dict()
 
 
+def control_name(config: Config) -> str | None:
+    """The control a run is (docs/lm.md "Controls"), or None."""
+    names = [n for n, on in (("shuffled groups", config.task.shuffle_groups),
+                             ("frequency-matched answers", config.task.replace_answers)) if on]
+    return " + ".join(names) or None
+
+
 def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunResult) -> Summary:
     """The Summary: final epoch metrics, the per-epoch category counts, the claims and
     ``stage_detection`` (:func:`stage_detection`)."""
@@ -243,11 +290,23 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
     claims: list[Claim] = []
     details: dict[str, Any] = {"model": extras.get("model"), "examples": extras.get("examples"),
                                "dropped_multi_token": extras.get("dropped", {}), "steps": extras.get("steps"),
-                               "control": bool(config.task.shuffle_groups), "framing": config.task.framing}
+                               "control": control_name(config), "framing": config.task.framing,
+                               "record": config.train.record, "replaced_answers": extras.get("replaced_answers"),
+                               "type_rule_excluded": extras.get("type_rule_excluded")}
     predictions = tables.get("predictions")
     if predictions is not None and len(predictions):
+        rule = config.thresholds.type_rule if rule_column(predictions, config.thresholds.type_rule) else "closed"
+        details["type_rule"] = rule
         counts = category_counts(predictions)
         details["category_counts"] = {str(_num(e)): {c: int(v) for c, v in row.items()} for e, row in counts.iterrows()}
+        agreement = rule_agreement(predictions)
+        if agreement is not None:
+            opened = category_counts(predictions, rule="open")
+            details["category_counts_open"] = {str(_num(e)): {c: int(v) for c, v in row.items()}
+                                               for e, row in opened.iterrows()}
+            details["type_rules"] = agreement
+            details["type_before_fact_closed"] = type_before_fact(counts, half)[2]
+        counts = category_counts(predictions, rule=rule)
         if len(config.task.tasks()) > 1:
             details["category_counts_per_task"] = {
                 task: {str(_num(e)): {c: int(v) for c, v in row.items()}
@@ -255,8 +314,8 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
                 for task in config.task.tasks()}
         _, evidence, facts = type_before_fact(counts, half)
         details["type_before_fact"] = facts
-        control = " (control: group labels shuffled; the claim should fail or be null)" if config.task.shuffle_groups else ""
-        claims += type_claims(facts, evidence, control)
+        control = f" (control: {details['control']}; the claim should fail or be null)" if details["control"] else ""
+        claims += type_claims(facts, evidence, control + f" [{rule} type rule]")
     if {"blimp", "sick"} <= set(config.task.tasks()):
         syntax, found = syntax_claim(config, frame)
         details["syntax_before_semantics"] = found

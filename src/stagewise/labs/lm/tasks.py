@@ -92,6 +92,7 @@ class Example:
     prompt: str
     answer: str
     group: str
+    original_answer: str | None = None  # the data's answer where a control replaced it (controls.frequency_matched)
 
 
 @dataclass(frozen=True)
