@@ -125,7 +125,15 @@ def _languages() -> frozenset[str]:
 
 
 def lexicon(type_name: str) -> frozenset[str]:
-    """The normalized strings of a lexicon type (empty for predicate and label types)."""
+    """The normalized strings of a lexicon type (empty for predicate and label types), less the
+    shipped English function and generic words (GeoNames has towns and alternate names such as
+    "Of", "The", "And", "City"); yes/no is itself."""
+    if type_name == "yes/no":
+        return frozenset({"yes", "no"})
+    return _lexicon(type_name) - _shipped()["function_words"]
+
+
+def _lexicon(type_name: str) -> frozenset[str]:
     shipped = _shipped()
     if type_name in ("city", "country", "continent"):
         geo = _geonames()

@@ -168,11 +168,11 @@ def prediction_records(enc: Encoded, ev: Evaluation, epoch: float, vocab_ids: to
         "task": np.asarray(enc.tasks, dtype=object)[enc.task.numpy()],
         "epoch": np.full(len(enc), epoch, dtype=np.float64),
         "category": category_names(ev.codes),
-        "category_open": category_names(ev.codes_open) if ev.codes_open is not None else np.full(len(enc), None, dtype=object),
         "top_ids": list(top.numpy()),
         "top_probs": list(ev.top_probs.numpy()),
         "answer_rank": ev.answer_rank.numpy(),
         "answer_logprob": ev.answer_logprob.numpy(),
+        "category_open": category_names(ev.codes_open) if ev.codes_open is not None else np.full(len(enc), None, dtype=object),
     })
 
 
