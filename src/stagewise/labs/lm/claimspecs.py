@@ -15,7 +15,12 @@ from __future__ import annotations
 from ...report.claims import ClaimSpec, paper1, reviewer
 
 _STAGES = paper1("abstract; the motivating GPT-2 experiment on CounterFact (syntactically wrong -> type-correct -> right)")
-_CONTROL = "preset counterfact-tiny-shuffled-groups (task.shuffle_groups=true: group labels shuffled across relations)"
+_CONTROL = ("both controls, each must make it fail: counterfact-tiny-shuffled-groups (task.shuffle_groups: the groups' "
+            "labels and types permuted, judging broken) and counterfact-tiny-frequency-matched (task.replace_answers: each answer "
+            "replaced by one of another type and the nearest frequency rank, types broken, frequencies kept); per seed over 3 "
+            "training-order / subsample seeds (examples/sweeps/lm_type_claims_seeds.yaml)")
+_RULE = (" Judged by the open type rule (thresholds.type_rule=open: the prompt's declared answer type, answertypes.py; the "
+         "closed rule is reported beside it), h = thresholds.half = 0.5, epochs of the run's records.")
 
 TYPE_BEFORE_FACT = ClaimSpec(
     id="type_before_fact", statement="a type-correct, factually wrong phase comes before the facts: type-correct answers "
@@ -24,13 +29,13 @@ TYPE_BEFORE_FACT = ClaimSpec(
     "predictions", relation=">", threshold=0.0, unit="epochs", over="run", control=_CONTROL)
 TYPE_WRONG_FIRST = ClaimSpec(
     id="type_wrong_falls_first", statement="type-wrong answers fall to half of their epoch-0 count before semantic-correct "
-    "reaches half of its final count", source=_STAGES,
+    "reaches half of its final count." + _RULE, source=_STAGES,
     quantity="semantic-correct half-way epoch minus the type-wrong half-way epoch", relation=">", threshold=0.0,
-    unit="epochs", over="run", control=_CONTROL + "; measured: this part also holds there (docs/lm.md)")
+    unit="epochs", over="run", control=_CONTROL)
 TYPE_CORRECT_PEAKS_FIRST = ClaimSpec(
-    id="type_correct_peaks_first", statement="the type-correct count peaks before the semantic-correct count",
+    id="type_correct_peaks_first", statement="the type-correct count peaks before the semantic-correct count." + _RULE,
     source=_STAGES, quantity="semantic-correct peak epoch minus type-correct peak epoch (first maxima)", relation=">",
-    threshold=0.0, unit="epochs", over="run", control=_CONTROL + "; measured: this part also holds there (docs/lm.md)")
+    threshold=0.0, unit="epochs", over="run", control=_CONTROL)
 SYNTAX_BEFORE_SEMANTICS = ClaimSpec(
     id="syntax_before_semantics", statement="syntax before semantics: BLiMP's loss falls by half of its total drop before "
     "SICK's", source=reviewer("review discussion: the authors' proposed follow-up, a syntax and a semantics task "
