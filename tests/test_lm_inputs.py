@@ -247,7 +247,7 @@ def test_cached_model_loads_from_the_cache_when_the_hub_is_unreachable(cli, tmp_
 
     from stagewise.labs.lm.config import ModelConfig
     from stagewise.labs.lm.models import build
-    from stagewise.labs.lm.refs import export_hf
+    from stagewise.labs.lm.export import export_hf
 
     snapshot = no_hub / "models--org--tiny" / "snapshots" / ("0" * 40)
     export_hf(build(ModelConfig(tiny={"n_layer": 1, "n_embd": 16, "n_head": 2}), seed=0, dtype=torch.float32), snapshot)

@@ -101,9 +101,14 @@ def reduce_cmd(
     method: str = typer.Option("exact", "--method", help="exact | randomized (seeded; largest only)"),
     seed: int = typer.Option(0, "--seed", help="seed of the randomized SVD"),
 ) -> None:
-    """Rank-reduce selected attention matrices and save the edited model (safetensors + tokenizer)."""
-    from .labs.lm.refs import check_exportable, export_hf, load_ref
+    """Rank-reduce selected attention matrices and save the edited model (safetensors + tokenizer).
+
+    A GGUF model is written dequantised; a compact-vocabulary run as the full vocabulary (the
+    other ids never win: see :mod:`stagewise.labs.lm.export`)."""
+    from .labs.lm.export import check_exportable, export_hf
+    from .labs.lm.refs import load_ref
     from .labs.lm.surgery import check_reduce_args, reduce_rank
+    from .runs import atomic_write_text, safe_csv
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {out}: exists and is not an empty directory")
@@ -112,13 +117,12 @@ def reduce_cmd(
     ref = load_ref(model)
     check_exportable(ref.loaded)  # before any work
     reduction = reduce_rank(ref.loaded.model, select, keep=keep, p=p, method=method, seed=seed)
-    _out_dir(out)
-    export_hf(ref.loaded, out)
     table = reduction.table()
-    from .runs import atomic_write_text, safe_csv
-
+    written = export_hf(ref.loaded, out)  # complete or nothing
     atomic_write_text(out / "reduction.csv", safe_csv(table))
-    out_console.print(f"reduced {len(table)} matrices of {ref.label} (keep {keep}, p = {p:g}); wrote {out}")
+    line = f"reduced {len(table)} matrices of {ref.label} (keep {keep}, p = {p:g}); wrote {out}"
+    note = written.describe()
+    out_console.print(f"{line}; {note}" if note else line, markup=False, highlight=False, soft_wrap=True)
 
 
 @lm_app.command("rank-curve")
@@ -160,3 +164,25 @@ def rank_curve_cmd(
         table.add_row(str(row["model"]), f"{row['p']:.2f}", *(str(row[c]) for c in ("semantic-correct", "type-correct", "type-wrong")))
     out_console.print(table)
     out_console.print(f"wrote {paths[0]}")
+
+
+@lm_app.command("sample")
+def sample_cmd(
+    run: Path = typer.Argument(..., help="a finished lm run directory (answer framing)"),
+    category: str = typer.Option("type-correct", "--category", help="semantic-correct | type-correct | type-wrong | excluded"),
+    n: int = typer.Option(20, "--n", help="how many to draw (without replacement)"),
+    rule: str = typer.Option("open", "--rule", help="open (declared answer types) | closed (answers of the same group in the sample)"),
+    epoch: str = typer.Option("peak", "--epoch", help="a recorded epoch, or peak (most type-correct under the rule), first, last"),
+    seed: int = typer.Option(0, "--seed", help="seed of the draw"),
+) -> None:
+    """Print a seeded random sample of a run's predictions of one category, for a hand check."""
+    from .labs.lm.audit import check_sample_args, sample_predictions
+
+    check_sample_args(category, n, rule, epoch)
+    sample, at, total = sample_predictions(run, category, n, rule=rule, epoch=epoch, seed=seed)
+    table = Table(title=f"{len(sample)} of {total} {category} predictions ({rule} rule) at epoch {at:g}, seed {seed}")
+    for col in ("example_id", "group", "prompt", "answer", "prediction", "closed", "open"):
+        table.add_column(col, overflow="fold")
+    for _, row in sample.iterrows():
+        table.add_row(*(repr(v) if k in ("answer", "prediction") else str(v) for k, v in row.items()))
+    out_console.print(table)

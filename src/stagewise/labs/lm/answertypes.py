@@ -35,7 +35,11 @@ from typing import Sequence
 
 import torch
 
-from .categories import normalize
+
+
+def normalize(text: str) -> str:
+    """The authors' case- and space-insensitive form of an answer or a token's text."""
+    return text.strip().lower()
 
 LEXICON_FILE = Path(__file__).with_name("lexicon") / "shipped.json"
 

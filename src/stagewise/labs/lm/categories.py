@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import torch
 
+from .answertypes import normalize
+
 if TYPE_CHECKING:
     from .answertypes import TypeSpace
 
@@ -31,10 +33,6 @@ EXCLUDED = 3
 """Open-world rule only: a wrong prediction for an example whose type is unclear (not counted in type claims)."""
 OPEN_CATEGORIES: tuple[str, ...] = (*CATEGORIES, "excluded")
 RULES: tuple[str, ...] = ("closed", "open")
-
-
-def normalize(text: str) -> str:
-    return text.strip().lower()
 
 
 @dataclass(frozen=True, eq=False)

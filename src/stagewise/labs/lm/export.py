@@ -53,7 +53,7 @@ from typing import Any
 import torch
 
 from ...errors import UserError
-from .models import LoadedModel
+from .models import LoadedModel, _quiet
 
 OTHER_LOGIT_GAP = 1000.0
 """Logit margin of the ids outside a compact vocabulary below every kept logit: exp(-1000)
@@ -96,9 +96,9 @@ class Export:
         parts = []
         if self.kept_ids is not None:
             parts.append(f"compact vocabulary written as the full vocabulary ({self.vocab_size} ids, {self.kept_ids} "
-                         f"kept): every other id has input-embedding row 0 and logit {self.other_logit:.6g} for every "
-                         "input (output row L/d * 1, final LayerNorm folded into lm_head, untied), probability exactly "
-                         f"0; kept-id logits within {self.kept_logit_error:.2g} of the run's")
+                         "kept): every other id has input-embedding row 0 and output row (L/d)*ones in the untied "
+                         f"lm_head (final LayerNorm folded in), so logit L = {self.other_logit:.6g} for every input and "
+                         f"probability exactly 0; kept-id logits equal the run's within {self.kept_logit_error:.2g}")
         if self.gguf_dequantized:
             parts.append("GGUF weights written dequantised (float, safetensors), no quantization_config")
         return "; ".join(parts)
@@ -249,8 +249,9 @@ def export_hf(loaded: LoadedModel, out: Path) -> Export:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = out.parent / f".{out.name}.{secrets.token_hex(4)}.partial"
         staging.mkdir()
-        model.save_pretrained(staging)
-        loaded.tokenizer.save_pretrained(staging)
+        with _quiet():  # transformers' progress bar
+            model.save_pretrained(staging)
+            loaded.tokenizer.save_pretrained(staging)
         if emptied:
             out.rmdir()  # empty (the caller checked); a folder that filled meanwhile stops here
         os.replace(staging, out)

@@ -123,20 +123,3 @@ def load_ref(ref: str, *, dtype: torch.dtype = torch.float32) -> ModelRef:
     loaded.model.eval()
     return ModelRef(loaded, Path(ref).name if Path(ref).exists() else ref)
 
-
-def check_exportable(loaded: LoadedModel) -> None:
-    """One-line UserError unless ``loaded`` can be written as a Hugging Face model."""
-    if loaded.vocab_ids is not None:
-        raise UserError("this model has a compact vocabulary (model.compact_vocab): its rows are not the tokenizer's ids, "
-                        "so it cannot be written as a Hugging Face model; rank-curve works on it directly")
-
-
-def export_hf(loaded: LoadedModel, out: Path) -> Path:
-    """Write ``loaded`` as a Hugging Face folder (safetensors + tokenizer) that
-    ``AutoModelForCausalLM.from_pretrained(out)`` loads."""
-    check_exportable(loaded)
-    out.mkdir(parents=True, exist_ok=True)
-    loaded.model.save_pretrained(out, safe_serialization=True)
-    loaded.tokenizer.save_pretrained(out)
-    return out
-
