@@ -129,6 +129,13 @@ def test_type_before_fact_holds_fails_and_is_null():
     assert holds is False and not facts["part_a"] and not facts["part_b"]
     assert type_before_fact(_counts([0, 0, 0], [0, 3, 1], [10, 7, 9]), 0.5)[0] is None  # nothing learned
     assert type_before_fact(_counts([0], [0], [10]), 0.5)[0] is None
+    # the facts already at half at the first record (a one-epoch pretrained run): a defined verdict with its reason
+    holds, evidence, facts = type_before_fact(_counts([60, 90, 100], [5, 3, 0], [35, 7, 0]), 0.5)
+    assert holds is None and "already at 0.5 of its final count" in evidence and facts["semantic_half_epoch"] == 0
+    from stagewise.labs.lm.summary import type_claims
+
+    claims = type_claims(facts, evidence)
+    assert [c.verdict for c in claims] == ["not testable"] * 3 and all("already" in c.reason for c in claims)
 
 
 def test_half_drop_epoch():
