@@ -352,7 +352,7 @@ class FineTuneLoop:
         self.updates, self.batch = self.updates + 1, self.batch + 1
         if not log:
             return StepOutput(guard=guard)
-        values = {"train.batch_loss": loss.detach().reshape(1), "lr": torch.tensor([lr])}
+        values = {"train.batch_loss": loss.detach().reshape(1).cpu(), "lr": torch.tensor([lr])}  # on the CPU with lr (cuda runs)
         if self.per_task is not None:
             mean = self.per_task[:, 0] / self.per_task[:, 1].clamp(min=1)  # (T,) since the last log
             values.update({f"train.batch_loss.{name}": mean[i].reshape(1)
