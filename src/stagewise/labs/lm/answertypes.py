@@ -104,8 +104,8 @@ def _geonames() -> dict[str, frozenset[str]]:
     for city in gc.get_cities().values():
         cities.add(normalize(city["name"]))
         cities.update(normalize(a) for a in city.get("alternatenames", ()) if _plain(a))
-    countries = {normalize(c["name"]) for c in gc.get_countries().values()}
     continents = {normalize(c["name"]) for c in gc.get_continents().values()}
+    countries = {normalize(c["name"]) for c in gc.get_countries().values()} - continents  # GeoNames lists Antarctica as one
     states = {normalize(s["name"]) for s in gc.get_us_states().values()}
     return {"city": frozenset(cities), "country": frozenset(countries), "continent": frozenset(continents),
             "us_state": frozenset(states)}
