@@ -128,6 +128,7 @@ def _languages() -> frozenset[str]:
     return frozenset(names)
 
 
+@lru_cache(maxsize=None)
 def lexicon(type_name: str) -> frozenset[str]:
     """The normalized strings of a lexicon type (empty for predicate and label types), less the
     shipped English function and generic words (GeoNames has towns and alternate names such as
@@ -194,26 +195,23 @@ def type_space(tasks: Sequence[str], groups: Sequence[str], answers: Sequence[st
     example_type = torch.tensor([index.get(key_type[k], -1) if key_type[k] is not None else -1  # type: ignore[arg-type]
                                  for k in zip(tasks, groups)], dtype=torch.long)  # (N,)
     # a type's members: its lexicon and the data's own answers of groups of that type (true types, not shuffled)
-    members: dict[str, set[str]] = {t: set(lexicon(t)) for t in types}
+    own: dict[str, set[str]] = {t: set() for t in types}
     for task, group, answer in zip(tasks, groups, answers):
         true = group_type(task, group)
-        if true in members:
-            members[true].add(normalize(answer))
-    by_string: dict[str, list[int]] = {}  # normalized string -> the lexicon types holding it
-    for j, t in enumerate(types):
-        if t not in PREDICATE_TYPES:
-            for m in members[t]:
-                by_string.setdefault(m, []).append(j)
+        if true in own:
+            own[true].add(normalize(answer))
+    lexicons = [(j, lexicon(t), own[t]) for j, t in enumerate(types) if t not in PREDICATE_TYPES]
     predicate = [(j, t) for j, t in enumerate(types) if t in PREDICATE_TYPES]
     rows: list[int] = []
     cols: list[int] = []
-    for i, text in enumerate(row_strings):  # once per run, over the vocabulary (not a hot path)
+    for i, text in enumerate(row_strings):  # once per run, over the vocabulary (not a hot path): V' x T set lookups
         s = normalize(text)
         if not s:
             continue
-        for j in by_string.get(s, ()):
-            rows.append(i)
-            cols.append(j)
+        for j, members, extra in lexicons:
+            if s in members or s in extra:
+                rows.append(i)
+                cols.append(j)
         for j, t in predicate:
             if answer_kind(s) == t:
                 rows.append(i)
