@@ -15,9 +15,10 @@ from ...report.plots import PALETTE, label_axes, legend_outside, palette, panel_
 from ..contract import Tables
 from .categories import CATEGORIES
 from .config import Config
-from .summary import category_counts, epoch_series
+from .summary import category_counts, control_name, epoch_series, rule_column
 
 COLORS = {"semantic-correct": PALETTE[2], "type-correct": PALETTE[3], "type-wrong": PALETTE[1]}
+OPEN_COLORS = {"type-correct": PALETTE[4], "type-wrong": PALETTE[5]}  # the open rule's two type categories, dashed
 STEP = "optimizer step"
 EPOCH = "epoch"
 
@@ -28,12 +29,18 @@ def categories_figure(config: Config, predictions: pd.DataFrame, folder: Path) -
     for ax, task in zip(axes.flat, tasks):
         counts = category_counts(predictions, task if len(tasks) > 1 else None)
         for cat in CATEGORIES:
-            ax.plot(counts.index, counts[cat], marker="o", ms=3, color=COLORS[cat], label=cat)
+            ax.plot(counts.index, counts[cat], marker="o", ms=3, color=COLORS[cat],
+                    label=cat if cat == "semantic-correct" else f"{cat} (closed rule)")
+        if rule_column(predictions, "open") is not None:
+            opened = category_counts(predictions, task if len(tasks) > 1 else None, rule="open")
+            for cat, color in OPEN_COLORS.items():
+                ax.plot(opened.index, opened[cat], ls="--", marker="s", ms=3, color=color, label=f"{cat} (open rule)")
         label_axes(ax, EPOCH, "examples (count)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"{task}: top-1 prediction categories")
         legend_outside(ax)
-    control = " (control: shuffled groups)" if config.task.shuffle_groups else ""
+    name = control_name(config)
+    control = f" (control: {name})" if name else ""
     fig.suptitle(f"syntactically wrong -> type-correct -> semantically correct{control}", fontsize=9)
     return save(fig, folder, "categories")
 
