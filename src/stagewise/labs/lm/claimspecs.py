@@ -32,10 +32,10 @@ TYPE_WRONG_FIRST = ClaimSpec(
     "reaches half of its final count." + _RULE, source=_STAGES,
     quantity="semantic-correct half-way epoch minus the type-wrong half-way epoch", relation=">", threshold=0.0,
     unit="epochs", over="run", control=_CONTROL)
-TYPE_CORRECT_PEAKS_FIRST = ClaimSpec(
-    id="type_correct_peaks_first", statement="the type-correct count peaks before the semantic-correct count." + _RULE,
-    source=_STAGES, quantity="semantic-correct peak epoch minus type-correct peak epoch (first maxima)", relation=">",
-    threshold=0.0, unit="epochs", over="run", control=_CONTROL)
+# Part (b), "the type-correct count peaks before the semantic-correct count", was declared with the other two
+# parts and dropped after the seeds study (docs/lm.md): it held in every seed of both controls (3/3 shuffled groups,
+# 3/3 frequency-matched), so it cannot tell a type phase from its controls. Its epochs stay in
+# details.type_before_fact (type_correct_peak_epoch, semantic_peak_epoch, part_b) as a description.
 SYNTAX_BEFORE_SEMANTICS = ClaimSpec(
     id="syntax_before_semantics", statement="syntax before semantics: BLiMP's loss falls by half of its total drop before "
     "SICK's", source=reviewer("review discussion: the authors' proposed follow-up, a syntax and a semantics task "
@@ -44,4 +44,4 @@ SYNTAX_BEFORE_SEMANTICS = ClaimSpec(
     "steps of the per-task training loss", relation=">", threshold=0.0, unit="epochs (steps at a tie)", over="run",
     control="none run in the lab: training on SICK first (BLiMP added late) would make it fail")
 
-CLAIMS: tuple[ClaimSpec, ...] = (TYPE_BEFORE_FACT, TYPE_WRONG_FIRST, TYPE_CORRECT_PEAKS_FIRST, SYNTAX_BEFORE_SEMANTICS)
+CLAIMS: tuple[ClaimSpec, ...] = (TYPE_BEFORE_FACT, TYPE_WRONG_FIRST, SYNTAX_BEFORE_SEMANTICS)
