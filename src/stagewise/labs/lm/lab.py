@@ -68,6 +68,7 @@ _QUICK_TINY = {"train": {"epochs": 20}}
 _REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("counterfact-tiny", "counterfact-tiny", {}, _QUICK_TINY),
     ("counterfact-tiny-shuffled-groups", "counterfact-tiny-shuffled-groups", {}, _QUICK_TINY),
+    ("counterfact-tiny-frequency-matched", "counterfact-tiny-frequency-matched", {}, _QUICK_TINY),
     ("blimp-sick-tiny", "blimp-sick-tiny", {}, {"task": {"limits": {"blimp": 4, "sick": 536}}, "train": {"epochs": 10}}),
     ("blimp-sick-tiny-lm", "blimp-sick-tiny-lm", {}, None),
     ("counterfact-smollm2", "counterfact-smollm2", {}, None),
