@@ -38,7 +38,7 @@ from .models import GPT2_VOCAB, PKG, is_tiny, package_folder
 BYTES_PER_PARAM_TRAIN = 4 * 4  # fp32 weights, gradients and AdamW's two moments
 GGUF_EXPANSION = 8  # a 4-bit GGUF file de-quantized to float32 (32 / 4 bits)
 MAX_EXAMPLES = 60_000  # upper bound on the examples when the data cannot be read here (all of BLiMP)
-PREDICTION_ROW_BYTES = 30  # a predictions row in Parquet without its top-k lists (measured ~20)
+PREDICTION_ROW_BYTES = 34  # a predictions row in Parquet without its top-k lists, both rules' categories (measured ~23)
 PREDICTION_BYTES_PER_TOP = 7  # each of the top_k (id, probability) pairs (measured ~6.5)
 SENTENCE_ROW_BYTES = 24  # a sentence_losses row (measured ~16)
 SPECTRA_ROW_BYTES = 14  # a spectra-table row: layer, head, proj, index, value, epoch, step (measured ~10)
@@ -49,11 +49,11 @@ SUMMARY_BYTES = 3_600  # summary.json of a one-task run (measured 2.1 to 3.3 kB)
 SUMMARY_BYTES_PER_TASK = 3_100  # each further task of a mixture (measured 3.0 kB in the answer framing)
 FIGURES = {  # one panel per task where a figure has them; measured, rounded up
     "loss": FigureSize(png=58_000, pdf=17_000, curves=1.0),
-    "categories": FigureSize(png=46_000, pdf=15_500, curves=3.0),
+    "categories": FigureSize(png=46_000, pdf=15_500, curves=5.0),  # three categories + the open rule's two
     "answer_rank": FigureSize(png=54_000, pdf=15_500, curves=3.0),
     "spectra": FigureSize(png=64_000, pdf=16_000, curves=5.0),
 }
-FIGURE_BYTES_PER_TASK = {"loss": 10_000, "categories": 26_000}  # PNG + PDF bytes of each further task's curves or panel
+FIGURE_BYTES_PER_TASK = {"loss": 10_000, "categories": 40_000}  # PNG + PDF bytes of each further task's curves or panel
 ACTIVATION_FACTOR = 16  # bytes per (token x d_model x layer) of activations kept for backward
 
 
@@ -191,7 +191,7 @@ def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStat
     # stream: evaluations, logged training steps, spectra
     mixture = T > 1
     if answer:
-        eval_names = 5 * (1 + (T if mixture else 0)) + 1  # loss, three counts, accuracy (+ per task), epoch
+        eval_names = 8 * (1 + (T if mixture else 0)) + 1  # loss, three counts, accuracy, the open rule's three (+ per task), epoch
     else:
         eval_names = 1 + (T if mixture else 0) + 1  # loss (+ per task), epoch
     inside = (total // t.eval_every - t.epochs if t.eval_every and t.eval_every <= n_batches else 0)  # evaluations inside epochs
@@ -203,7 +203,7 @@ def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStat
     spectra_lines = (total // t.spectra_every + 1) if t.spectra_every else 0
     spectra_names = PROJECTIONS * layers * heads * SV_STATS
     name = "blocks.00.attn.head.00.qk.effective_rank"  # the longest form of a spectra metric name
-    stream = (evaluations * _line(["train.semantic_correct." + max(tasks, key=len)] * eval_names, digits)
+    stream = (evaluations * _line(["train.type_correct_open." + max(tasks, key=len)] * eval_names, digits)
               + logged * _line(["train.batch_loss." + max(tasks, key=len)] * train_names, digits)
               + spectra_lines * _line([name] * spectra_names, digits))
     budget.add_metrics(stream, evaluations * eval_names + logged * train_names + spectra_lines * spectra_names)
@@ -213,8 +213,9 @@ def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStat
     saved = max(0, (t.epochs - 1) // t.checkpoint_every)
     states = 2 if t.optimizer in ("adam", "adamw") else 0
     meta = 400 + 8 * evaluations * 3  # epoch, batch, step, the stream's cover, the table parts
-    checkpoint = safetensors_bytes((1 + states) * weight_bytes + tensors * 4 + RNG_STATE_BYTES + 16 * T,
-                                   (1 + states + 1) * tensors + 2, meta)
+    recorder = n * (16 * t.top_k + 17) if answer and t.record == "train-before-step" else 0  # its (N, k) x 2 + 3 (N,) buffers
+    checkpoint = safetensors_bytes((1 + states) * weight_bytes + tensors * 4 + RNG_STATE_BYTES + 16 * T + recorder,
+                                   (1 + states + 1) * tensors + 2 + (5 if recorder else 0), meta)
     budget.add_checkpoints(saved, checkpoint)
     rows = stats.vocab_rows if stats is not None and stats.vocab_rows else 0
     snapshots = len(set(t.snapshot_epochs) | ({t.epochs} if t.epochs > 0 else {0}))
