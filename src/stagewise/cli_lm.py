@@ -1,5 +1,5 @@
 """The LM lab's commands: ``stagewise eval blimp``, ``stagewise lm reduce``,
-``stagewise lm rank-curve`` (MODEL references: see :mod:`stagewise.labs.lm.refs`)."""
+``stagewise lm rank-curve``, ``stagewise lm sample`` (MODEL references: see :mod:`stagewise.labs.lm.refs`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rich.table import Table
 from .errors import UserError
 
 eval_app = typer.Typer(no_args_is_help=True, help="Evaluate a model on a benchmark (blimp).")
-lm_app = typer.Typer(no_args_is_help=True, help="LM-lab tools: attention surgery and rank curves.")
+lm_app = typer.Typer(no_args_is_help=True, help="LM-lab tools: attention surgery, rank curves, samples for hand checks.")
 out_console = Console()
 err_console = Console(stderr=True)
 
