@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import string
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -154,10 +155,6 @@ def _lexicon(type_name: str) -> frozenset[str]:
     return shipped.get(type_name, frozenset())
 
 
-def lexicon_size(type_name: str) -> int:
-    return len(lexicon(type_name))
-
-
 @dataclass(frozen=True, eq=False)
 class TypeSpace:
     """The open-world rule in model-row space.
@@ -192,8 +189,8 @@ def type_space(tasks: Sequence[str], groups: Sequence[str], answers: Sequence[st
         key_type = {key: key_type[group_keys[j]] for key, j in zip(group_keys, order)}
     types = tuple(dict.fromkeys(t for t in key_type.values() if t is not None))
     index = {t: i for i, t in enumerate(types)}
-    example_type = torch.tensor([index.get(key_type[k], -1) if key_type[k] is not None else -1  # type: ignore[arg-type]
-                                 for k in zip(tasks, groups)], dtype=torch.long)  # (N,)
+    example_type = torch.tensor([-1 if (t := key_type[k]) is None else index[t] for k in zip(tasks, groups)],
+                                dtype=torch.long)  # (N,)
     # a type's members: its lexicon and the data's own answers of groups of that type (true types, not shuffled)
     own: dict[str, set[str]] = {t: set() for t in types}
     for task, group, answer in zip(tasks, groups, answers):
@@ -212,14 +209,12 @@ def type_space(tasks: Sequence[str], groups: Sequence[str], answers: Sequence[st
             if s in members or s in extra:
                 rows.append(i)
                 cols.append(j)
+        kind = answer_kind(s) if predicate else None
         for j, t in predicate:
-            if answer_kind(s) == t:
+            if kind == t:
                 rows.append(i)
                 cols.append(j)
     row_type = torch.zeros(len(row_strings), len(types), dtype=torch.bool)  # (V', T)
     row_type[torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long)] = True
-    excluded: dict[str, int] = {}
-    for (task, group) in zip(tasks, groups):
-        if group_type(task, group) is None:
-            excluded[group] = excluded.get(group, 0) + 1
+    excluded = dict(Counter(group for task, group in zip(tasks, groups) if group_type(task, group) is None))
     return TypeSpace(row_type, example_type, types, excluded)

@@ -20,7 +20,6 @@ a resumed run repeats the uninterrupted one exactly.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -32,47 +31,11 @@ from ...engine import check_finite
 from ...engine.driver import StepOutput, TrainingDriver
 from ..contract import RunContext
 from .batching import Encoded, dataset_batches, last_logits, layout, length_sorted_batches, token_nll
-from .categories import EXCLUDED, SEMANTIC, TYPE_CORRECT, TYPE_WRONG, AnswerSpace, categorize, categorize_open, category_names
+from .categories import EXCLUDED, SEMANTIC, TYPE_CORRECT, TYPE_WRONG, AnswerSpace, category_names
+from .records import Evaluation, TrainPassRecorder, evaluation, score_logits
 from .config import Config
 
 SpectraHook = Callable[[Any], tuple[dict[str, torch.Tensor], pd.DataFrame | None]]
-
-
-@dataclass(frozen=True, eq=False)
-class Evaluation:
-    """One epoch's evaluation of every example (answer framing).
-
-    Attributes:
-        top_rows: (N, k) model rows of the top-k tokens; top_probs: (N, k) their probabilities.
-        answer_rank: (N,) 1-based rank of the answer (1 = top-1); answer_logprob: (N,).
-        codes: (N,) category codes of the closed-world rule (categories.SEMANTIC / TYPE_CORRECT / TYPE_WRONG).
-        codes_open: (N,) codes of the open-world rule (also EXCLUDED), or None without types.
-    """
-
-    top_rows: torch.Tensor
-    top_probs: torch.Tensor
-    answer_rank: torch.Tensor
-    answer_logprob: torch.Tensor
-    codes: torch.Tensor
-    codes_open: torch.Tensor | None = None
-
-
-def score_logits(logits: torch.Tensor, target: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
-    """(top rows (B, k), top probabilities (B, k) float64, answer rank (B,), answer log-prob (B,)
-    float64), on the CPU, of last-position logits (B, V') against the answers' rows (B,)."""
-    logp = torch.log_softmax(logits.detach().float(), dim=-1)  # (B, V')
-    answer = logp.gather(1, target[:, None])  # (B, 1)
-    values, idx = logp.topk(k, dim=-1)  # (B, k)
-    rank = (logp > answer).sum(-1) + 1  # (B,)
-    return idx.cpu(), values.exp().double().cpu(), rank.cpu(), answer[:, 0].double().cpu()
-
-
-def evaluation(space: AnswerSpace, top_rows: torch.Tensor, top_probs: torch.Tensor, rank: torch.Tensor,
-               logprob: torch.Tensor, examples: torch.Tensor | None = None) -> Evaluation:
-    """The :class:`Evaluation` of scored examples (``examples``: their indices, default all), both rules."""
-    codes = categorize(space, top_rows[:, 0], examples)
-    codes_open = categorize_open(space, top_rows[:, 0], examples) if space.types is not None else None
-    return Evaluation(top_rows, top_probs, rank, logprob, codes, codes_open)
 
 
 def learning_rate(cfg: Config, epoch: int, step: int, total_steps: int) -> float:
@@ -375,16 +338,8 @@ class FineTuneLoop:
     def end_epoch(self) -> None:
         """The evaluation (and snapshot) after the epoch's last step; moves to the next epoch."""
         cfg, epoch, step = self.cfg, self.epoch, self.updates
-        if self.recorder is not None:
-            if self.space is None:
-                raise ValueError("the answer framing needs its answer space")
-            log_answers(self.enc, self.ctx, self.recorder.evaluation(self.space), epoch, step, self.vocab_ids)
-            self.recorder.clear()
-            if self.spectra is not None and cfg.train.spectra_every:
-                log_epoch_spectra(self.ctx, self.model, self.spectra, epoch, step)
-        else:
-            record_epoch(cfg, self.model, self.enc, self.ctx, self.device, epoch, step, self.space, self.vocab_ids,
-                         self.spectra)
+        record_epoch(cfg, self.model, self.enc, self.ctx, self.device, epoch, step, self.space, self.vocab_ids,
+                     self.spectra, self.recorder)
         if epoch in cfg.train.snapshot_epochs or epoch == cfg.train.epochs:
             snapshot(self.ctx, self.model, self.vocab_ids, epoch, step)
         self.epoch, self.batch = epoch + 1, 0
@@ -403,80 +358,37 @@ def log_spectra(ctx: RunContext, step: int, model: Any, spectra: SpectraHook) ->
 
 
 def record_epoch(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.device, epoch: float, step: int,
-                 space: AnswerSpace | None, vocab_ids: torch.Tensor | None, spectra: SpectraHook | None) -> None:
-    """Evaluate every example, log the metrics at ``step`` and the table part ``step``
-    (``epoch`` is fractional for evaluations inside an epoch: step / steps per epoch)."""
-    model.eval()
+                 space: AnswerSpace | None, vocab_ids: torch.Tensor | None, spectra: SpectraHook | None,
+                 recorder: TrainPassRecorder | None = None) -> None:
+    """Log the epoch's records at ``step``: metrics and the table part ``step`` (``epoch`` is
+    fractional for evaluations inside an epoch: step / steps per epoch). The records are an
+    eval-mode evaluation of every example, or, with ``recorder``, the epoch's training-pass
+    scores (which it then clears)."""
     if cfg.task.framing == "lm":
+        model.eval()
         nll, tokens = evaluate_sentences(model, enc, cfg, device)
-        values = sentence_metrics(enc, nll, tokens)
         ctx.log_table("sentence_losses", sentence_records(enc, nll, tokens, epoch), part=step)
+        log_values(ctx, step, epoch, sentence_metrics(enc, nll, tokens))
     else:
         if space is None:
             raise ValueError("the answer framing needs its answer space")
-        log_answers(enc, ctx, evaluate_answers(model, enc, space, cfg, device), epoch, step, vocab_ids)
-        if spectra is not None and cfg.train.spectra_every:
-            log_epoch_spectra(ctx, model, spectra, epoch, step)
-        return
-    values["epoch"] = torch.tensor(float(epoch))
-    ctx.log(step, {k: v.reshape(1).double() for k, v in values.items()})
+        if recorder is not None:
+            ev = recorder.evaluation(space)
+            recorder.clear()
+        else:
+            model.eval()
+            ev = evaluate_answers(model, enc, space, cfg, device)
+        ctx.log_table("predictions", prediction_records(enc, ev, epoch, vocab_ids), part=step)
+        log_values(ctx, step, epoch, answer_metrics(enc, ev))
     if spectra is not None and cfg.train.spectra_every:
-        log_epoch_spectra(ctx, model, spectra, epoch, step)
+        metrics, table = spectra(model)
+        if step == 0:
+            ctx.log(0, {k: v.reshape(1) for k, v in metrics.items()})
+        if table is not None:  # every singular value, once per epoch (a table part per epoch)
+            ctx.log_table("spectra", table.assign(epoch=epoch, step=step), part=step)
 
 
-def log_answers(enc: Encoded, ctx: RunContext, ev: Evaluation, epoch: float, step: int, vocab_ids: torch.Tensor | None) -> None:
-    """The ``predictions`` table part ``step`` and the epoch's metrics of one evaluation (answer framing)."""
-    ctx.log_table("predictions", prediction_records(enc, ev, epoch, vocab_ids), part=step)
-    values = answer_metrics(enc, ev)
+def log_values(ctx: RunContext, step: int, epoch: float, values: dict[str, torch.Tensor]) -> None:
+    """An evaluation's metrics and its ``epoch`` at ``step``."""
     values["epoch"] = torch.tensor(float(epoch))
     ctx.log(step, {k: v.reshape(1).double() for k, v in values.items()})
-
-
-def log_epoch_spectra(ctx: RunContext, model: Any, spectra: SpectraHook, epoch: float, step: int) -> None:
-    """Spectra statistics at step 0, and every singular value once per epoch (a table part per epoch)."""
-    metrics, table = spectra(model)
-    if step == 0:
-        ctx.log(0, {k: v.reshape(1) for k, v in metrics.items()})
-    if table is not None:
-        ctx.log_table("spectra", table.assign(epoch=epoch, step=step), part=step)
-
-
-class TrainPassRecorder:
-    """The authors' recording (``train.record=train-before-step``): each example's scores from
-    the training forward pass (train mode, before its batch's update), gathered over an epoch.
-
-    Buffers: top rows (N, k), top probabilities (N, k), answer rank (N,), answer log-prob (N,),
-    seen (N,) bool; checkpointed with the loop's state, so a resumed epoch keeps its records."""
-
-    FIELDS = ("top_rows", "top_probs", "rank", "logprob", "seen")
-
-    def __init__(self, targets: torch.Tensor, k: int):
-        n = len(targets)
-        self.targets, self.k = targets, k  # (N,) the answers' model rows
-        self.top_rows = torch.zeros(n, k, dtype=torch.long)
-        self.top_probs = torch.zeros(n, k, dtype=torch.float64)
-        self.rank = torch.zeros(n, dtype=torch.long)
-        self.logprob = torch.zeros(n, dtype=torch.float64)
-        self.seen = torch.zeros(n, dtype=torch.bool)
-
-    def add(self, rows: torch.Tensor, logits: torch.Tensor) -> None:
-        """Score the batch ``rows`` (B,) from its training-pass logits (B, V')."""
-        top, probs, rank, logprob = score_logits(logits, self.targets[rows].to(logits.device), self.k)
-        self.top_rows[rows], self.top_probs[rows], self.rank[rows], self.logprob[rows] = top, probs, rank, logprob
-        self.seen[rows] = True
-
-    def clear(self) -> None:
-        self.seen.zero_()
-
-    def evaluation(self, space: AnswerSpace) -> Evaluation:
-        if not bool(self.seen.all()):
-            raise RuntimeError(f"train-before-step recording: {int((~self.seen).sum())} examples not seen this epoch")
-        return evaluation(space, self.top_rows.clone(), self.top_probs.clone(), self.rank.clone(), self.logprob.clone())
-
-    def state(self) -> dict[str, torch.Tensor]:
-        return {f"rec.{f}": getattr(self, f) for f in self.FIELDS}
-
-    def restore(self, tensors: dict[str, torch.Tensor]) -> None:
-        for f in self.FIELDS:
-            if f"rec.{f}" in tensors:
-                getattr(self, f).copy_(tensors[f"rec.{f}"])
