@@ -520,3 +520,39 @@ def test_sweep_point_outside_its_folder_is_not_written(sweep_dir, tmp_path):
     result = write_report(sweep, collect_fn=lambda folder: Collected(pd.DataFrame(), [], []))
     assert not (elsewhere / "report.html").exists() and result.run_reports == ()
     assert any("outside" in w for w in result.warnings)
+
+
+def test_axis_lines_split_a_point_label_into_short_axis_lines():
+    """A sweep point's matrix header: one line per axis, the last dotted name, in full where
+    two axes share it; values are kept whole (a comma inside a value stays); a label that is
+    not made of the axes gives no lines (the header shows the label)."""
+    from stagewise.orchestrate.sweepplan import point_label
+    from stagewise.report.matrix import axis_lines
+
+    values = {"train.reproduce_original_padding": True, "train.lr": 1e-05}
+    assert axis_lines(point_label(values), list(values)) == ("reproduce_original_padding=True", "lr=1e-05")
+    assert axis_lines("model.lr=0.1,train.lr=0.01", ["model.lr", "train.lr"]) == ("model.lr=0.1", "train.lr=0.01")
+    assert axis_lines("data.sizes=[1, 2],seed=3", ["data.sizes", "seed"]) == ("sizes=[1, 2]", "seed=3")
+    assert axis_lines("(no axes)", []) == () and axis_lines("seed=1", ["train.lr"]) == ()
+
+
+def test_sweep_matrix_shows_a_claim_a_run_does_not_make_as_absent(sweep_dir, tmp_path):
+    """Two runs, the second's summary without one claim and with another not testable: the
+    first is absent in its column (the collect table's <NA> alone would read "not testable"),
+    the second stays "not testable"."""
+    sweep = tmp_path / "sweep"
+    shutil.copytree(sweep_dir, sweep)
+    index = json.loads((sweep / "sweep.json").read_text())
+    first = index["points"][0]["run_dir"]
+    second = "runs/" + "e" * 16
+    shutil.copytree(sweep / first, sweep / second)
+    summary = json.loads((sweep / second / "summary.json").read_text())
+    dropped, untestable = summary["claims"][0]["id"], summary["claims"][1]["id"]
+    summary["claims"] = summary["claims"][1:]
+    summary["claims"][0].update(holds=None, verdict="not testable", value=None, per_seed={}, reason="made untestable here")
+    (sweep / second / "summary.json").write_text(json.dumps(summary))
+    index["points"][1]["run_dir"] = second
+    (sweep / "sweep.json").write_text(json.dumps(index))
+    rows = _matrix_rows(write_report(sweep, collect_fn=stub_collect(tmp_path / "figs")).html.read_text())
+    assert rows[dropped][0][0].split()[0] in ("holds", "fails") and rows[dropped][1][0] == "absent"
+    assert rows[untestable][1][0].split()[0] == "nottestable"

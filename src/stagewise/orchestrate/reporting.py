@@ -220,15 +220,19 @@ def _write_sweep(folder: Path, collect_fn: Callable[[Path], Any] | None) -> Repo
         frame, pngs, warnings = collected.frame, list(collected.figures), warnings + list(collected.warnings)
     except UserError as err:
         frame, pngs, warnings = pd.DataFrame(), [], warnings + [f"collect: {m}" for m in err.messages]
-    page = sweep_page(index, views, frame, _figure_entries(folder, pngs), warnings, links, folder,
-                      _declarations(folder, [str(p["run_dir"]) for p in points]))
+    declared, made = _declarations(folder, [str(p["run_dir"]) for p in points])
+    page = sweep_page(index, views, frame, _figure_entries(folder, pngs), warnings, links, folder, declared,
+                      {v.label: made[v.run_dir] for v in views if v.run_dir in made})
     return _result(page, folder / REPORT, "sweep", run_reports=tuple(pages.values()), warnings=tuple(warnings))
 
 
-def _declarations(folder: Path, run_dirs: list[str]) -> dict[str, Claim]:
-    """Claim id -> the first Claim with that id in the summaries of the run folders inside
-    ``folder`` (the declarations the sweep's claims matrix shows; unreadable summaries skipped)."""
+def _declarations(folder: Path, run_dirs: list[str]) -> tuple[dict[str, Claim], dict[str, frozenset[str]]]:
+    """(claim id -> the first Claim with that id in the summaries of the run folders inside
+    ``folder``: the declarations the sweep's claims matrix shows; run_dir -> the ids of the
+    claims its summary makes, so that a claim a run does not make is shown absent, not "not
+    testable"), unreadable summaries skipped."""
     out: dict[str, Claim] = {}
+    made: dict[str, frozenset[str]] = {}
     for key in dict.fromkeys(run_dirs):
         run_dir = _inside(folder, folder / key)
         if run_dir is None or not (run_dir / "summary.json").is_file():
@@ -237,9 +241,10 @@ def _declarations(folder: Path, run_dirs: list[str]) -> dict[str, Claim]:
             claims = read_summary(run_dir / "summary.json").claims
         except UserError:
             continue
+        made[key] = frozenset(c.id for c in claims)
         for c in claims:
             out.setdefault(c.id, c)
-    return out
+    return out, made
 
 
 # ------------------------------------------------------------------------ reproduce

@@ -119,13 +119,35 @@ class Cell:
         return CSS_CLASS[self.verdict] + (" partial" if self.partial else "")
 
 
+def axis_lines(label: str, axes: Sequence[str]) -> tuple[str, ...]:
+    """A sweep point's label (``train.reproduce_original_padding=True,train.lr=1e-05``, as
+    ``point_label`` writes it) as one ``name=value`` line per axis, each axis by its last
+    dotted name unless two axes share it (then in full):
+    ``("reproduce_original_padding=True", "lr=1e-05")``. ``()`` when the label is not made
+    of the axes (the header then shows the label)."""
+    names = sorted(axes, key=len, reverse=True)
+    if not names:
+        return ()
+    starts = list(re.finditer("(?:^|,)(" + "|".join(re.escape(a) for a in names) + ")=", label))
+    if not starts or starts[0].start() != 0:
+        return ()
+    short = {a: a.rsplit(".", 1)[-1] for a in axes}
+    if len(set(short.values())) < len(short):
+        short = {a: a for a in axes}
+    ends = [m.start() for m in starts[1:]] + [len(label)]
+    return tuple(f"{short[m.group(1)]}={label[m.end():end]}" for m, end in zip(starts, ends))
+
+
 @dataclass(frozen=True)
 class Column:
-    """One run (or sweep point): its label, the href of its evidence, its status."""
+    """One run (or sweep point): its label, the href of its evidence, its status; ``lines``
+    the header shown in place of the label, one line each (a sweep point's axis values,
+    :func:`axis_lines`; the label is then the header's hover text)."""
 
     label: str
     href: str | None = None
     status: str = "done"
+    lines: tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -250,7 +272,8 @@ def _worst(values: list[float], claim: Claim | None) -> float:
     return min(values) if claim.relation in (">=", ">") else max(values)
 
 
-def sweep_matrix(frame: pd.DataFrame, columns: Mapping[str, Column], claims: Mapping[str, Claim]) -> Matrix:
+def sweep_matrix(frame: pd.DataFrame, columns: Mapping[str, Column], claims: Mapping[str, Claim],
+                 made: Mapping[str, frozenset[str]] | None = None) -> Matrix:
     """Claims x sweep points from the collect table (a row per run and seed; ``claim.ID``
     the run's verdict, ``claim_value.ID`` its value where collected). ``columns``: point
     label -> column (frame order is used for points missing there); ``claims``: id -> a
@@ -259,7 +282,9 @@ def sweep_matrix(frame: pd.DataFrame, columns: Mapping[str, Column], claims: Map
     A cell holds when every testable row holds, else fails (``partial`` when some hold), is
     not testable when no row is (:data:`ABSENT` for a point whose run is not done); it
     shows the worst ``claim_value`` of the point when that column exists, else ``k/n``
-    testable rows holding."""
+    testable rows holding. ``made``: point label -> the ids of the claims its run's summary
+    makes; a claim outside it is :data:`ABSENT` (the collect table's <NA> alone cannot tell
+    a claim the run does not make from one it cannot test)."""
     ids = [str(c)[len("claim."):] for c in frame.columns if str(c).startswith("claim.")]
     if not ids or "point" not in frame.columns:
         return Matrix((), ())
@@ -271,7 +296,10 @@ def sweep_matrix(frame: pd.DataFrame, columns: Mapping[str, Column], claims: Map
         claim = claims.get(cid)
         rows[cid] = claim_row(claim, cid, cid) if claim else ClaimRow(cid, cid, "", UNDECLARED)
         cells[cid] = []
-        for col, (_, group) in zip(cols, groups):
+        for col, (point, group) in zip(cols, groups):
+            if made is not None and str(point) in made and cid not in made[str(point)]:
+                cells[cid].append(Cell(ABSENT))
+                continue
             held = [_holds(v) for v in group[f"claim.{cid}"]]
             n_true, n_test = sum(h is True for h in held), sum(h is not None for h in held)
             condition = claim.condition() if claim else ""

@@ -39,7 +39,7 @@ from ..errors import UserError
 from ..runs import read_manifest
 from .claims import Claim, Summary, read_summary
 from .html import FigureEntry, figures, inside_folder, render, reproduce_matrix
-from .matrix import Column, RunClaims, as_claim, element_id, number, runs_matrix, sweep_matrix
+from .matrix import Column, RunClaims, as_claim, axis_lines, element_id, number, runs_matrix, sweep_matrix
 
 STAGE_KEYS = frozenset({"per_seed", "mean", "min", "max", "n_reached", "n_seeds"})
 """Keys every stage entry of a StageReport-shaped dict has."""
@@ -287,26 +287,30 @@ def _collected(frame: pd.DataFrame, links: Mapping[str, str]) -> tuple[list[str]
 
 def sweep_page(index: dict[str, Any], points: Sequence[SweepPointView], frame: pd.DataFrame,
                figure_entries: Sequence[FigureEntry], warnings: Sequence[str], links: dict[str, str],
-               folder: str | Path, claims: Mapping[str, Claim] | None = None) -> Page:
+               folder: str | Path, claims: Mapping[str, Claim] | None = None,
+               made: Mapping[str, frozenset[str]] | None = None) -> Page:
     """The report of a sweep ``folder``: the claims x points matrix (each point's cell
     linked to its run's report), failures, figures (only those inside ``folder`` are
     embedded), then the runs and the collect table folded. ``links`` maps a run's
     ``run_dir`` or hash (as in the frame) to its report href (relative to ``folder``);
-    ``claims``: claim id -> a Claim of some run (its declaration for the row header)."""
+    ``claims``: claim id -> a Claim of some run (its declaration for the row header);
+    ``made``: point label -> the ids of the claims its run makes (see :func:`sweep_matrix`)."""
     title = f"stagewise sweep {index.get('lab', '?')}: {len(points)} points"
     statuses = dict(sorted(Counter(p.status for p in points).items()))
     by_label = {p.label: p for p in points}
     columns = {}
+    axes = [str(a) for a in index.get("axes") or []]
     if "point" in frame.columns:
         for point, group in frame.groupby("point", sort=False):
             view = by_label.get(str(point))
             status = view.status if view else ("done" if "status" not in group or (group["status"] == "done").all()
                                               else str(group["status"].iloc[0]))
-            columns[str(point)] = Column(str(point), _point_href(group.iloc[0], links), status)
-    matrix = sweep_matrix(frame, columns, claims or {})
+            columns[str(point)] = Column(str(point), _point_href(group.iloc[0], links), status,
+                                         axis_lines(str(point), axes))
+    matrix = sweep_matrix(frame, columns, claims or {}, made)
     cols, rows = _collected(frame, links)
     block = figures(figure_entries, folder)
-    html = render("sweep.html", title=title, statuses=statuses, axes=[str(a) for a in index.get("axes") or []],
+    html = render("sweep.html", title=title, statuses=statuses, axes=axes,
                   warnings=list(warnings), claims=matrix, bad=[p for p in points if p.status != "done"], points=points,
                   figures=block.html, columns=cols, rows=rows, n_rows=len(frame))
     return Page(title, str(html), block.embedded, block.missing)
