@@ -522,18 +522,29 @@ def test_sweep_point_outside_its_folder_is_not_written(sweep_dir, tmp_path):
     assert any("outside" in w for w in result.warnings)
 
 
-def test_axis_lines_split_a_point_label_into_short_axis_lines():
+def test_point_lines_give_one_short_axis_line_per_value(sweep_dir, tmp_path):
     """A sweep point's matrix header: one line per axis, the last dotted name, in full where
-    two axes share it; values are kept whole (a comma inside a value stays); a label that is
-    not made of the axes gives no lines (the header shows the label)."""
-    from stagewise.orchestrate.sweepplan import point_label
-    from stagewise.report.matrix import axis_lines
+    two axes share it; values written as in the point's label and kept whole (a comma inside
+    a value stays); no axes, no lines (the header shows the label). The page shows the
+    lines, with the full label on hover."""
+    from stagewise.orchestrate.sweepplan import point_label, point_lines
 
     values = {"train.reproduce_original_padding": True, "train.lr": 1e-05}
-    assert axis_lines(point_label(values), list(values)) == ("reproduce_original_padding=True", "lr=1e-05")
-    assert axis_lines("model.lr=0.1,train.lr=0.01", ["model.lr", "train.lr"]) == ("model.lr=0.1", "train.lr=0.01")
-    assert axis_lines("data.sizes=[1, 2],seed=3", ["data.sizes", "seed"]) == ("sizes=[1, 2]", "seed=3")
-    assert axis_lines("(no axes)", []) == () and axis_lines("seed=1", ["train.lr"]) == ()
+    assert point_lines(values) == ("reproduce_original_padding=True", "lr=1e-05")
+    assert point_label(values) == ",".join(("train." + line for line in point_lines(values)))
+    assert point_lines({"model.lr": 0.1, "train.lr": 0.01}) == ("model.lr=0.1", "train.lr=0.01")
+    assert point_lines({"data.sizes": [1, 2], "seed": 3}) == ("sizes=[1, 2]", "seed=3")
+    assert point_lines({}) == ()
+    sweep = tmp_path / "sweep"
+    shutil.copytree(sweep_dir, sweep)
+    index = json.loads((sweep / "sweep.json").read_text())
+    for p in index["points"]:
+        p["values"] = {"train.seed": p["values"]["seed"]}
+    (sweep / "sweep.json").write_text(json.dumps(index))
+    text = write_report(sweep, collect_fn=stub_collect(tmp_path / "figs")).html.read_text()
+    header = text.split("<table class='matrix'>")[1].split("</tr>")[0]
+    assert all(f"title='{p['label']}'" in header for p in index["points"])
+    assert all(f">seed={p['values']['train.seed']}</a>" in header for p in index["points"])
 
 
 def test_sweep_matrix_shows_a_claim_a_run_does_not_make_as_absent(sweep_dir, tmp_path):

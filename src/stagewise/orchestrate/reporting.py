@@ -48,6 +48,7 @@ from ..report.html import FigureEntry, inside_folder
 from ..report.pages import Page, SweepPointView, reproduce_html_page, run_page, sweep_page
 from ..runs import read_manifest
 from ..runs.store import atomic_write_text
+from .sweepplan import point_lines
 
 KINDS = ("run", "sweep", "reproduce")
 REPORT = "report.html"
@@ -214,7 +215,8 @@ def _write_sweep(folder: Path, collect_fn: Callable[[Path], Any] | None) -> Repo
         if href:
             for alias in (key, str(p["hash"]), Path(key).name, str(folder / key), str((folder / key).resolve())):
                 links[alias] = href
-        views.append(SweepPointView(str(p["label"]), str(p["hash"]), key, *states[key], href))
+        views.append(SweepPointView(str(p["label"]), str(p["hash"]), key, *states[key], href,
+                                    point_lines(p.get("values") or {})))
     try:
         collected = (collect_fn or _default_collect)(folder)
         frame, pngs, warnings = collected.frame, list(collected.figures), warnings + list(collected.warnings)

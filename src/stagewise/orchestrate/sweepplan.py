@@ -246,6 +246,16 @@ def point_label(values: dict[str, Any]) -> str:
     return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
 
 
+def point_lines(values: dict[str, Any]) -> tuple[str, ...]:
+    """A point's axis values one per line, as :func:`point_label` writes each, under the
+    axis's last dotted name unless two axes share it (then in full): ``("lr_stage2=0.01",
+    "seed=1")``, the header of the point's column in the sweep report."""
+    short = {k: k.rsplit(".", 1)[-1] for k in values}
+    if len(set(short.values())) < len(short):
+        short = {k: k for k in values}
+    return tuple(point_label({short[k]: v}) for k, v in values.items())
+
+
 def check_distinct(points: list[SweepPoint]) -> None:
     """One line when two points have the same config (same hash): they would share a run."""
     repeated = len(points) - len({p.hash for p in points})

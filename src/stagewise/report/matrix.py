@@ -119,30 +119,11 @@ class Cell:
         return CSS_CLASS[self.verdict] + (" partial" if self.partial else "")
 
 
-def axis_lines(label: str, axes: Sequence[str]) -> tuple[str, ...]:
-    """A sweep point's label (``train.reproduce_original_padding=True,train.lr=1e-05``, as
-    ``point_label`` writes it) as one ``name=value`` line per axis, each axis by its last
-    dotted name unless two axes share it (then in full):
-    ``("reproduce_original_padding=True", "lr=1e-05")``. ``()`` when the label is not made
-    of the axes (the header then shows the label)."""
-    names = sorted(axes, key=len, reverse=True)
-    if not names:
-        return ()
-    starts = list(re.finditer("(?:^|,)(" + "|".join(re.escape(a) for a in names) + ")=", label))
-    if not starts or starts[0].start() != 0:
-        return ()
-    short = {a: a.rsplit(".", 1)[-1] for a in axes}
-    if len(set(short.values())) < len(short):
-        short = {a: a for a in axes}
-    ends = [m.start() for m in starts[1:]] + [len(label)]
-    return tuple(f"{short[m.group(1)]}={label[m.end():end]}" for m, end in zip(starts, ends))
-
-
 @dataclass(frozen=True)
 class Column:
     """One run (or sweep point): its label, the href of its evidence, its status; ``lines``
-    the header shown in place of the label, one line each (a sweep point's axis values,
-    :func:`axis_lines`; the label is then the header's hover text)."""
+    the header shown in place of the label, one line each (a sweep point's axis values;
+    the label is then the header's hover text)."""
 
     label: str
     href: str | None = None
@@ -152,6 +133,11 @@ class Column:
     @property
     def failed(self) -> bool:
         return self.status != "done"
+
+    @property
+    def heading(self) -> tuple[str, ...]:
+        """The header's lines: ``lines``, else the label."""
+        return self.lines or (self.label,)
 
 
 @dataclass(frozen=True)

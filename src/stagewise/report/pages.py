@@ -39,7 +39,7 @@ from ..errors import UserError
 from ..runs import read_manifest
 from .claims import Claim, Summary, read_summary
 from .html import FigureEntry, figures, inside_folder, render, reproduce_matrix
-from .matrix import Column, RunClaims, as_claim, axis_lines, element_id, number, runs_matrix, sweep_matrix
+from .matrix import Column, RunClaims, as_claim, element_id, number, runs_matrix, sweep_matrix
 
 STAGE_KEYS = frozenset({"per_seed", "mean", "min", "max", "n_reached", "n_seeds"})
 """Keys every stage entry of a StageReport-shaped dict has."""
@@ -260,6 +260,7 @@ class SweepPointView:
     status: str  # a manifest status, or "not started"
     error: str | None
     href: str | None  # the run's report.html, relative to the sweep folder
+    lines: tuple[str, ...] = ()  # its column header: one axis value per line (sweepplan.point_lines)
 
 
 @dataclass(frozen=True)
@@ -299,18 +300,17 @@ def sweep_page(index: dict[str, Any], points: Sequence[SweepPointView], frame: p
     statuses = dict(sorted(Counter(p.status for p in points).items()))
     by_label = {p.label: p for p in points}
     columns = {}
-    axes = [str(a) for a in index.get("axes") or []]
     if "point" in frame.columns:
         for point, group in frame.groupby("point", sort=False):
             view = by_label.get(str(point))
             status = view.status if view else ("done" if "status" not in group or (group["status"] == "done").all()
                                               else str(group["status"].iloc[0]))
             columns[str(point)] = Column(str(point), _point_href(group.iloc[0], links), status,
-                                         axis_lines(str(point), axes))
+                                         view.lines if view else ())
     matrix = sweep_matrix(frame, columns, claims or {}, made)
     cols, rows = _collected(frame, links)
     block = figures(figure_entries, folder)
-    html = render("sweep.html", title=title, statuses=statuses, axes=axes,
+    html = render("sweep.html", title=title, statuses=statuses, axes=[str(a) for a in index.get("axes") or []],
                   warnings=list(warnings), claims=matrix, bad=[p for p in points if p.status != "done"], points=points,
                   figures=block.html, columns=cols, rows=rows, n_rows=len(frame))
     return Page(title, str(html), block.embedded, block.missing)
