@@ -1,10 +1,88 @@
-"""Shared helpers: run the CLI in-process and capture exit code, stdout and stderr."""
+"""The test session: its environment, the per-test time budget, the session cache of
+finished runs (tests/runcache.py) and shared helpers (the in-process CLI, the LM data root).
+
+Environment, set before anything imports torch or matplotlib: one torch/BLAS thread per
+process (pytest-xdist runs one worker per core), ``HF_HUB_OFFLINE=1`` (no test reaches the
+hub; the hub probe's tests unset it themselves), ``MPLBACKEND=Agg``.
+
+Budget: in the default tier (tests not marked ``slow``) a test whose setup or call phase
+takes longer than its budget fails with a message saying to make it cheaper or mark it
+``slow``. ``STAGEWISE_TEST_BUDGET_S`` (call) and ``STAGEWISE_SETUP_BUDGET_S`` (setup, which
+includes making a cached run at first need) change the budgets; 0 turns the check off.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 
-import pytest
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_name] = "1"  # inherited by the sweep workers the tests spawn
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["MPLBACKEND"] = "Agg"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+from filelock import FileLock  # noqa: E402
+
+from runcache import RunCache  # noqa: E402
+
+CALL_BUDGET_S = float(os.environ.get("STAGEWISE_TEST_BUDGET_S", "30"))
+"""Seconds a default-tier test's call phase may take (wall time, one core)."""
+SETUP_BUDGET_S = float(os.environ.get("STAGEWISE_SETUP_BUDGET_S", "90"))
+"""Seconds a default-tier test's setup may take: module fixtures and the cached runs it is first to need."""
+OVER_BUDGET = ("{nodeid}: the {when} took {seconds:.1f} s, over the default tier's budget of {budget:.0f} s. Make it "
+               "cheaper (share a finished run through the session cache, tests/runcache.py; fewer steps or seeds) or "
+               "mark it @pytest.mark.slow with the reason.")
+
+
+SLOW_HANG_GUARD_S = 1800  # pytest-timeout for `slow` tests (the default tier's hang guard is pyproject's `timeout`)
+
+
+def pytest_configure(config):
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_HANG_GUARD_S))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    budget = {"setup": SETUP_BUDGET_S, "call": CALL_BUDGET_S}.get(call.when, 0.0)
+    if budget <= 0 or not report.passed or item.get_closest_marker("slow") is not None:
+        return
+    if call.duration > budget:
+        report.outcome = "failed"
+        report.longrepr = OVER_BUDGET.format(nodeid=item.nodeid, when=call.when, seconds=call.duration, budget=budget)
+
+
+def _shared_root(tmp_path_factory, worker_id: str):
+    """A folder every xdist worker of this session sees (the base temp of the main process)."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
+
+
+@pytest.fixture(scope="session")
+def worker_id() -> str:
+    """The xdist worker's name (``gw0``, ...), or ``master`` without xdist."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "master")
+
+
+@pytest.fixture(scope="session")
+def run_cache(tmp_path_factory, worker_id):
+    """The session cache of finished runs (tests/runcache.py). At the end of the session,
+    every cached folder this worker used must still have the digest it had when made."""
+    cache = RunCache(_shared_root(tmp_path_factory, worker_id) / "run-cache")
+    yield cache
+    changed = cache.changed()
+    assert not changed, f"tests wrote into cached runs (copy them with run_cache.copy instead): {', '.join(changed)}"
 
 
 @pytest.fixture
@@ -26,14 +104,18 @@ def cli(capsys, monkeypatch):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def lm_data_root(tmp_path_factory):
+def lm_data_root(tmp_path_factory, worker_id):
     """STAGEWISE_DATA -> tiny fixtures in the shared-data layout (the LM lab's default data
-    root), so every preset and the conformance run work without ../shared/data."""
-    import os
-
+    root), so every preset and the conformance run work without ../shared/data. One folder
+    for all workers, written once, so cached LM runs are shared between them."""
     from lm_fixtures import write_layout
 
-    root = write_layout(tmp_path_factory.mktemp("lm_data"))
+    shared = _shared_root(tmp_path_factory, worker_id)
+    root, done = shared / "lm_data", shared / "lm_data.done"
+    with FileLock(str(shared / "lm_data.lock")):
+        if not done.exists():
+            write_layout(root)
+            done.write_text("")
     old = os.environ.get("STAGEWISE_DATA")
     os.environ["STAGEWISE_DATA"] = str(root)
     yield root

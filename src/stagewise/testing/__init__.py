@@ -19,6 +19,18 @@ the smoke run are skipped when the run itself did not finish.
 
 With ``strict=True`` (the default) :func:`check_lab` raises :class:`ConformanceError`
 listing every failure; with ``strict=False`` it only returns the :class:`ConformanceReport`.
+
+One test per check (scikit-learn's ``parametrize_with_checks`` pattern): :func:`lab_checks`
+yields :class:`LabCheck` values, one per (lab, check), for pytest to parametrize over, so
+``pytest -k`` selects a single check; each runs in a :class:`Session` whose smoke run can come
+from a cache of finished runs (``smoke_source``)::
+
+    @pytest.mark.parametrize("check", lab_checks(LAB), ids=str)
+    def test_conforms(check, tmp_path):
+        result = check.run(Session(check.lab, tmp_path))
+        if result.outcome == "skipped":
+            pytest.skip(result.message)
+        assert result.outcome == "passed", result.message
 """
 
 from __future__ import annotations
@@ -37,7 +49,8 @@ from ..labs import Lab, RunSpec, get_lab
 from ..labs import registry as _registry
 from .checks import CHECKS, Session, Skip, check_entry, first_line
 
-__all__ = ["CHECKS", "CheckResult", "ConformanceError", "ConformanceReport", "check_lab", "check_names"]
+__all__ = ["CHECKS", "CheckResult", "ConformanceError", "ConformanceReport", "LabCheck", "Session", "check_lab", "check_names",
+           "lab_checks"]
 
 Outcome = Literal["passed", "failed", "skipped"]
 DEFAULTS = "(defaults)"  # the entry name of the lab's defaults (no preset)
@@ -129,27 +142,70 @@ def _known(name: str, names: tuple[str, ...], what: str) -> None:
         raise UserError(f"{what}: unknown check '{name}'{hint}; checks: {', '.join(CHECKS)}")
 
 
-def _run_one(name: str, call: Callable[[], None], skips: dict[str, str], base: str) -> CheckResult:
-    reason = skips.get(name, skips.get(base))
-    if reason is not None:
-        return CheckResult(name, "skipped", f"declared by the lab: {reason}")
-    try:
-        call()
-    except NotAvailable as err:
-        return CheckResult(name, "skipped", str(err))
-    except Skip as err:
-        return CheckResult(name, "skipped", str(err))
-    except AssertionError as err:
-        return CheckResult(name, "failed", str(err) or "assertion failed")
-    except Exception as err:
-        return CheckResult(name, "failed", first_line(err))
-    return CheckResult(name, "passed")
+@dataclass(frozen=True)
+class LabCheck:
+    """One conformance check of one lab (a result name of :func:`check_names`); ``str()`` is
+    ``LAB-CHECK``, the pytest id. ``run(session)`` gives its :class:`CheckResult`."""
+
+    lab: Lab
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.lab.name}-{self.name}"
+
+    @property
+    def base(self) -> str:
+        """The check's base name (``preset`` for ``preset[example1]``)."""
+        return self.name.split("[", 1)[0]
+
+    def run(self, session: Session) -> CheckResult:
+        """Run this check in ``session`` (a session of the same lab): passed, failed with the
+        check's message, or skipped with its reason (declared by the lab, or NotAvailable)."""
+        if session.lab.name != self.lab.name:
+            raise UserError(f"check {self}: the session is of lab {session.lab.name}")
+        reason = dict(self.lab.conformance_skips).get(self.name, dict(self.lab.conformance_skips).get(self.base))
+        if reason is not None:
+            return CheckResult(self.name, "skipped", f"declared by the lab: {reason}")
+        entries = {name: spec for _, name, spec in _entries(self.lab)}
+        call: Callable[[], None] = (functools.partial(check_entry, session, entries[self.name]) if self.name in entries
+                                    else functools.partial(CHECKS[self.base], session))
+        with _registry.REGISTRY.registered(self.lab):
+            try:
+                call()
+            except (NotAvailable, Skip) as err:
+                return CheckResult(self.name, "skipped", str(err))
+            except AssertionError as err:
+                return CheckResult(self.name, "failed", str(err) or "assertion failed")
+            except Exception as err:
+                return CheckResult(self.name, "failed", first_line(err))
+        return CheckResult(self.name, "passed")
+
+
+def lab_checks(*labs: Lab | str, checks: Iterable[str] | None = None) -> tuple[LabCheck, ...]:
+    """Every (lab, check) pair as a :class:`LabCheck`, in :func:`check_names` order: for
+    ``labs`` (Lab values or registered names; default every registered lab, by name), and of
+    those only ``checks`` (base names or result names) when given. Unknown names (here or in
+    a lab's ``conformance_skips``) are a one-line UserError."""
+    chosen = [get_lab(lab) if isinstance(lab, str) else lab for lab in (labs or sorted(_registry.REGISTRY))]
+    wanted = None if checks is None else list(checks)
+    out: list[LabCheck] = []
+    for lab in chosen:
+        if not isinstance(lab, Lab):
+            raise UserError(f"lab_checks takes Lab values or registered lab names, got {type(lab).__name__}")
+        names = check_names(lab)
+        for name in dict(lab.conformance_skips):
+            _known(name, names, f"lab {lab.name}: conformance_skips")
+        for name in wanted or ():
+            _known(name, names, "checks")
+        out += [LabCheck(lab, name) for name in names
+                if wanted is None or name in wanted or name.split("[", 1)[0] in wanted]
+    return tuple(out)
 
 
 def check_lab(lab: Lab | str, *, workdir: str | Path | None = None, checks: Iterable[str] | None = None,
               strict: bool = True) -> ConformanceReport:
     """Run the conformance checks on ``lab`` (a :class:`Lab` value, registered or not, or a
-    registered name) and return the :class:`ConformanceReport`.
+    registered name) in one :class:`Session` and return the :class:`ConformanceReport`.
 
     ``workdir``: where the runs go (a fresh ``{lab}-*`` folder in it, kept); default a
     temporary folder, removed afterwards. ``checks``: names (base names of :data:`CHECKS`
@@ -160,32 +216,16 @@ def check_lab(lab: Lab | str, *, workdir: str | Path | None = None, checks: Iter
     lab = get_lab(lab) if isinstance(lab, str) else lab
     if not isinstance(lab, Lab):
         raise UserError(f"check_lab takes a Lab value or a registered lab name, got {type(lab).__name__}")
-    names = check_names(lab)
-    skips = dict(lab.conformance_skips)
-    for name in skips:
-        _known(name, names, f"lab {lab.name}: conformance_skips")
-    wanted = None if checks is None else list(checks)
-    for name in wanted or ():
-        _known(name, names, "check_lab(checks=...)")
-    entries = {name: spec for _, name, spec in _entries(lab)}
+    pairs = lab_checks(lab, checks=checks)
     with contextlib.ExitStack() as stack:
         if workdir is None:
             folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"stagewise-check-{lab.name}-")))
         else:
             Path(workdir).mkdir(parents=True, exist_ok=True)
             folder = Path(tempfile.mkdtemp(prefix=f"{lab.name}-", dir=workdir))
-        stack.enter_context(_registry.REGISTRY.registered(lab))
-        session, results = Session(lab, folder), []
-        for name in names:
-            base = name.split("[", 1)[0]
-            if wanted is not None and name not in wanted and base not in wanted:
-                continue
-            if name in entries:
-                results.append(_run_one(name, functools.partial(check_entry, session, entries[name]), skips, base))
-            else:
-                results.append(_run_one(name, functools.partial(CHECKS[base], session), skips, base))
-    report = ConformanceReport(lab.name, tuple(results))
+        session = Session(lab, folder)
+        results = tuple(pair.run(session) for pair in pairs)
+    report = ConformanceReport(lab.name, results)
     if strict and report.failed:
         raise ConformanceError(report)
     return report
-

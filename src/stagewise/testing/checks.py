@@ -45,13 +45,27 @@ def first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
 
 
+SmokeSource = Callable[[RunSpec, Path], Path]
+"""(smoke spec, folder to put it in) -> the folder of that spec's finished run."""
+
+
+def run_smoke(spec: RunSpec, folder: Path) -> Path:
+    """The default :data:`SmokeSource`: run ``spec`` into ``folder``."""
+    execute_spec(spec, folder, raise_on_failure=True)
+    return folder
+
+
 @dataclass
 class Session:
-    """What the checks of one :func:`check_lab` call share: the lab, a work folder and the
-    smoke run (made at first need; its error is kept so dependents are skipped)."""
+    """What the checks of one :func:`check_lab` call (or one :class:`LabCheck`) share: the
+    lab, a work folder and the smoke run, made at first need by ``smoke_source`` (default:
+    run it into ``folder/smoke``; a test suite passes a cache of finished runs that hands out
+    a copy). The smoke run's error is kept so dependents are skipped. The checks may write
+    into the smoke run's folder: a source must hand out a folder of the session's own."""
 
     lab: Lab
     folder: Path
+    smoke_source: SmokeSource = field(default=run_smoke, repr=False)
     _smoke: tuple[Path, dict[str, Any]] | BaseException | None = field(default=None, repr=False)
 
     def smoke_spec(self, name: str = "smoke") -> RunSpec:
@@ -60,9 +74,9 @@ class Session:
     def smoke_run(self) -> tuple[Path, dict[str, Any]]:
         """(run dir, manifest) of the lab's smoke run; raises what the run raised."""
         if self._smoke is None:
-            root = self.folder / "smoke"
             try:
-                self._smoke = root, execute_spec(self.smoke_spec(), root, raise_on_failure=True)
+                root = Path(self.smoke_source(self.smoke_spec(), self.folder / "smoke"))
+                self._smoke = root, json.loads((root / "manifest.json").read_text(encoding="utf-8"))
             except Exception as err:
                 self._smoke = err
         if isinstance(self._smoke, BaseException):

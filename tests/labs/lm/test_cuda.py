@@ -22,7 +22,7 @@ from stagewise import RunSpec, execute_spec
 from stagewise.config import deep_merge, resolve
 from stagewise.labs import get_lab
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "gpu" / "authors_regime.sh"
+SCRIPT = Path(__file__).resolve().parents[3] / "examples" / "gpu" / "authors_regime.sh"
 AUTHORS = ("counterfact-smollm2-authors", "counterfact-smollm2-authors-masked")
 CATEGORIES = ("train.semantic_correct", "train.type_correct", "train.type_wrong")
 

@@ -5,6 +5,7 @@ skips and missing optional packages are skipped with their reason."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from stagewise.config import RunBase, TrainBase
 from stagewise.errors import NotAvailable, UserError
 from stagewise.labs import REGISTRY, Lab, Reproduction, Resources, RunResult, RunSpec, get_lab
 from stagewise.report.claims import ClaimSpec, Stats, Summary, own
-from stagewise.testing import CHECKS, ConformanceError, check_lab, check_names
+from stagewise.testing import CHECKS, ConformanceError, Session, check_lab, check_names, lab_checks
 
 matplotlib.use("Agg")
 
@@ -165,6 +166,35 @@ def test_a_registered_name_replaced_by_a_value_uses_the_value():
     report = check_lab(dataclasses.replace(ntp, description=""), checks=["lab_value"], strict=False)
     assert report["lab_value"].outcome == "failed" and "description" in report["lab_value"].message
     assert get_lab("ntp") is ntp
+
+
+def test_lab_checks_are_one_pair_per_check_and_run_alone_as_in_check_lab(tmp_path):
+    """lab_checks: the (lab, check) pairs pytest parametrizes over, in check_names order, each
+    run alone in its own session with the outcome check_lab gives it; a smoke source is used
+    for the smoke run (here: one finished run, copied)."""
+    pairs = lab_checks(TINY)
+    assert [p.name for p in pairs] == list(check_names(TINY)) and str(pairs[0]) == f"{NAME}-lab_value"
+    assert [p.name for p in lab_checks(TINY, checks=["preset", "figures"])] == \
+        ["preset[(defaults)]", "preset[fast]", "preset[needs_package]", "figures"]
+    report = check_lab(TINY, workdir=tmp_path / "all", strict=False)
+    with REGISTRY.registered(TINY):
+        smoke = Session(TINY, tmp_path / "made").smoke_run()[0]
+    sources = []
+
+    def copy_of_smoke(spec, folder):
+        sources.append(spec)
+        shutil.copytree(smoke, folder)
+        return folder
+
+    for i, pair in enumerate(pairs):
+        alone = pair.run(Session(TINY, tmp_path / f"alone-{i}", smoke_source=copy_of_smoke))
+        assert (alone.outcome, alone.name) == (report[pair.name].outcome, pair.name), pair
+    assert sources and all(spec == Session(TINY, tmp_path).smoke_spec() for spec in sources)
+    assert NAME not in REGISTRY
+    with pytest.raises(UserError, match="unknown check 'figure'"):
+        lab_checks(TINY, checks=["figure"])
+    with pytest.raises(UserError, match="session is of lab ntp"):
+        pairs[0].run(Session(get_lab("ntp"), tmp_path))
 
 
 def test_the_tiny_run_converges():

@@ -1,0 +1,83 @@
+"""One session cache of finished runs, shared by every test and every pytest-xdist worker.
+
+A run is made once per session for each (lab, resolved config): the key is the lab and the
+spec's config hash, so two specs that resolve to the same config (another name, overrides
+written another way) share one run. Tests get either the cached folder itself, to read
+(:meth:`RunCache.path`), or their own copy, to change (:meth:`RunCache.copy`; a copy is
+milliseconds). Nothing may change a cached folder: its digest (every relative path and the
+bytes of every file) is written when the run finishes and checked again at the end of the
+session by every worker that used it (``tests/conftest.py``), so a test that writes into a
+cached run fails the session with the folder's name.
+
+Across workers one file lock per key makes sure that exactly one process trains a run and
+the others wait for it; a folder whose digest file is missing was left by a worker that
+died mid-run and is made again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from filelock import FileLock
+
+from stagewise import RunSpec, execute_spec
+from stagewise.labs import spec_hash
+
+DIGEST = "digest.json"  # beside each cached folder: {"key", "spec", "sha256"}
+LOCK_TIMEOUT_S = 1800  # a worker waits at most this long for another worker's run
+
+
+def folder_digest(root: Path) -> str:
+    """SHA-256 over the sorted relative paths and contents of every file under ``root``."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def spec_key(spec: RunSpec) -> str:
+    """``{lab}-{config hash}``: the cache key of a spec (its name does not count)."""
+    return f"{spec.lab}-{spec_hash(spec)}"
+
+
+class RunCache:
+    """Finished runs under ``root`` (one folder per key), made at first need."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.used: set[str] = set()  # the keys this process built or handed out
+
+    def path(self, spec: RunSpec) -> Path:
+        """The cached run folder of ``spec`` (made now if no process has made it): read it,
+        never write into it (use :meth:`copy` for that)."""
+        key = spec_key(spec)
+        folder, digest_file = self.root / key, self.root / f"{key}.{DIGEST}"
+        with FileLock(str(self.root / f"{key}.lock"), timeout=LOCK_TIMEOUT_S):
+            if not digest_file.exists():
+                if folder.exists():  # left by a worker that died mid-run
+                    shutil.rmtree(folder)
+                manifest = execute_spec(spec, folder, raise_on_failure=True)
+                if manifest["status"] != "done":
+                    raise RuntimeError(f"cached run {key} ended {manifest['status']}: {manifest.get('error')}")
+                digest_file.write_text(json.dumps({"key": key, "spec": spec.to_json(), "sha256": folder_digest(folder)}))
+        self.used.add(key)
+        return folder
+
+    def copy(self, spec: RunSpec, dest: Path) -> Path:
+        """A private copy of the cached run of ``spec`` at ``dest`` (which must not exist)."""
+        shutil.copytree(self.path(spec), dest)
+        return Path(dest)
+
+    def changed(self) -> list[str]:
+        """The keys this process used whose folder no longer has its recorded digest."""
+        out = []
+        for key in sorted(self.used):
+            recorded = json.loads((self.root / f"{key}.{DIGEST}").read_text())["sha256"]
+            if folder_digest(self.root / key) != recorded:
+                out.append(key)
+        return out
