@@ -18,6 +18,9 @@ import sys
 
 for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[_name] = "1"  # inherited by the sweep workers the tests spawn
+if os.environ.get("PYTEST_XDIST_WORKER"):  # execnet gives its workers COLUMNS=80, LINES=24: rich would freeze
+    os.environ.pop("COLUMNS", None)          # its consoles at 80 columns, whatever a test sets later
+    os.environ.pop("LINES", None)
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["MPLBACKEND"] = "Agg"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -26,6 +26,19 @@ from filelock import FileLock
 from stagewise import RunSpec, execute_spec
 from stagewise.labs import spec_hash
 
+NTP_SHORT = {"train": {"steps_stage1": 20, "steps_stage2": 20}}
+"""NTP Example 1 cut to 20 + 20 steps: the finished NTP run the report, safety, reliability and
+CLI tests share (a second; both stages logged, claims testable)."""
+EXAMPLE1_SHORT = RunSpec(lab="ntp", preset="example1", overrides=NTP_SHORT, name="example1-short")
+
+
+def smoke_spec(lab: str) -> RunSpec:
+    """A lab's smoke run (``Lab.smoke``), as the conformance suite runs it."""
+    from stagewise.labs import get_lab
+
+    return RunSpec(lab=lab, overrides=dict(get_lab(lab).smoke), name="smoke")
+
+
 DIGEST = "digest.json"  # beside each cached folder: {"key", "spec", "sha256"}
 LOCK_TIMEOUT_S = 1800  # a worker waits at most this long for another worker's run
 

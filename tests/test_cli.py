@@ -1,10 +1,18 @@
-"""The command line: bad input exits 2 with one line per problem; commands print what they say."""
+"""The command line: bad input exits 2 with one line per problem; commands print what they say;
+`stages` on odd or damaged metrics files and usage errors (an option given twice) are one line;
+`run --resume` of a finished run says so and touches nothing."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+from pathlib import Path
 
+import pandas as pd
 import pytest
+
+from cli_errors import one_error as _one_error
 
 BASE = '{"input":["a"],"next":"b"},{"input":["b"],"next":"c"},{"input":["c"],"next":"a"}'
 BASE4 = '{"input":["a"],"next":"b"},{"input":["b"],"next":"c"},{"input":["c"],"next":"d"},{"input":["d"],"next":"a"}'
@@ -216,3 +224,106 @@ def test_show_prints_verdicts_with_value_and_reason_undeclared_last(cli, tmp_pat
     assert not any(word in out.split() for word in ("yes", "no", "untestable"))
     assert out.index("undeclared") > max(out.index(c.id + ":") for c in claims[1:])
     assert out.index("undeclared") < out.index("old_v1:")
+
+
+# ------------------------------------------------------------------ stages
+@pytest.fixture
+def metrics_dir(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    frame = pd.DataFrame({"step": [0, 1, 2, 3] * 2, "seed": [0] * 4 + [1] * 4, "metric": ["loss"] * 8,
+                          "value": [1.0, 0.6, 0.4, 0.2, 1.0, 0.9, 0.45, 0.1], "variant": ["base"] * 8})
+    frame.to_parquet(run / "metrics.parquet")
+    return run
+
+
+def test_stages_ignores_extra_columns(cli, metrics_dir):
+    code, stdout, stderr = cli("stages", str(metrics_dir), "P=loss<=0.5")
+    assert code == 0 and "2/2" in stdout and "order (by median step): P" in stdout, stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["P=loss<=0.5", "--sustain", "0"], "--sustain 0: must be >= 1"),
+    (["P=loss<=0.5", "--sustain", "-1"], "--sustain -1: must be >= 1"),
+    (["=loss<=0.5"], "empty NAME"),
+    (["P=<=0.5"], "empty METRIC"),
+    (["P=loss<=nan"], "not finite"),
+    (["P=loss>=inf"], "not finite"),
+    (["P=loss<=-inf"], "not finite"),
+    (["P=loss<=0.5", "P=loss<=0.3"], "stage name 'P' is given twice"),
+])
+def test_stages_bad_criteria_one_line(cli, metrics_dir, args, needle):
+    assert needle in _one_error(cli, "stages", str(metrics_dir), *args)
+
+
+def test_stages_corrupt_or_wrong_metrics(cli, tmp_path):
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "metrics.parquet").write_bytes(os.urandom(600))
+    assert "not a readable metrics file" in _one_error(cli, "stages", str(corrupt), "P=loss<=0.5")
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    pd.DataFrame({"step": [1], "seed": [0], "value": [0.1]}).to_parquet(wrong / "metrics.parquet")
+    line = _one_error(cli, "stages", str(wrong), "P=loss<=0.5")
+    assert "no column(s) metric" in line and "step, seed, metric, value" in line
+    typed = tmp_path / "typed"
+    typed.mkdir()
+    pd.DataFrame({"step": ["a"], "seed": [0], "metric": ["loss"], "value": [0.1]}).to_parquet(typed / "metrics.parquet")
+    assert "column step" in _one_error(cli, "stages", str(typed), "P=loss<=0.5")
+
+
+# ------------------------------------------------------------------ usage errors
+@pytest.mark.parametrize("args,needle", [
+    (["stages"], "Missing argument"),
+    (["config"], "Missing argument"),
+    (["run", "ntp", "--bogus"], "No such option: --bogus"),
+    (["run", "ntp", "--seeds", "abc"], "--seeds"),
+    (["run", "ntp", "--out"], "requires an argument"),
+    (["nope"], "No such command"),
+    (["run", "ntp", "--preset", "example1", "--preset", "small"], "--preset given more than once"),
+    (["run", "ntp", "-p", "example1", "--preset=small"], "--preset given more than once"),
+    (["run", "ntp", "-qpexample1", "-p", "x"], "--preset given more than once"),
+    (["run", "ntp", "--config", "a.yaml", "-c", "b.yaml"], "--config given more than once"),
+    (["run", "ntp", "--out", "a", "-o", "b"], "--out given more than once"),
+    (["run", "ntp", "--seeds", "2", "--seeds", "3"], "--seeds given more than once"),
+    (["run", "--resume", "a", "--resume", "b"], "--resume given more than once"),
+])
+def test_usage_errors_are_one_line(cli, tmp_path, monkeypatch, args, needle):
+    monkeypatch.chdir(tmp_path)
+    assert needle in _one_error(cli, *args)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_option_values_are_not_scanned_and_help_works(cli, tmp_path):
+    code, stdout, _ = cli("run", "--help")
+    assert code == 0 and "--preset" in stdout
+    code, stdout, _ = cli("--help")
+    assert code == 0 and "stages" in stdout
+    line = _one_error(cli, "run", "ntp", "--set", "train.etaa=--preset", "--preset", "example1", "--out", str(tmp_path / "r"))
+    assert "did you mean 'train.lr_stage2'" in line
+
+
+# ------------------------------------------------------------------ resume of a finished run
+SHORT = ["--set", "train.steps_stage1=10", "--set", "train.steps_stage2=10"]  # NTP example1, short
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[str, int]]:
+    """Every file under ``folder``: (sha256, mtime in ns)."""
+    return {p.relative_to(folder).as_posix(): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_resume_of_a_done_run_says_already_done_and_touches_nothing(cli, tmp_path, monkeypatch):
+    monkeypatch.setattr("stagewise.labs.ntp.lab.make_figures", lambda *args: [])  # figures are not the point: fast
+    run = tmp_path / "run"
+    code, _, err = cli("run", "ntp", "--preset", "example1", *SHORT, "--out", str(run), "-q")
+    assert code == 0, err
+    before = _snapshot(run)
+    assert {"manifest.json", "metrics.parquet", "metrics.jsonl", "summary.json"} <= before.keys()
+    code, out, err = cli("run", "--resume", str(run), "-q")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].startswith("already done:") and str(run) in lines[0]
+    _, shown, _ = cli("show", str(run))
+    assert out.split("\n", 1)[1] == shown  # then the summary, as `show` prints it
+    assert _snapshot(run) == before  # no file written, rewritten or added (manifest and metrics byte-identical)

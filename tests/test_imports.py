@@ -1,12 +1,14 @@
 """A house that is quick to enter: ``import stagewise`` and the listing commands (``--help``,
 ``--version``, ``labs``, ``config LAB``, ``claims LAB``) import no torch, no pandas and no
-orchestration code. Each runs in a fresh process, which reports the modules it loaded."""
+orchestration code. Each runs in a fresh process, which reports the modules it loaded. The
+declared dependencies keep pyarrow above the floor of CVE-2023-47248."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +77,8 @@ def test_lazy_public_names_are_the_real_objects_and_listed():
     for package in ("stagewise.engine", "stagewise.runs", "stagewise.labs.ntp", "stagewise.labs.lm"):
         module = __import__(package, fromlist=["__all__"])
         assert set(module.__all__) <= set(dir(module)) and all(getattr(module, n) is not None for n in module.__all__)
+
+
+def test_pyarrow_floor_excludes_cve_2023_47248():
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert '"pyarrow>=15"' in text and '"pyarrow>=14"' not in text

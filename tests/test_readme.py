@@ -133,6 +133,7 @@ def test_every_path_a_command_reads_was_made_before_or_ships():
     assert any(b.quick for b in blocks()), "no block is marked quick"
 
 
+@pytest.mark.slow  # every quick block of the README in a fresh folder (reproduce, sweeps, reports): ~40 s
 def test_quick_blocks_run_in_order_in_a_fresh_folder(cli, tmp_path, monkeypatch):
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     monkeypatch.chdir(tmp_path)

@@ -8,6 +8,9 @@ Default tier (seconds): the first steps of each default preset, figures not draw
   changes the training members). The values were read from a 400-step run of all 8 seeds
   with the control (commit 9a432db), so the test also checks that the first steps do not
   depend on the run's length or on the ensemble's size.
+- lm: the lab's smoke run (a 1-layer GPT-2 from a config, compact vocabulary, the CounterFact
+  fixture, AdamW for 3 epochs; the session cache's run), float32, so compared to RTOL_FLOAT32:
+  its epoch losses and every batch loss, recorded at commit 9a432db.
 Slow tier: the full-length runs (`stagewise run ntp` / `stagewise run disentangled` with no
 preset and no overrides), recorded before the lab-contract refactor: the first and last
 logged losses and the final weight norms. A change of any digit means a change of results,
@@ -21,10 +24,12 @@ import dataclasses
 import pandas as pd
 import pytest
 
+from runcache import smoke_spec
 from stagewise import RunSpec, execute_spec
 from stagewise.labs import get_lab
 
 RTOL = 5e-12  # the recorded values carry 12 significant digits
+RTOL_FLOAT32 = 1e-5  # the LM lab trains in float32: another CPU's kernels may change the last bits, not the fifth digit
 
 SHORT_SPECS = {  # lab -> the default tier's run (see the module docstring)
     "ntp": RunSpec(lab="ntp", name="golden-short", overrides={"train": {"steps_stage1": 100, "steps_stage2": 100}}),
@@ -95,13 +100,22 @@ GOLDEN = {
 }
 
 
-def assert_golden(metrics_file, golden: dict[str, list[float]]) -> None:
+LM_SHORT = {
+    "train.loss@0": [3.60999343793], "train.loss@3": [3.35542491078], "train.loss@6": [2.95126940807],
+    "train.loss@9": [2.62818717957],
+    "train.batch_loss@1": [3.63889217377], "train.batch_loss@2": [3.57028603554], "train.batch_loss@3": [3.57125282288],
+    "train.batch_loss@4": [3.39753198624], "train.batch_loss@5": [3.17156600952], "train.batch_loss@6": [3.19192385674],
+    "train.batch_loss@7": [2.8362891674], "train.batch_loss@8": [2.91483426094], "train.batch_loss@9": [2.80827569962],
+}
+
+
+def assert_golden(metrics_file, golden: dict[str, list[float]], rtol: float = RTOL) -> None:
     frame = pd.read_parquet(metrics_file)
     frame = frame[frame["variant"] == ""] if "variant" in frame else frame
     for key, expected in golden.items():
         metric, step = key.rsplit("@", 1)
         got = frame[(frame["metric"] == metric) & (frame["step"] == int(step))].sort_values("seed")["value"].tolist()
-        assert got == pytest.approx(expected, rel=RTOL, abs=1e-300), key
+        assert got == pytest.approx(expected, rel=rtol, abs=1e-300), key
 
 
 @pytest.mark.parametrize("lab", sorted(SHORT))
@@ -110,6 +124,10 @@ def test_first_steps_of_the_default_preset_golden_values(tmp_path, lab):
     manifest = execute_spec(SHORT_SPECS[lab], tmp_path / lab, raise_on_failure=True, lab=no_figures)
     assert manifest["status"] == "done"
     assert_golden(tmp_path / lab / "metrics.parquet", SHORT[lab])
+
+
+def test_lm_smoke_run_golden_values(run_cache):
+    assert_golden(run_cache.path(smoke_spec("lm")) / "metrics.parquet", LM_SHORT, rtol=RTOL_FLOAT32)
 
 
 @pytest.mark.slow  # the full default presets: 1800 NTP steps, 16 x 6000 disentangled steps with floors (minutes)

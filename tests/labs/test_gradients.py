@@ -1,7 +1,7 @@
 """Every hand-derived gradient against torch.autograd, in float64 on random inputs.
 
-Extends tests/test_ntp_model.py (closed forms on the lab's own problems) and
-tests/test_disentangled.py (one ensemble shape per model variant) to random shapes, several
+Extends tests/labs/ntp/test_model.py (closed forms on the lab's own problems) and
+tests/labs/disentangled/test_train.py (one ensemble shape per model variant) to random shapes, several
 ensemble sizes, random padding masks, random sample weights and shared datasets:
 
 * NTP: ``model.gradients`` (d L / d W_ov, d L / d W_kq) and ``model.collocation_loss``

@@ -37,6 +37,7 @@ def per_seed_metrics(out, index_entry) -> pd.DataFrame:
     return frame.sort_values(["metric", "variant", "seed", "step"]).reset_index(drop=True)
 
 
+@pytest.mark.slow  # two sweeps of 6 NTP runs (8 run folders with figures): ~25 s on 2 quiet cores
 def test_folded_seeds_equal_unfolded(tmp_path):
     pts = points()
     runs = fold_points(pts, "seeds")
@@ -81,6 +82,7 @@ def assert_same_runs(a, b, pts):
         pd.testing.assert_frame_equal(x, y, check_exact=True)
 
 
+@pytest.mark.slow  # starts a local Ray cluster (~20 s) besides two sweeps
 def test_ray_equals_local(tmp_path):
     pytest.importorskip("ray", reason="Ray not installed (pip install -e '.[ray]')")
     pts = reference(tmp_path)
@@ -92,6 +94,7 @@ def test_ray_equals_local(tmp_path):
     assert counts(again)["skipped"] == len(pts)
 
 
+@pytest.mark.slow  # submitit-local jobs: a process per job, ~25 s
 def test_submitit_local_equals_local_and_caps_concurrency(tmp_path):
     pytest.importorskip("submitit", reason="submitit not installed (pip install -e '.[slurm]')")
     pts = reference(tmp_path)
@@ -105,6 +108,7 @@ def test_submitit_local_equals_local_and_caps_concurrency(tmp_path):
         assert sum(s <= start < e for s, e in starts[:i]) < 2
 
 
+@pytest.mark.slow  # a submitit job killed by its timeout signal and requeued: ~20 s
 def test_a_submitit_timeout_requeues_and_resumes(tmp_path):
     pytest.importorskip("submitit", reason="submitit not installed (pip install -e '.[slurm]')")
     spec = {**NTP, "set": {"train.steps_stage1": 400, "train.steps_stage2": 400, "train.checkpoint_every": 50},

@@ -25,6 +25,7 @@ def metrics(out, p) -> pd.DataFrame:
     return pd.read_parquet(out / "runs" / p.hash / "metrics.parquet")
 
 
+@pytest.mark.slow  # the same sweep serially and on 2 workers, then again: ~50 s
 def test_parallel_equals_serial_and_reruns_skip(tmp_path):
     pts = points()
     serial = run_local(pts, tmp_path / "s", "ntp", max_parallel=1)
@@ -60,6 +61,7 @@ def test_failures_are_recorded_and_the_rest_completes(tmp_path):
     assert manifest["status"] == "diverged"
 
 
+@pytest.mark.slow  # a killed sweep and its rerun beside an uninterrupted one: ~27 s
 def test_a_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
     pts = points()
     reference = run_local(pts, tmp_path / "ref", "ntp", max_parallel=1)

@@ -1,6 +1,6 @@
 """Claims as data: every lab's declared ClaimSpecs, ClaimSpec.result's verdicts, version-1
-summaries, and smoke runs whose claims instantiate the declarations (and fail under the
-declared control)."""
+summaries, smoke runs whose claims instantiate the declarations (and fail under the
+declared control), and a truncated or foreign summary.json that `show` reports in one line."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from stagewise import RunSpec, execute_spec
+from runcache import EXAMPLE1_SHORT
+from stagewise import RunSpec
 from stagewise.config import deep_merge
 from stagewise.labs import REGISTRY, get_lab, spec_config
 from stagewise.report.claims import SOURCE_GROUPS, Claim, ClaimSpec, read_summary, own
@@ -123,12 +124,11 @@ def test_version1_summary_still_reads(tmp_path):
 
 # ------------------------------------------------------------------ smoke runs of the theory labs
 
-def _run(name: str, root, extra: dict | None = None, run_name: str = "smoke") -> list[Claim]:
+def _run(name: str, run_cache, extra: dict | None = None, run_name: str = "smoke") -> list[Claim]:
+    """The claims of lab ``name``'s smoke run with ``extra`` overrides (the session cache's run)."""
     lab = get_lab(name)
     spec = RunSpec(lab=name, overrides=deep_merge(dict(lab.smoke), extra or {}), name=run_name)
-    manifest = execute_spec(spec, root / run_name, raise_on_failure=True)
-    assert manifest["status"] == "done"
-    return read_summary(root / run_name / "summary.json").claims
+    return read_summary(run_cache.path(spec) / "summary.json").claims
 
 
 def _declared_instances(name: str, claims: list[Claim]) -> None:
@@ -145,32 +145,57 @@ def _declared_instances(name: str, claims: list[Claim]) -> None:
 
 
 @pytest.mark.parametrize("name", THEORY_LABS)
-def test_smoke_claims_instantiate_declared_specs(name, tmp_path):
-    _declared_instances(name, _run(name, tmp_path))
+def test_smoke_claims_instantiate_declared_specs(name, run_cache):
+    _declared_instances(name, _run(name, run_cache))
 
 
-def test_ntp_stage1_direction_fails_under_its_control(tmp_path):
+def test_ntp_stage1_direction_fails_under_its_control(run_cache):
     """The declared control of stage1_direction (preset adam) makes it fail; two-stage NGD passes."""
-    base = {c.id: c for c in _run("ntp", tmp_path)}
+    base = {c.id: c for c in _run("ntp", run_cache)}
     assert base["stage1_direction"].holds is True
-    adam = {c.id: c for c in _run("ntp", tmp_path, get_lab("ntp").preset_overrides("adam"), "adam")}
+    adam = {c.id: c for c in _run("ntp", run_cache, get_lab("ntp").preset_overrides("adam"), "adam")}
     _declared_instances("ntp", list(adam.values()))
     assert adam["stage1_direction"].holds is False, adam["stage1_direction"]
 
 
-def test_disentangled_p_learned_fails_under_its_control(tmp_path):
+def test_disentangled_p_learned_fails_under_its_control(run_cache):
     """The declared control of p_learned_stage1 (the shuffled-label control variant) makes it
     fail: the stage claims evaluated on the control's own records."""
     from stagewise.labs.disentangled.claims import stage_claims
     from stagewise.runs import TableStore
 
     lab = get_lab("disentangled")
-    _run("disentangled", tmp_path)
-    config = spec_config(RunSpec(lab="disentangled", overrides=dict(lab.smoke), name="smoke"))
-    stages = TableStore(tmp_path / "smoke" / "tables").get("stages")
+    spec = RunSpec(lab="disentangled", overrides=dict(lab.smoke), name="smoke")
+    config = spec_config(spec)
+    stages = TableStore(run_cache.path(spec) / "tables").get("stages")
     assert "control" in set(stages["variant"]), "the smoke run has no shuffled-label control"
     on_run = {c.id: c for c in stage_claims(config, stages)}
     on_control = {c.id: c for c in stage_claims(config, stages, "control")}
     assert on_control["p_learned_stage1"].holds is False, on_control["p_learned_stage1"]
     assert on_control["p_learned_stage1"].value > on_run["p_learned_stage1"].value  # K1 / log 2: the control learns no P
     assert "shuffled-label control" in on_control["p_learned_stage1"].control
+
+
+# --------------------------------------------------------------------------- damaged summaries
+def one_line(code, stderr, needle):
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and needle in lines[0], (code, lines)
+
+
+@pytest.fixture(scope="module")
+def done_run(run_cache):
+    """A finished NTP run (the session cache's: read it, copy it to change it)."""
+    return run_cache.path(EXAMPLE1_SHORT)
+
+
+def test_show_on_a_truncated_summary(cli, tmp_path, done_run):
+    import shutil
+
+    run = tmp_path / "r"
+    shutil.copytree(done_run, run)
+    (run / "summary.json").write_text((run / "summary.json").read_text()[:100])
+    code, out, err = cli("show", str(run))
+    one_line(code, err, "unreadable summary")
+    (run / "summary.json").write_text('{"lab": "ntp"}')
+    code, _, err = cli("show", str(run))
+    one_line(code, err, "not a stagewise summary")

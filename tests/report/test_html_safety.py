@@ -23,12 +23,10 @@ from urllib.parse import unquote, urlsplit
 import pandas as pd
 import pytest
 
-from stagewise.labs import RunSpec
+from runcache import EXAMPLE1_SHORT
 from stagewise.orchestrate.reporting import write_report
-from stagewise.orchestrate.runner import execute_spec
 from stagewise.report.html import safe_href
 
-STEPS = {"train": {"steps_stage1": 20, "steps_stage2": 20}}  # NTP example1, short: ~2 s
 EMBEDDED = "data:image/png;base64,"
 
 HOSTILE = ("javascript:alert(document.domain)", "JaVaScRiPt:alert(1)", " javascript:alert(2)",
@@ -85,11 +83,8 @@ def _assert_links_stay_inside(page: Path, root: Path) -> list[str]:
 
 # ----------------------------------------------------------------------------- folders
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("safety") / "run"
-    assert execute_spec(RunSpec(lab="ntp", preset="example1", overrides=STEPS), out)["status"] == "done"
-    (out / "report.html").unlink(missing_ok=True)
-    return out
+def run_dir(tmp_path_factory, run_cache) -> Path:
+    return _copy_run(run_cache.path(EXAMPLE1_SHORT), tmp_path_factory.mktemp("safety") / "run")
 
 
 def _copy_run(run_dir: Path, to: Path) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -15,13 +16,15 @@ import pandas as pd
 import pytest
 from matplotlib.collections import PathCollection
 
+from runcache import smoke_spec
 from stagewise import RunSpec, execute_spec
-from stagewise.labs import REGISTRY, get_lab, registry
+from stagewise.labs import REGISTRY, get_lab, registry, spec_config
 from stagewise.orchestrate.collect import collect
 from stagewise.orchestrate.executor_options import ExecutorOptions
 from stagewise.orchestrate.sweep import run_sweep
 from stagewise.orchestrate.sweepplan import SweepSpec, plan
-from stagewise.report.claims import read_summary
+from stagewise.report.claims import Summary, read_summary
+from stagewise.runs import TableStore
 from stagewise.report.plots import (MIN_PANEL_IN, REPORT_WIDTH_IN, check_figure, gap_where_zero, palette, panel_grid,
                                     recording, use_log_scale)
 
@@ -43,13 +46,20 @@ EXPERIMENTS = {  # (lab, preset, overrides on its smoke settings): the other fig
 
 
 @pytest.fixture(scope="module", params=LABS)
-def lab_figures(request, tmp_path_factory):
-    """(lab name, run folder, every Figure the smoke run saved)."""
+def lab_figures(request, tmp_path_factory, run_cache):
+    """(lab name, run folder, every Figure of the smoke run): the session cache's smoke run
+    (read only), its figures drawn again from what it wrote (config, metrics, tables, summary)
+    into a folder of this test, the same call the runner makes at the end of a run."""
     lab = get_lab(request.param)
-    root = tmp_path_factory.mktemp(request.param) / "run"
+    spec = smoke_spec(lab.name)
+    cached = run_cache.path(spec)
+    root = tmp_path_factory.mktemp(request.param)
+    summary = Summary.model_validate(json.loads((cached / "summary.json").read_text()))
     with recording() as figures:
-        execute_spec(RunSpec(lab=lab.name, overrides=dict(lab.smoke), name="smoke"), root, raise_on_failure=True)
-    return request.param, root, list(figures)
+        lab.make_figures(spec_config(spec), pd.read_parquet(cached / "metrics.parquet"), TableStore(cached / "tables"), summary,
+                         root / "figures")
+    assert sorted(p.name for p in (root / "figures").iterdir()) == sorted(p.name for p in (cached / "figures").iterdir())
+    return request.param, cached, list(figures)
 
 
 @pytest.fixture(scope="module", params=sorted(EXPERIMENTS))

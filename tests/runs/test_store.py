@@ -1,4 +1,7 @@
-"""The run store: layout, atomic files, failure records, and resume == uninterrupted."""
+"""The run store: layout, atomic files, failure records, and resume == uninterrupted; an --out
+that cannot be a run folder, a damaged manifest or a missing config.yaml is one line; every file
+has the same mode; CSV tables are quoted against spreadsheet formulas; a folder left by a
+prepare killed between its writes is taken."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import json
 import math
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -14,6 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from runcache import EXAMPLE1_SHORT
 from stagewise.config import resolve
 from stagewise.labs import get_lab
 from stagewise.engine import Diverged
@@ -242,7 +247,7 @@ def test_concurrent_resume_in_two_processes_one_writer(tmp_path):
     (out / "manifest.json").write_text(json.dumps({**json.loads((out / "manifest.json").read_text()), "status": "running"}))
     procs = [subprocess.Popen([*args, "run", "--resume", str(out), "-q"], stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
-    results = [(p.wait(), p.stderr.read()) for p in procs]
+    results = [(p.returncode, err) for p in procs for _, err in [p.communicate()]]  # communicate closes the pipes
     codes = sorted(code for code, _ in results)
     assert codes in ([0, 2], [0, 0]), results  # [0, 0]: the first had finished before the second started
     if codes == [0, 2]:
@@ -263,8 +268,8 @@ def test_sigterm_checkpoints_and_records_interrupted(tmp_path):
     while time.time() < deadline and not (jsonl.exists() and jsonl.stat().st_size > 20000):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
-    code = proc.wait(timeout=60)
-    assert code == 143, proc.stderr.read()
+    _, err = proc.communicate(timeout=60)  # waits and closes the pipe
+    assert proc.returncode == 143, err
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "interrupted" and "SIGTERM" in manifest["error"]
     assert list((out / "checkpoints").glob("*.safetensors"))  # checkpointed at the stop, not at an interval
@@ -306,3 +311,105 @@ def test_failure_on_unwritable_dir_is_recorded_as_far_as_possible(tmp_path, monk
     assert err.value.stagewise_error_log is None and "no error.log" in err.value.stagewise_note
     assert not paths.error_log.exists()
     assert json.loads(paths.manifest.read_text())["status"] == "failed"  # the manifest itself could still be written
+
+
+# --------------------------------------------------------------------------- hostile or careless input
+EXAMPLE = ["run", "ntp", "--preset", "example1", "--set", "train.steps_stage2=20", "-q"]
+
+
+def one_line(code, stderr, needle):
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and needle in lines[0], (code, lines)
+
+
+@pytest.mark.parametrize("command", ["run", "reproduce"])
+def test_out_that_is_a_file_or_under_a_file_or_unwritable(cli, tmp_path, command):
+    (tmp_path / "f").write_text("x")
+    args = EXAMPLE[:-1] if command == "run" else ["reproduce", "ntp", "--quick"]
+    code, _, err = cli(*args, "--out", str(tmp_path / "f"))
+    one_line(code, err, "is a file")
+    code, _, err = cli(*args, "--out", str(tmp_path / "f" / "sub"))
+    one_line(code, err, "which is a file")
+    code, _, err = cli(*args, "--out", "/proc/stagewise-cannot-be-here")
+    one_line(code, err, "cannot create the directory")
+    assert (tmp_path / "f").read_text() == "x"
+
+
+@pytest.fixture(scope="module")
+def done_run(run_cache):
+    """A finished NTP run (the session cache's: read it, copy it to change it)."""
+    return run_cache.path(EXAMPLE1_SHORT)
+
+
+@pytest.mark.parametrize("damage,needle", [
+    (lambda p: p.write_text(p.read_text()[:40]), "unreadable manifest"),
+    (lambda p: p.write_text("[1, 2]"), "expected an object"),
+    (lambda p: p.write_text("{}"), "missing lab, status"),
+    (lambda p: p.write_bytes(b"\xff\xfe\x00garbage"), "unreadable manifest"),
+])
+def test_show_and_resume_on_a_damaged_manifest(cli, tmp_path, done_run, damage, needle):
+    import shutil
+
+    run = tmp_path / "r"
+    shutil.copytree(done_run, run)
+    damage(run / "manifest.json")
+    for args in (("show", str(run)), ("run", "--resume", str(run))):
+        code, _, err = cli(*args)
+        one_line(code, err, needle)
+
+
+def test_resume_without_config_yaml(cli, tmp_path, done_run):
+    import shutil
+
+    run = tmp_path / "r"
+    shutil.copytree(done_run, run)
+    (run / "config.yaml").unlink()
+    code, _, err = cli("run", "--resume", str(run))
+    one_line(code, err, "config.yaml is missing")
+
+
+def test_checkpoints_have_the_same_mode_as_other_files(done_run):
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in done_run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert len(set(modes.values())) == 1, modes
+    assert any(name.endswith(".safetensors") for name in modes)
+
+
+def test_generalization_csv_quotes_token_names(cli, tmp_path):
+    data = {"tokens": ["=1+1", "b", "@c"], "samples": [{"input": ["=1+1"], "next": "b"}, {"input": ["b"], "next": "@c"},
+                                                      {"input": ["@c"], "next": "=1+1"},
+                                                      {"input": ["b", "=1+1"], "next": "b"}]}
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(data))
+    code, _, err = cli("run", "ntp", "--set", f"data.file={path}", "--set", "train.steps_stage1=20",
+                       "--set", "train.steps_stage2=20", "--out", str(tmp_path / "r"), "-q")
+    assert code == 0, err
+    text = (tmp_path / "r" / "tables" / "generalization.csv").read_text()
+    assert "\"'=1+1" in text and ",=1+1" not in text and '"=1+1' not in text
+    table = pd.read_parquet(tmp_path / "r" / "tables" / "generalization.parquet")
+    assert "=1+1" in set(table["predicted"]) | set(table["expected"]) | set(" ".join(table["input"]).split())
+
+
+def test_a_folder_left_by_a_prepare_killed_between_its_writes_is_taken(tmp_path):
+    """A SIGKILL after config.yaml and before manifest.json (a sweep's worker) leaves a folder
+    with this config.yaml only: the rerun takes it (nothing ran there); a folder with another
+    config.yaml, or with any other file, is still refused."""
+    from stagewise import RunSpec, execute_spec
+    from stagewise.config import to_yaml
+    from stagewise.errors import UserError
+    from stagewise.labs.resolve import spec_config
+
+    spec = RunSpec(lab="ntp", preset="example1", overrides={"train": {"steps_stage2": 20}}, name="r")
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / "config.yaml").write_text(to_yaml(spec_config(spec)))
+    (root / ".manifest.json.abc.tmp").write_text("{")  # the half-written manifest's temp file
+    assert execute_spec(spec, root)["status"] == "done"
+    assert not list(root.glob(".*.tmp"))
+    for extra in ("other.txt", None):
+        other = tmp_path / f"other-{extra}"
+        other.mkdir()
+        (other / "config.yaml").write_text(to_yaml(spec_config(spec)) + ("" if extra else "# edited\n"))
+        if extra:
+            (other / extra).write_text("x")
+        with pytest.raises(UserError, match="is not empty"):
+            execute_spec(spec, other)

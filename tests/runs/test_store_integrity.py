@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from stagewise.config import deep_merge, resolve
-from stagewise.labs import get_lab, registry
+from stagewise.labs import RunSpec, get_lab, registry
 from stagewise.orchestrate import execute, prepare
 from stagewise.runs import Checkpoints, MetricSink, RunDirContext
 from stagewise.testing.checks import kill_after
@@ -63,9 +63,9 @@ def assert_same_metrics(paths, reference) -> None:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """metrics.parquet of the uninterrupted small run."""
-    return pd.read_parquet(run_to_end(tmp_path_factory.mktemp("ref") / "ref", small_config()).metrics)
+def reference(run_cache):
+    """metrics.parquet of the uninterrupted small run (the session cache's)."""
+    return pd.read_parquet(run_cache.path(RunSpec(lab="ntp", overrides=SMALL)) / "metrics.parquet")
 
 
 # ------------------------------------------------------------- 1. stream digests

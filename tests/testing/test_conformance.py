@@ -2,7 +2,7 @@
 :mod:`stagewise.testing` (scikit-learn's ``parametrize_with_checks`` pattern).
 
 One test per (lab, check) from :func:`stagewise.testing.lab_checks`, so ``-k`` selects one
-check (``pytest tests/test_conformance.py -k 'ntp-resume'``). A new lab registered in
+check (``pytest tests/testing/test_conformance.py -k 'ntp-resume'``). A new lab registered in
 stagewise.labs.registry is tested here with no change to this file: passed, failed with the
 check's message, or skipped with its reason (a check the lab declares in
 ``Lab.conformance_skips``, or an entry whose optional package is missing, e.g. SmolLM2's

@@ -18,7 +18,7 @@ import pytest
 from stagewise.config import resolve
 from stagewise.errors import UserError
 from stagewise.labs import get_lab
-from stagewise.labs.disentangled import theory
+from stagewise.labs.disentangled import floors, theory
 from stagewise.labs.disentangled.config import Config
 from stagewise.labs.disentangled.floors import GRAD_TOL, _Problem, floor_rows, floors_report
 from stagewise.labs.disentangled.train import Member, build_ensemble, members_from_config
@@ -50,6 +50,7 @@ def test_the_fixed_point_reproduces_the_spec_table(cell):
     assert abs(floor["analytic.K2"] - SPEC_CELLS[cell]) <= SPEC_DIGITS
 
 
+@pytest.mark.slow  # floors of 24 problems (6 cells x 4 seeds) at the lab's default size: ~1 min
 def test_numerical_floors_against_the_fixed_point_on_the_spec_cells():
     """4 seeds per cell at the lab's default size: K1 (seed mean) within the spec's 0.025, the
     mean margins within MARGIN_RTOL, the analytic K2* below the numerical one (lower bound)."""
@@ -64,6 +65,7 @@ def test_numerical_floors_against_the_fixed_point_on_the_spec_cells():
         assert mean("K2") >= mean("analytic.K2") - JENSEN_SLACK, (zeta, l2)
 
 
+@pytest.mark.slow  # 4000 full-batch GD steps at the default size: ~40 s
 def test_the_floor_is_where_a_long_noise_free_run_of_the_lab_ends(tmp_path):
     """The lab itself (prepare/execute), noise off, a constant rate, 4000 full-batch GD steps
     (40 relaxation times 1/(eta lambda)) at the default data size: its last logged test K1, K2
@@ -103,10 +105,14 @@ def test_the_floor_is_not_above_a_stalled_gd_run():
         assert row["converged"] and row["J"] <= j + 1e-12
 
 
-def test_floors_do_not_depend_on_batching():
+def test_floors_do_not_depend_on_batching(monkeypatch):
+    """All problems in one batch (as on a GPU) give the floors of each solved alone (as on the CPU)."""
     cfg = config(n_seeds=3, data={"d": 8, "prompt_len": 8, "n_train": 60, "n_test": 80})
     members = members_from_config(cfg) + [Member(seed=1, variant="l2-big", noise=0.05, eta1=1.0, eta2=0.1, t1=300, l2=0.05)]
+    monkeypatch.setattr(floors, "CPU_BATCH", len(members))
+    assert len(floors.batches(cfg, members)) == 1
     together = floor_rows(cfg, members)
+    monkeypatch.setattr(floors, "CPU_BATCH", 1)
     for member, row in zip(members, together):
         alone = floor_rows(cfg, [member])[0]
         for key in ("K1", "K2", "m_P", "m_Q", "J"):

@@ -39,13 +39,17 @@ def tree(folder: Path) -> list[Path]:
 
 @pytest.fixture
 def no_hub(monkeypatch, tmp_path):
-    """An empty Hugging Face cache, no proxy, no remembered probe; the test picks how the
-    hub is unreachable."""
+    """An empty Hugging Face cache, no proxy, no remembered probe, and not offline (the test
+    session sets HF_HUB_OFFLINE=1, which huggingface_hub and datasets read at import: their
+    flags are reset too); the test picks how the hub is unreachable."""
+    import datasets
     from huggingface_hub import constants
 
     cache = tmp_path / "hf-cache"
     cache.mkdir()
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
     for name in (*PROXY_VARIABLES, *hub.OFFLINE_VARIABLES, "HF_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(hub, "_probes", {})

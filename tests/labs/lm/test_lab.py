@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from lm_fixtures import SHARED_DATA
+from resume_helpers import signal_at_step
 import torch
 
 from stagewise import RunSpec, execute_spec
@@ -17,7 +18,6 @@ from stagewise.labs.lm.batching import Encoded, last_logits, layout
 from stagewise.labs.lm.categories import SEMANTIC, TYPE_CORRECT, TYPE_WRONG, answer_space, categorize
 from stagewise.labs.lm.models import compact_model, gpt2_bpe
 from stagewise.labs.lm.summary import half_drop_epoch, type_before_fact
-from stagewise.runs import RunDirContext
 
 SHARED = SHARED_DATA
 
@@ -210,20 +210,6 @@ def test_epochs_zero_runs_only_the_evaluation(tmp_path):
     execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / "r", raise_on_failure=True)
     pred = pd.read_parquet(tmp_path / "r" / "tables" / "predictions.parquet")
     assert pred["epoch"].unique().tolist() == [0]
-
-
-def signal_at_step(monkeypatch, step: int, signum: int) -> None:
-    """Deliver ``signum`` as the runner's handler does, at optimizer step ``step`` (the lab
-    polls ctx.stop_requested once per step)."""
-    calls, real = {"n": 0}, RunDirContext.stop_requested
-
-    def stop_requested(self):
-        calls["n"] += 1
-        if calls["n"] == step:
-            self.request_stop(signum)
-        return real(self)
-
-    monkeypatch.setattr(RunDirContext, "stop_requested", stop_requested)
 
 
 def test_graceful_stop_mid_epoch_resumes_exactly(small_run, tmp_path, monkeypatch):

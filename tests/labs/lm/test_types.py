@@ -179,7 +179,7 @@ def test_train_before_step_resumes_mid_epoch_exactly(lm_data_root, tmp_path, mon
     import json
     import signal
 
-    from test_lm_lab import signal_at_step
+    from resume_helpers import signal_at_step
 
     cfg = {**TINY, "train": {**TINY["train"], "record": "train-before-step", "batch_size": 8, "epochs": 3}}
     execute_spec(RunSpec(lab="lm", overrides=cfg), tmp_path / "full", raise_on_failure=True)

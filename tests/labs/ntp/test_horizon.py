@@ -18,7 +18,7 @@ from stagewise.orchestrate import execute, prepare
 LAB = replace(get_lab("ntp"), make_figures=lambda *a, **k: [])
 HORIZON = ("late_rate_margin", "late_rate_theorem2", "norm_band_theorem1", "closer_to_qp_than_prop2")
 
-# the paper's Proposition-2 counterexample (tests/test_ntp_maxmargin.py): QP and closed form differ
+# the paper's Proposition-2 counterexample (tests/labs/ntp/test_maxmargin.py): QP and closed form differ
 COUNTEREXAMPLE = {"tokens": ["a", "b", "c", "d", "q"],
                   "samples": [{"input": ["a", "q"], "next": "b"}, {"input": ["b", "c", "d", "q"], "next": "c"}],
                   "collocation": {"a": "b", "b": "c", "c": "d", "d": "q", "q": "a"}}

@@ -11,22 +11,23 @@ import pandas as pd
 import pytest
 
 from stagewise.config import resolve
-from stagewise.labs import get_lab
+from stagewise.labs import RunSpec, get_lab
 from stagewise.labs.ntp.data import example1
 from stagewise.labs.ntp.generalize import build_suite, classify
 from stagewise.labs.ntp.problem import build_problem
 from stagewise.labs.ntp.summary import summarize
 from stagewise.labs.ntp.train import cosine, train_two_stage
 from stagewise.orchestrate import execute, prepare
+from stagewise.runs import RunPaths
 
 LAB = get_lab("ntp")
 
 
 @pytest.fixture(scope="module")
-def example1_run(tmp_path_factory):
+def example1_run(run_cache):
+    """Example 1 as the paper runs it (the session cache's run: read only)."""
     config = resolve(LAB.Config, LAB.preset_overrides("example1"))
-    paths = prepare(LAB, config, tmp_path_factory.mktemp("e1") / "R1")
-    execute(LAB, config, paths, progress=False)
+    paths = RunPaths(run_cache.path(RunSpec(lab="ntp", preset="example1")))
     return config, paths, pd.read_parquet(paths.metrics), json.loads(paths.summary.read_text())
 
 

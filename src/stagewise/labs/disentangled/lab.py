@@ -35,7 +35,7 @@ _MECHANISMS = {
 }
 
 GATE_NOISE: dict[str, Any] = {
-    # gate_noise.size(d=200, prompt_len=1000, zeta=3.0, radius=4.0, rho=26.0).overrides() (tests/test_disentangled_gate_noise.py)
+    # gate_noise.size(d=200, prompt_len=1000, zeta=3.0, radius=4.0, rho=26.0).overrides() (tests/labs/disentangled/test_gate_noise.py)
     "data": {"d": 200, "prompt_len": 1000, "zeta": 3.0, "q_noise_radius": 4.0, "p0": 0.2, "q0": 0.2, "n_train": 400, "n_test": 400},
     "train": {"l2": 0.08809, "noise": 0.06433, "lr_stage1": 1.0, "lr_stage2": 0.1, "t1": 35, "steps": 1057,
               "log_every": 10, "spectrum_every": 1057, "checkpoint_every": 250},

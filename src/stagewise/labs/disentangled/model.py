@@ -13,7 +13,7 @@ Loss: logistic log(1 + exp(-y_L f)) averaged over prompts (+ L2 outside this mod
 objective "branches" (split block weights), the sum of the parts' losses
 log(1 + exp(-y_L f^1)) + log(1 + exp(-y_L f^2)) (K1(W) + K2(V)): each ReLU unit is then
 driven by its own output instead of f. Gradients are closed form (checked against autograd
-in tests/test_gradients.py).
+in tests/labs/test_gradients.py).
 
 Shapes: M members, N prompts, C = L-1 context tokens, d block dim (2d for "full").
 Members that share a dataset (the same seed under several hyper-parameter variants) are

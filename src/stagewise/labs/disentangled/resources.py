@@ -17,7 +17,7 @@ tokens, C = L - 1, d the block dimension, w the run dtype's bytes:
   (:func:`.floors.floors_bytes`), alive beside the training ensemble;
 - PROCESS_BASE: the interpreter, torch, pandas and the run store.
 The constants were measured (VmHWM of ``stagewise run``, benchmarks/bench_disentangled.py
-section 4 and tests/test_disentangled_gate_noise.py); :func:`memory_parts` gives the parts.
+section 4 and tests/labs/disentangled/test_gate_noise.py); :func:`memory_parts` gives the parts.
 
 Disk (:class:`~stagewise.runs.sizes.DiskBudget`, the peak of the run folder), group by group
 (:func:`~.experiments.groups`): a stream line per variant at every logged or spectrum step

@@ -13,7 +13,7 @@ token matrices K = E^T W_kq E (key token x query token) and Z = W_ov E (logit x 
 The forward pass and the closed-form gradients below work on K and Z with gathers over
 token indices: exact for any embedding matrix E (orthonormal or not), and the work scales
 with N L + N V instead of N L d. Gradients are checked against autograd through a plain
-embedding-space implementation in tests/test_ntp_model.py and tests/test_gradients.py.
+embedding-space implementation in tests/labs/ntp/test_model.py and tests/labs/test_gradients.py.
 
 Shapes: S ensemble members, N samples, L positions, d embedding dim, V vocabulary.
 """
