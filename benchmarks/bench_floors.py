@@ -1,6 +1,6 @@
 """Benchmark the attainable-floor computation (floors.floors_report; not a test; run by hand).
 
-For each config: wall time of the numerical floors (semismooth Newton, all seeds batched) from
+For each config: wall time of the numerical floors (semismooth Newton; on the CPU one problem at a time, floors.CPU_BATCH) from
 the config alone, the Newton iterations, the certificate (max |generalised grad|, target <
 floors.GRAD_TOL) and K1*, K2* (seed mean) beside the analytic fixed point. Target: the
 default preset (8 seeds, d 30, L 20, N 400, test 2000) in under 10 s on this machine.

@@ -134,6 +134,7 @@ def test_a_submitit_timeout_requeues_and_resumes(tmp_path):
     pd.testing.assert_frame_equal(x, y, check_exact=True)
 
 
+@pytest.mark.slow  # two sweep processes, each spawning its workers: ~20 s
 def test_two_sweep_processes_on_one_folder_share_the_work(tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text(json.dumps({**NTP, "axes": {"train.lr_stage2": [0.01, 0.02], "seed": [0, 1]}, "executor": {"max_parallel": 1}}))

@@ -9,6 +9,7 @@ import json
 import pytest
 
 
+@pytest.mark.slow  # a reproduce killed mid-way and run again: ~20 s
 def test_killed_reproduce_continues_where_it_stopped(tmp_path, monkeypatch):
     from dataclasses import replace
 

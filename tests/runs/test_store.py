@@ -237,6 +237,7 @@ def test_second_writer_is_refused(tmp_path):
     assert json.loads(paths.manifest.read_text())["status"] == "done"
 
 
+@pytest.mark.slow  # three CLI processes (a run, then two resumes at once): ~18 s
 def test_concurrent_resume_in_two_processes_one_writer(tmp_path):
     """Two `stagewise run --resume DIR` at once: one runs, the other exits 2 at once."""
     out = tmp_path / "r"

@@ -87,6 +87,8 @@ def test_sink_cover_is_the_sha256_of_the_file_and_survives_a_cut(tmp_path):
     assert sink.cover() == {"_lines": 5, "_bytes": len(blob), "_sha256": hashlib.sha256(blob).hexdigest()}
     reopened = MetricSink(sink.path, [0, 1])  # opening an existing stream hashes its complete lines
     assert reopened.cover() == sink.cover()
+    reopened.close()
+    sink.close()
 
 
 def test_checkpoints_record_the_covered_bytes(tmp_path, monkeypatch):

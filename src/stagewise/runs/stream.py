@@ -129,15 +129,19 @@ class MetricSink:
             self.extra.flush()
 
     def _close_stream(self) -> None:
-        if self._handle is not None:
-            self._handle.flush()
-            self._handle.close()
-            self._handle = None
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            try:
+                handle.flush()
+            finally:
+                handle.close()  # closed even when the flush fails (a full disk): no handle is leaked
 
     def close(self) -> None:
-        self._close_stream()
-        if self.extra is not None:
-            self.extra.close()
+        try:
+            self._close_stream()
+        finally:
+            if self.extra is not None:
+                self.extra.close()
 
     def read_bytes(self) -> bytes:
         """The stream's bytes as they are on disk (b"" when there is no file yet)."""
