@@ -29,7 +29,6 @@ from stagewise.labs import Reproduction, RunSpec, get_lab, spec_hash
 from stagewise.measure import detect_stages
 from stagewise.orchestrate import reproduce
 from stagewise.orchestrate.reporting import folder_kind, reproduce_page, write_report
-from stagewise.orchestrate.runner import execute_spec
 from stagewise.report.claims import SOURCE_GROUPS, Claim, ClaimSpec, own, paper1, paper2, read_summary, reviewer
 from stagewise.report.html import NONE_TEXT, SIGNIFICANT, number
 from stagewise.report.matrix import UNDECLARED_HEADING
