@@ -88,6 +88,31 @@ def run_cache(tmp_path_factory, worker_id):
     assert not changed, f"tests wrote into cached runs (copy them with run_cache.copy instead): {', '.join(changed)}"
 
 
+@pytest.fixture(scope="session")
+def made_once(tmp_path_factory, worker_id):
+    """made_once(name, make) -> folder: ``make(folder)`` fills a folder once per session for
+    every xdist worker (a file lock; a folder left unfinished by a dead worker is made again).
+    For expensive read-only inputs that are not a single run (e.g. a whole reference sweep);
+    tests read it and never write into it."""
+    import shutil
+
+    root = _shared_root(tmp_path_factory, worker_id) / "made-once"
+    root.mkdir(exist_ok=True)
+
+    def get(name: str, make):
+        folder, done = root / name, root / f"{name}.done"
+        with FileLock(str(root / f"{name}.lock")):
+            if not done.exists():
+                if folder.exists():
+                    shutil.rmtree(folder)
+                folder.mkdir()
+                make(folder)
+                done.write_text("")
+        return folder
+
+    return get
+
+
 @pytest.fixture
 def cli(capsys, monkeypatch):
     """cli(*args) -> (exit_code, stdout, stderr) of `stagewise args...`."""

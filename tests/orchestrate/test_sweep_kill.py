@@ -38,17 +38,19 @@ def done_runs(out: Path) -> list[Path]:
             and read_manifest(d).get("status") == "done"] if runs.is_dir() else []
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """The uninterrupted sweep (local executor, 2 workers)."""
-    root = tmp_path_factory.mktemp("ref")
+def _reference_sweep(root: Path) -> None:
     spec = root / "s.yaml"
     spec.write_text(json.dumps(SWEEP))
     run = subprocess.run(sweep_cmd(spec, root / "out", "--max-parallel", "2"), capture_output=True, text=True,
                          timeout=WAIT_S)
     assert run.returncode == 0, run.stderr[-2000:]
     assert len(done_runs(root / "out")) == N_RUNS
-    return root / "out"
+
+
+@pytest.fixture(scope="module")
+def reference(made_once):
+    """The uninterrupted sweep (local executor, 2 workers), made once for all xdist workers."""
+    return made_once("sweep-kill-reference", _reference_sweep) / "out"
 
 
 def kill_halfway(cmd: list[str], out: Path, victim: str) -> None:
