@@ -26,8 +26,8 @@ os.environ["MPLBACKEND"] = "Agg"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
-from filelock import FileLock  # noqa: E402
 
+import runcache  # noqa: E402
 from runcache import RunCache  # noqa: E402
 
 CALL_BUDGET_S = float(os.environ.get("STAGEWISE_TEST_BUDGET_S", "30"))
@@ -73,12 +73,6 @@ def _shared_root(tmp_path_factory, worker_id: str):
 
 
 @pytest.fixture(scope="session")
-def worker_id() -> str:
-    """The xdist worker's name (``gw0``, ...), or ``master`` without xdist."""
-    return os.environ.get("PYTEST_XDIST_WORKER", "master")
-
-
-@pytest.fixture(scope="session")
 def run_cache(tmp_path_factory, worker_id):
     """The session cache of finished runs (tests/runcache.py). At the end of the session,
     every cached folder this worker used must still have the digest it had when made."""
@@ -90,27 +84,12 @@ def run_cache(tmp_path_factory, worker_id):
 
 @pytest.fixture(scope="session")
 def made_once(tmp_path_factory, worker_id):
-    """made_once(name, make) -> folder: ``make(folder)`` fills a folder once per session for
-    every xdist worker (a file lock; a folder left unfinished by a dead worker is made again).
-    For expensive read-only inputs that are not a single run (e.g. a whole reference sweep);
-    tests read it and never write into it."""
-    import shutil
-
+    """made_once(name, make) -> folder: runcache.made_once in this session's shared folder, for
+    expensive read-only inputs that are not a single run (e.g. a whole reference sweep; ``make``
+    creates the folder and returns its marker text); tests read it and never write into it."""
     root = _shared_root(tmp_path_factory, worker_id) / "made-once"
     root.mkdir(exist_ok=True)
-
-    def get(name: str, make):
-        folder, done = root / name, root / f"{name}.done"
-        with FileLock(str(root / f"{name}.lock")):
-            if not done.exists():
-                if folder.exists():
-                    shutil.rmtree(folder)
-                folder.mkdir()
-                make(folder)
-                done.write_text("")
-        return folder
-
-    return get
+    return lambda name, make: runcache.made_once(root, name, make)
 
 
 @pytest.fixture
@@ -132,18 +111,17 @@ def cli(capsys, monkeypatch):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def lm_data_root(tmp_path_factory, worker_id):
+def lm_data_root(made_once):
     """STAGEWISE_DATA -> tiny fixtures in the shared-data layout (the LM lab's default data
     root), so every preset and the conformance run work without ../shared/data. One folder
     for all workers, written once, so cached LM runs are shared between them."""
     from lm_fixtures import write_layout
 
-    shared = _shared_root(tmp_path_factory, worker_id)
-    root, done = shared / "lm_data", shared / "lm_data.done"
-    with FileLock(str(shared / "lm_data.lock")):
-        if not done.exists():
-            write_layout(root)
-            done.write_text("")
+    def layout(folder):
+        write_layout(folder)
+        return ""
+
+    root = made_once("lm_data", layout)
     old = os.environ.get("STAGEWISE_DATA")
     os.environ["STAGEWISE_DATA"] = str(root)
     yield root

@@ -10,8 +10,8 @@ session by every worker that used it (``tests/conftest.py``), so a test that wri
 cached run fails the session with the folder's name.
 
 Across workers one file lock per key makes sure that exactly one process trains a run and
-the others wait for it; a folder whose digest file is missing was left by a worker that
-died mid-run and is made again.
+the others wait for it (:func:`made_once`, which also serves inputs that are not one run);
+a folder whose marker is missing was left by a worker that died mid-run and is made again.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from filelock import FileLock
@@ -39,8 +40,22 @@ def smoke_spec(lab: str) -> RunSpec:
     return RunSpec(lab=lab, overrides=dict(get_lab(lab).smoke), name="smoke")
 
 
-DIGEST = "digest.json"  # beside each cached folder: {"key", "spec", "sha256"}
-LOCK_TIMEOUT_S = 1800  # a worker waits at most this long for another worker's run
+DONE = "done"  # beside each folder made once, ``{name}.done``: written last, so its presence means the folder is complete
+LOCK_TIMEOUT_S = 1800  # a worker waits at most this long for another worker's folder
+
+
+def made_once(root: Path, name: str, make: Callable[[Path], str]) -> Path:
+    """``root/name``, filled by ``make(folder)`` once for every process of the session (one
+    file lock per name); ``make`` creates the folder and returns the text of its ``{name}.done``
+    marker. A folder without its marker was left by a worker that died while making it: it is
+    removed and made again."""
+    folder, done = root / name, root / f"{name}.{DONE}"
+    with FileLock(str(root / f"{name}.lock"), timeout=LOCK_TIMEOUT_S):
+        if not done.exists():
+            if folder.exists():
+                shutil.rmtree(folder)
+            done.write_text(make(folder))
+    return folder
 
 
 def folder_digest(root: Path) -> str:
@@ -69,15 +84,14 @@ class RunCache:
         """The cached run folder of ``spec`` (made now if no process has made it): read it,
         never write into it (use :meth:`copy` for that)."""
         key = spec_key(spec)
-        folder, digest_file = self.root / key, self.root / f"{key}.{DIGEST}"
-        with FileLock(str(self.root / f"{key}.lock"), timeout=LOCK_TIMEOUT_S):
-            if not digest_file.exists():
-                if folder.exists():  # left by a worker that died mid-run
-                    shutil.rmtree(folder)
-                manifest = execute_spec(spec, folder, raise_on_failure=True)
-                if manifest["status"] != "done":
-                    raise RuntimeError(f"cached run {key} ended {manifest['status']}: {manifest.get('error')}")
-                digest_file.write_text(json.dumps({"key": key, "spec": spec.to_json(), "sha256": folder_digest(folder)}))
+
+        def run(folder: Path) -> str:  # the marker holds the finished folder's digest
+            manifest = execute_spec(spec, folder, raise_on_failure=True)
+            if manifest["status"] != "done":
+                raise RuntimeError(f"cached run {key} ended {manifest['status']}: {manifest.get('error')}")
+            return json.dumps({"key": key, "spec": spec.to_json(), "sha256": folder_digest(folder)})
+
+        folder = made_once(self.root, key, run)
         self.used.add(key)
         return folder
 
@@ -90,7 +104,7 @@ class RunCache:
         """The keys this process used whose folder no longer has its recorded digest."""
         out = []
         for key in sorted(self.used):
-            recorded = json.loads((self.root / f"{key}.{DIGEST}").read_text())["sha256"]
+            recorded = json.loads((self.root / f"{key}.{DONE}").read_text())["sha256"]
             if folder_digest(self.root / key) != recorded:
                 out.append(key)
         return out

@@ -53,7 +53,7 @@ def test_a_folder_without_its_digest_is_made_again(tmp_path, counted):
     cache = RunCache(tmp_path / "cache")
     spec = RunSpec(lab="ntp", overrides=TINY_NTP)
     folder = cache.path(spec)
-    (cache.root / f"{folder.name}.{runcache.DIGEST}").unlink()  # a worker died after the run, before the digest
+    (cache.root / f"{folder.name}.{runcache.DONE}").unlink()  # a worker died after the run, before the marker
     (folder / "stale").write_text("left over")
     assert cache.path(spec) == folder and len(counted) == 2 and not (folder / "stale").exists()
 
@@ -63,4 +63,4 @@ def test_a_failed_run_is_an_error_not_a_cached_folder(tmp_path):
     with mock.patch.object(runcache, "execute_spec", return_value={"status": "failed", "error": "boom"}):
         with pytest.raises(RuntimeError, match="ended failed: boom"):
             cache.path(RunSpec(lab="ntp", overrides=TINY_NTP))
-    assert not list(cache.root.glob(f"*.{runcache.DIGEST}"))
+    assert not list(cache.root.glob(f"*.{runcache.DONE}"))

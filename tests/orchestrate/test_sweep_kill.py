@@ -38,13 +38,15 @@ def done_runs(out: Path) -> list[Path]:
             and read_manifest(d).get("status") == "done"] if runs.is_dir() else []
 
 
-def _reference_sweep(root: Path) -> None:
+def _reference_sweep(root: Path) -> str:
+    root.mkdir()
     spec = root / "s.yaml"
     spec.write_text(json.dumps(SWEEP))
     run = subprocess.run(sweep_cmd(spec, root / "out", "--max-parallel", "2"), capture_output=True, text=True,
                          timeout=WAIT_S)
     assert run.returncode == 0, run.stderr[-2000:]
     assert len(done_runs(root / "out")) == N_RUNS
+    return ""
 
 
 @pytest.fixture(scope="module")

@@ -163,7 +163,8 @@ class LabCheck:
         check's message, or skipped with its reason (declared by the lab, or NotAvailable)."""
         if session.lab.name != self.lab.name:
             raise UserError(f"check {self}: the session is of lab {session.lab.name}")
-        reason = dict(self.lab.conformance_skips).get(self.name, dict(self.lab.conformance_skips).get(self.base))
+        skips = dict(self.lab.conformance_skips)
+        reason = skips.get(self.name, skips.get(self.base))
         if reason is not None:
             return CheckResult(self.name, "skipped", f"declared by the lab: {reason}")
         entries = {name: spec for _, name, spec in _entries(self.lab)}
@@ -197,8 +198,8 @@ def lab_checks(*labs: Lab | str, checks: Iterable[str] | None = None) -> tuple[L
             _known(name, names, f"lab {lab.name}: conformance_skips")
         for name in wanted or ():
             _known(name, names, "checks")
-        out += [LabCheck(lab, name) for name in names
-                if wanted is None or name in wanted or name.split("[", 1)[0] in wanted]
+        pairs = [LabCheck(lab, name) for name in names]
+        out += [p for p in pairs if wanted is None or p.name in wanted or p.base in wanted]
     return tuple(out)
 
 
