@@ -1,7 +1,8 @@
 """Benchmark the batched disentangled-lab trainer (not a test; run by hand).
 
 1. The two-stage preset at 4 seeds (N = 400, L = 20, d = 30, 4000 steps) against a plain
-   per-seed loop of the same model written here with torch autograd: wall time,
+   per-seed loop of the same model and algorithm with torch autograd (the lab's reference
+   loop, labs/disentangled/reference.py): wall time,
    seed-steps/s, ratio (target >= 5x) and the final losses of both (must agree to 1e-6).
 2. Seed scaling at d = 16, L = 16, N = 256: seed-steps/s at 1, 8 and 64 seeds (target:
    64 seeds >= 8x the single-seed seed-steps/s).
@@ -29,16 +30,14 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 from stagewise.config import deep_merge, resolve
 from stagewise.engine.perf import training_threads
 from stagewise.labs.disentangled.config import Config
 from stagewise.labs.disentangled.model import forward, logistic
-from stagewise.labs.disentangled.data import STREAMS
-from stagewise.labs.disentangled.train import (
-    State, build_ensemble, init_weights, learning_rate, members_from_config, run_training,
-)
+from stagewise.labs.disentangled.reference import seed_data, train_reference
+from stagewise.labs.disentangled.ensemble import build_ensemble, members_from_config
+from stagewise.labs.disentangled.train import State, init_weights, run_training
 
 
 def config_for(n_seeds: int, steps: int, **data) -> Config:
@@ -59,37 +58,18 @@ def batched(config: Config) -> tuple[float, torch.Tensor]:
 
 
 def loop(config: Config) -> tuple[float, torch.Tensor]:
-    """A plain per-seed loop: autograd through the split normalized-ReLU model, full-batch
-    GD with the step schedule, L2 and Li-Wei-Ma update noise (same random streams)."""
+    """The reference loop (:func:`stagewise.labs.disentangled.reference.train_reference`: autograd
+    through the split normalized-ReLU model, full-batch GD with the step schedule, L2 and
+    Li-Wei-Ma update noise, the same random streams), one seed at a time: (train seconds,
+    final train loss per seed). Each seed's data is drawn before its timing starts."""
     losses, seconds = [], 0.0
-    for member in members_from_config(config):
-        one = build_ensemble(config, [member])  # this seed's data (excluded from the timing)
-        b = one.train
-        x1c, x2c = b.branches[0].ctx[0], b.branches[1].ctx[0]  # (N, C, d)
-        q1, q2 = b.branches[0].query[0], b.branches[1].query[0]  # (N, d)
-        labels, target = b.labels[0], b.target[0]  # (N, C), (N,)
-        w, v = (t[0].clone().requires_grad_(True) for t in init_weights(config, [member], torch.float64))
-        noise_gen = STREAMS.torch(member.seed, "noise")
-        L = config.data.prompt_len
+    for seed in config.seed_list():
+        data = seed_data(config, seed)
         start = time.perf_counter()
-        for step in range(1, config.train.steps + 1):
-            lr = float(learning_rate(config, one.hyper, step)[0])
-            s1 = torch.einsum("ncd,nd->nc", x1c, q1 @ w.T)  # (N, C)
-            s2 = torch.einsum("ncd,nd->nc", x2c, q2 @ v.T)
-            f = ((labels * F.relu(s1)).sum(-1) + (labels * F.relu(s2)).sum(-1)) / L
-            loss = F.softplus(-target * f).mean() + 0.5 * member.l2 * (w.pow(2).sum() + v.pow(2).sum())
-            gw, gv = torch.autograd.grad(loss, [w, v])
-            with torch.no_grad():
-                for p, g in ((w, gw), (v, gv)):
-                    p -= lr * g
-                    p += member.noise * lr * torch.randn(p.shape, generator=noise_gen, dtype=torch.float64)
+        run = train_reference(config, seed, data)
         seconds += time.perf_counter() - start
-        with torch.no_grad():
-            s1 = torch.einsum("ncd,nd->nc", x1c, q1 @ w.T)
-            s2 = torch.einsum("ncd,nd->nc", x2c, q2 @ v.T)
-            f = ((labels * F.relu(s1)).sum(-1) + (labels * F.relu(s2)).sum(-1)) / L
-            losses.append(F.softplus(-target * f).mean())
-    return seconds, torch.stack(losses)
+        losses.append(run.stages[1].losses.loss)
+    return seconds, torch.tensor(losses, dtype=torch.float64)
 
 
 def hwm_mb() -> float:
@@ -127,7 +107,7 @@ def main() -> None:
     rate_b, rate_l = 4 * args.steps / t_batch, 4 * args.steps / t_loop
     diff = float((loss_batch - loss_loop).abs().max())
     print("| method | wall s | seed-steps/s |\n|---|---:|---:|")
-    print(f"| batched | {t_batch:.2f} | {rate_b:,.0f} |\n| per-seed autograd loop | {t_loop:.2f} | {rate_l:,.0f} |")
+    print(f"| batched | {t_batch:.2f} | {rate_b:,.0f} |\n| per-seed reference loop | {t_loop:.2f} | {rate_l:,.0f} |")
     print(f"\nratio {rate_b / rate_l:.1f}x (target >= 5x: {'met' if rate_b / rate_l >= 5 else 'MISSED'}); "
           f"final train losses batched {[round(x, 6) for x in loss_batch.tolist()]}, loop "
           f"{[round(x, 6) for x in loss_loop.tolist()]}, max |diff| {diff:.2e} ({'ok' if diff <= 1e-6 else 'MISMATCH'})\n")
@@ -179,7 +159,7 @@ def gate_noise_section(steps: int) -> None:
     with training_threads(threads):
         state = run_training(ens, state, 1, lambda t, s: None)  # warm-up
         start = time.perf_counter()
-        run_training(ens, state, steps, lambda t, s: None)
+        run_training(ens, state, 1 + steps, lambda t, s: None)  # updates 2 .. 1 + steps (total is the last step)
         per_step = (time.perf_counter() - start) / steps
     features = ens.train.ctx.nbytes + ens.train.query.nbytes
     bandwidth = copy_bandwidth(threads)

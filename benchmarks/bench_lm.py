@@ -26,7 +26,7 @@ from stagewise.labs.lm.config import Config
 from stagewise.labs.lm.finetune import batch_loss, evaluate_answers, make_optimizer, prediction_records
 from stagewise.labs.lm.lab import PRESETS
 from stagewise.labs.lm.prepare import prepare
-from stagewise.labs.lm.spectra import spectra_hook
+from stagewise.lmkit.spectra import spectra_hook
 
 
 def config(data: str, compact: bool) -> Config:
@@ -132,7 +132,7 @@ def main() -> None:
 
 
 def _examples(cfg: Config):
-    from stagewise.labs.lm.models import load_tokenizer
+    from stagewise.lmkit.models import load_tokenizer
     from stagewise.labs.lm.prepare import tokenize_data
 
     return tokenize_data(cfg, load_tokenizer(cfg.model), quiet=True).items

@@ -39,8 +39,8 @@ import pandas as pd
 import torch
 import transformers
 
-from stagewise.labs.lm.blimp import read_blimp_pairs, score_blimp
-from stagewise.labs.lm.scoring import DEFAULT_BATCH_TOKENS
+from stagewise.lmkit.blimp import read_blimp_pairs, score_blimp
+from stagewise.lmkit.scoring import DEFAULT_BATCH_TOKENS
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "blimp"
 DEFAULT_PARADIGMS = ["adjunct_island", "anaphor_gender_agreement", "principle_A_case_2"]

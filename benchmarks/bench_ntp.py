@@ -9,10 +9,10 @@ zero init, two-stage normalized GD, 900 + 900 steps, float64).
 * batched: ``train(config, problem)`` on an ensemble of n seeds (no ctx: no logging), and
   again with an in-memory logger so that every step's metrics are computed (log_every=1;
   the generalization suite every ``generalize.every`` steps, as configured).
-* loop: what one would write without the lab: for each seed, that seed's single-member
-  problem, W_kq and W_ov as leaf tensors, the loss written here with plain torch ops,
-  ``loss.backward()``, and the normalized update under ``torch.no_grad()``. Its final
-  weights are checked against the batched run's members.
+* loop: what one would write without the lab: the reference loop of Algorithm 1
+  (:func:`stagewise.labs.ntp.reference.train_reference`), one seed at a time, on that
+  seed's data in embedding space, autograd gradients and the normalized update in plain
+  torch. Its final weights are checked against the batched run's members.
 * memory: peak RSS (``ru_maxrss`` and /proc VmHWM) of a fresh subprocess per ensemble size
   that builds the problem and trains it.
 
@@ -32,10 +32,10 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 from stagewise.labs.ntp.config import Config
 from stagewise.labs.ntp.problem import Problem, build_problem
+from stagewise.labs.ntp.reference import seed_data, train_reference
 from stagewise.labs.ntp.train import train_two_stage as train
 from stagewise.runs import MemoryContext
 
@@ -48,60 +48,6 @@ def preset(n_seeds: int, steps1: int, steps2: int, seed: int = 0, threads: int |
     return Config.model_validate({"seed": seed, "n_seeds": n_seeds,
                                   "train": {"steps_stage1": steps1, "steps_stage2": steps2, "threads": threads,
                                             "log_every": 1}})  # the metrics timing logs every step
-
-
-# --------------------------------------------------------------------------- reference loop
-
-
-def loop_train_one(problem: Problem, eta0: float, eta: float, steps1: int, steps2: int,
-                   grad_tol: float, stage_seconds: list[float] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two-stage normalized GD for a single-member problem with autograd and plain torch ops.
-
-    Returns the final (W_kq (d, d), W_ov (V, d)); adds each stage's wall time to ``stage_seconds``.
-    """
-    start = time.perf_counter()
-    emb = problem.emb[0]  # (d, V) token embeddings as columns
-    x_all, query_all = problem.embedded()  # (1, N, L, d), (1, N, d)
-    x, mask, query = x_all[0], problem.batch.mask[0], query_all[0]  # (N, L, d), (N, L), (N, d)
-    target, weight, colloc = problem.batch.target[0], problem.batch.weight[0], problem.colloc[0]  # (N,), (N,), (V,)
-    d, V = emb.shape
-    w_kq = torch.zeros(d, d, dtype=emb.dtype, requires_grad=True)
-    w_ov = torch.zeros(V, d, dtype=emb.dtype, requires_grad=True)
-
-    # stage 1: W_ov on the collocation loss L0 (one length-1 sample per token)
-    for _ in range(steps1):
-        logits = (w_ov @ emb).T  # (V tokens, V logits)
-        loss0 = F.cross_entropy(logits, colloc)
-        w_ov.grad = None
-        loss0.backward()
-        with torch.no_grad():
-            norm = w_ov.grad.norm()
-            if norm <= grad_tol:
-                break
-            w_ov -= eta0 * w_ov.grad / norm
-
-    stage1_end = time.perf_counter()
-
-    # stage 2: W_ov frozen, W_kq on the main loss L
-    w_ov.requires_grad_(False)
-    for _ in range(steps2):
-        key_dir = query @ w_kq.T  # (N, d) W_kq x_L per sample
-        scores = (x @ key_dir.unsqueeze(-1)).squeeze(-1)  # (N, L) x_l^T W_kq x_L
-        attn = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)  # (N, L)
-        hidden = (attn.unsqueeze(-1) * x).sum(1)  # (N, d)
-        logits = hidden @ w_ov.T  # (N, V)
-        loss = (weight * F.cross_entropy(logits, target, reduction="none")).sum()
-        w_kq.grad = None
-        loss.backward()
-        with torch.no_grad():
-            norm = w_kq.grad.norm()
-            if norm <= grad_tol:
-                break
-            w_kq -= eta * w_kq.grad / norm
-    if stage_seconds is not None:
-        stage_seconds[0] += stage1_end - start
-        stage_seconds[1] += time.perf_counter() - stage1_end
-    return w_kq.detach(), w_ov.detach()
 
 
 # --------------------------------------------------------------------------- timing
@@ -203,22 +149,23 @@ def main() -> None:
             assert len(logger.records) == steps + 1
         rows.append((n, build_s, train_s, metrics_s))
 
-    # ---- per-seed autograd loop
+    # ---- per-seed reference loop (stage 1 timed alone, as for the batched runs)
     n_loop = args.loop_seeds
     loop_cfg = preset(1, args.steps1, args.steps2)
-    eta0, eta = loop_cfg.step_sizes(20)
-    loop_problems = [build_problem(preset(1, args.steps1, args.steps2, seed=s)) for s in range(n_loop)]
-    assert all(p.emb.shape[1] == 20 for p in loop_problems)
+    loop_cfg1 = preset(1, args.steps1, 0) if args.steps1 > 0 and args.steps2 > 0 else None
+    loop_data = [seed_data(loop_cfg, s) for s in range(n_loop)]  # data construction excluded from the timing
+    assert all(data.emb.shape[1] == 20 for data in loop_data)
 
-    loop_stage_s = [0.0, 0.0]
-
-    def run_loop():
-        loop_stage_s[:] = [0.0, 0.0]
-        return [loop_train_one(p, eta0, eta, args.steps1, args.steps2, loop_cfg.train.grad_tol, loop_stage_s)
-                for p in loop_problems]
+    def run_loop(config):
+        return [train_reference(config, s, data) for s, data in enumerate(loop_data)]
 
     torch.set_num_threads(args.loop_threads)
-    loop_s, loop_weights = timed(run_loop, args.repeats)
+    loop_s, loop_runs = timed(lambda: run_loop(loop_cfg), args.repeats)
+    loop_weights = [(run.stages[1].wkq, run.stages[1].wov) for run in loop_runs]
+    loop_stage_s = [0.0, 0.0]
+    if loop_cfg1 is not None:
+        loop_stage_s[0], _ = timed(lambda: run_loop(loop_cfg1), args.repeats)
+        loop_stage_s[1] = loop_s - loop_stage_s[0]
     loop_rate = n_loop * steps / loop_s  # seed-steps per second
 
     print("## Training time (problem build excluded)\n")
@@ -228,10 +175,10 @@ def main() -> None:
         m_cols = ("-", "-") if metrics_s is None else (f"{metrics_s:.2f}", f"{n * steps / metrics_s:,.0f}")
         print(f"| batched `train` | {n} | {build_s:.2f} | {train_s:.2f} | {n * steps / train_s:,.0f} | "
               f"{1000 * train_s / n:.1f} | {m_cols[0]} | {m_cols[1]} |")
-    print(f"| autograd loop | {n_loop} | (excluded) | {loop_s:.2f} | {loop_rate:,.0f} | {1000 * loop_s / n_loop:.1f} | - | - |")
+    print(f"| reference loop | {n_loop} | (excluded) | {loop_s:.2f} | {loop_rate:,.0f} | {1000 * loop_s / n_loop:.1f} | - | - |")
     largest = max(args.sizes)
     if largest > n_loop:
-        print(f"| autograd loop (extrapolated: {n_loop}-seed per-seed cost x {largest}) | {largest} | - | "
+        print(f"| reference loop (extrapolated: {n_loop}-seed per-seed cost x {largest}) | {largest} | - | "
               f"{loop_s / n_loop * largest:.2f} | {loop_rate:,.0f} | {1000 * loop_s / n_loop:.1f} | - | - |")
     big = next(r for r in rows if r[0] == largest)
     ratio = (largest * steps / big[2]) / loop_rate
@@ -252,7 +199,7 @@ def main() -> None:
                                   ("2 (W_kq on L)", b2, loop_stage_s[1], args.steps2)):
             b_rate, l_rate = largest * k / b_s, n_loop * k / l_s
             print(f"| {name} | {b_rate:,.0f} | {l_rate:,.0f} | {b_rate / l_rate:.1f}x |")
-        print("\n(the last timing of the loop is split by stage; batched stage 2 = full run - stage-1-only run)")
+        print("\n(stage 2 = full run - stage-1-only run, for the batched runs and the loop alike)")
 
     # ---- weight check: loop seed s == member s of every batched run that contains it
     print("\n## Loop vs batched final weights (max abs difference, tolerance 1e-8)\n")

@@ -1,6 +1,7 @@
 """The command line: bad input exits 2 with one line per problem; commands print what they say;
 `stages` on odd or damaged metrics files and usage errors (an option given twice) are one line;
-`run --resume` of a finished run says so and touches nothing."""
+`run --resume` of a finished run says so and touches nothing; the commands and summary tables
+a lab declares (Lab.commands, Lab.summary_tables) reach the CLI and `show` with no change to it."""
 
 from __future__ import annotations
 
@@ -140,42 +141,51 @@ def test_sink_help_keeps_the_extras_brackets(cli, monkeypatch):
     assert code == 0 and "'.[tensorboard]'" in out and "'.[wandb]'" in out, out
 
 
-def _fake_lab(monkeypatch, claims):
-    """A registered lab 'fake' (ntp's functions) that declares ``claims``."""
+FAKE_SOURCES = {"paper2": "paper 2: Second Author, 2002 (two)", "paper1": "paper 1: First Author, 2001 (one)"}
+"""The papers the fake lab declares (out of report order)."""
+
+
+def _fake_lab(monkeypatch, claims, **more):
+    """A registered lab 'fake' (ntp's functions) that declares ``claims``, the papers they
+    cite (:data:`FAKE_SOURCES`) and any other Lab field in ``more``."""
     from dataclasses import replace
 
     from stagewise.labs import REGISTRY, get_lab
 
     monkeypatch.setitem(REGISTRY._modules, "fake", "stagewise.labs.ntp.lab")
-    monkeypatch.setitem(REGISTRY._labs, "fake", replace(get_lab("ntp"), name="fake", claims=tuple(claims)))
+    monkeypatch.setitem(REGISTRY._labs, "fake", replace(get_lab("ntp"), name="fake", claims=tuple(claims), sources=FAKE_SOURCES,
+                                                         **more))
 
 
 def _specs():
-    from stagewise.report.claims import ClaimSpec, own, paper1, paper2, reviewer
+    from stagewise.report.claims import ClaimSpec, own, paper, reviewer
 
     base = dict(quantity="min cos", relation=">=", threshold=0.9, control="shuffled labels")
     return [ClaimSpec(id="own_a", statement="ours", source=own("Section 9"), **base),  # declared first, listed last
-            ClaimSpec(id="p2_thm3", statement="converges in direction", source=paper2("Theorem 3"), floor="0 at the optimum",
+            ClaimSpec(id="p2_thm3", statement="converges in direction", source=paper("paper2", "Theorem 3"), floor="0 at the optimum",
                       **base),
             ClaimSpec(id="rev_q1", statement="reviewer asks", source=reviewer("review: Q1"), **base),
-            ClaimSpec(id="p1_fig2", statement="two stages", source=paper1("Figure 2"), **base)]
+            ClaimSpec(id="p1_fig2", statement="two stages", source=paper("paper1", "Figure 2"), **base)]
 
 
 def test_claims_lists_declared_specs_grouped_by_source_in_report_order(cli, monkeypatch):
-    from stagewise.report.claims import SOURCE_GROUPS
+    from stagewise.report.claims import source_groups
 
     specs = _specs()
     _fake_lab(monkeypatch, specs)
     monkeypatch.setenv("COLUMNS", "300")
     code, out, err = cli("claims", "fake")
     assert code == 0 and err == "", err
-    headings = [out.index(heading) for heading in SOURCE_GROUPS.values()]
+    groups = source_groups(FAKE_SOURCES)
+    assert list(groups.values()) == [FAKE_SOURCES["paper1"], FAKE_SOURCES["paper2"], "reviewers", "own checks"]
+    headings = [out.index(heading) for heading in groups.values()]
     assert headings == sorted(headings)  # paper 1, paper 2, reviewers, own checks
     for spec in specs:  # each row after its group's heading, with its source label, condition and control
         at = out.index(spec.id)
-        assert out.index(SOURCE_GROUPS[spec.source.kind]) < at
+        assert out.index(groups[spec.source.group]) < at
         row = out[at:].splitlines()[0]
-        assert spec.source.label() in row and spec.condition() in row and spec.control in row
+        assert spec.source.label(FAKE_SOURCES) in row and spec.condition() in row and spec.control in row
+    assert "paper 2, Theorem 3" in out and "paper 1, Figure 2" in out  # a paper's short name: its heading before ': '
     assert "0 at the optimum" in out
 
 
@@ -224,6 +234,71 @@ def test_show_prints_verdicts_with_value_and_reason_undeclared_last(cli, tmp_pat
     assert not any(word in out.split() for word in ("yes", "no", "untestable"))
     assert out.index("undeclared") > max(out.index(c.id + ":") for c in claims[1:])
     assert out.index("undeclared") < out.index("old_v1:")
+
+
+class _Numbers:
+    """What the fake lab's command computes: lines to print and rows for --json."""
+
+    def __init__(self, config, memory_limit):
+        self.rows = [{"seed": seed, "doubled": 2 * seed} for seed in config.seed_list()]
+        self.memory_limit = memory_limit
+
+    def text(self):
+        return ["fake numbers, without training"] + [f"seed {r['seed']}: {r['doubled']}" for r in self.rows]
+
+
+def _numbers_table(summary):
+    from stagewise.labs.contract import SummaryTable
+
+    numbers = summary.details.get("numbers")
+    return SummaryTable(("fake numbers", "x", "y"), tuple((k, v["x"], v["y"]) for k, v in numbers.items())) if numbers else None
+
+
+def _fake_lab_with_a_command_and_a_table(monkeypatch):
+    from stagewise.labs.contract import LabCommand
+
+    numbers = LabCommand(help="Print the fake numbers of a config, without training.", what="fake numbers", run=_Numbers)
+    _fake_lab(monkeypatch, _specs(), commands={"numbers": numbers}, summary_tables={"numbers": _numbers_table})
+
+
+def test_a_command_a_lab_declares_is_a_command_of_the_cli(cli, monkeypatch, tmp_path):
+    _fake_lab_with_a_command_and_a_table(monkeypatch)
+    monkeypatch.setenv("COLUMNS", "300")
+    code, out, _ = cli("--help")
+    assert code == 0 and "numbers" in out and "Print the fake numbers of a config" in out
+    listed = [line.split()[1] for line in out.splitlines() if line.startswith("│ ") and len(line.split()) > 2]
+    assert listed[listed.index("claims") + 1:][:2] == ["floors", "numbers"]  # after `claims`, in registry order
+    code, out, _ = cli("numbers", "--help")
+    assert code == 0 and all(option in out for option in ("--preset", "--config", "--set", "--seeds", "--json"))
+    rows = tmp_path / "rows.json"
+    code, out, err = cli("numbers", "fake", "--seeds", "3", "--set", "seed=5", "--json", str(rows))
+    assert code == 0 and err == "", err
+    assert out.splitlines() == ["fake numbers, without training", "seed 5: 10", "seed 6: 12", "seed 7: 14"]
+    assert json.loads(rows.read_text()) == {"lab": "fake", "preset": None, "rows": [{"seed": s, "doubled": 2 * s} for s in (5, 6, 7)]}
+    for args, needle in ((["ntp"], "lab 'ntp' declares no fake numbers; labs with numbers: fake"),
+                         (["fake", "--seeds", "0"], "--seeds 0: must be >= 1"), (["fake", "--set", "no_such_key=1"], "no_such_key"),
+                         (["nolab"], "unknown lab 'nolab'")):
+        assert needle in _one_error(cli, "numbers", *args)
+    assert "No such command 'numbrs'. Did you mean 'numbers'?" in _one_error(cli, "numbrs", "fake")
+
+
+def test_show_prints_the_tables_a_lab_declares(cli, monkeypatch, tmp_path):
+    from stagewise.report.claims import Summary
+
+    _fake_lab_with_a_command_and_a_table(monkeypatch)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"lab": "fake", "status": "done", "config_hash": "abc", "seeds": [0]}))
+    details = {"numbers": {"first": {"x": 0.123456, "y": None}, "second": {"x": 2, "y": "2/2"}}}
+    (run / "summary.json").write_text(json.dumps(Summary(lab="fake", seeds=[0], details=details).to_json()))
+    monkeypatch.setenv("COLUMNS", "300")
+    code, out, err = cli("show", str(run))
+    assert code == 0 and err == "", err
+    rows = {line.split()[1]: line.split() for line in out.splitlines() if line.startswith("│")}
+    assert "fake numbers" in out and rows["first"][3:6] == ["0.1235", "│", "-"] and rows["second"][3:6] == ["2", "│", "2/2"]
+    (run / "manifest.json").write_text(json.dumps({"lab": "ntp", "status": "done", "config_hash": "abc", "seeds": [0]}))
+    code, out, _ = cli("show", str(run))
+    assert code == 0 and "fake numbers" not in out  # another lab's summary: its tables only
 
 
 # ------------------------------------------------------------------ stages

@@ -117,4 +117,4 @@ def test_disentangled_rates_and_grid_keys_keep_their_old_names_and_hash():
         merged = resolve(DisConfig, {"experiment": {"grid": {"eta1": [1.0, 3.0]}}}, None, ["experiment.grid.lr_stage1=[1, 2]"])
     assert merged.experiment.grid == {"lr_stage1": [1.0, 2.0]}
     members = seed_major(merged, grid_variants(merged))
-    assert sorted({m.eta1 for m in members}) == [1.0, 2.0]  # grid values reach the members' eta1
+    assert sorted({m.lr_stage1 for m in members}) == [1.0, 2.0]  # grid values reach the members' lr_stage1

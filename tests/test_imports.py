@@ -74,9 +74,19 @@ def test_lazy_public_names_are_the_real_objects_and_listed():
         assert getattr(stagewise, name) is not None, name
     with pytest.raises(AttributeError, match="no_such_name"):
         stagewise.no_such_name  # noqa: B018
-    for package in ("stagewise.engine", "stagewise.runs", "stagewise.labs.ntp", "stagewise.labs.lm"):
+    for package in ("stagewise.engine", "stagewise.runs", "stagewise.labs.ntp", "stagewise.labs.lm", "stagewise.lmkit"):
         module = __import__(package, fromlist=["__all__"])
         assert set(module.__all__) <= set(dir(module)) and all(getattr(module, n) is not None for n in module.__all__)
+
+
+def test_lmkit_and_its_model_config_import_nothing_heavy():
+    """``stagewise.lmkit`` loads its names on first use: the package, its listing and the
+    model section of a config (which ``config lm`` needs) import no torch or transformers."""
+    probe = ("import json, sys; import stagewise.lmkit as k; k.ModelConfig(); k.TINY; dir(k); "
+             f"print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
 
 
 def test_pyarrow_floor_excludes_cve_2023_47248():

@@ -1,4 +1,4 @@
-"""Layering you can see: core (config, errors, engine) -> runs -> measure/report -> labs ->
+"""Layering you can see: core (config, errors, engine) -> runs -> measure/report/lmkit -> labs ->
 orchestrate -> cli. No module imports a higher layer (function-level imports included),
 no lab imports another lab, and the module import graph has no cycles: not between layers,
 not inside one layer, and not through imports under ``if TYPE_CHECKING:`` either (a circle
@@ -15,10 +15,10 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "stagewise"
 LAYERS = [
     ("core", ("stagewise.config", "stagewise.overrides", "stagewise.errors", "stagewise.yamlio", "stagewise.lazy", "stagewise.engine")),
     ("runs", ("stagewise.runs",)),
-    ("measure/report", ("stagewise.measure", "stagewise.report")),
+    ("measure/report", ("stagewise.measure", "stagewise.report", "stagewise.lmkit")),
     ("labs", ("stagewise.labs",)),
     ("orchestrate", ("stagewise.orchestrate",)),
-    ("cli", ("stagewise.cli", "stagewise.cli_claims", "stagewise.cli_lm", "stagewise.cli_sweep", "stagewise.testing")),
+    ("cli", ("stagewise.cli", "stagewise.cli_claims", "stagewise.cli_lab", "stagewise.cli_lm", "stagewise.cli_sweep", "stagewise.testing")),
 ]
 
 
@@ -140,6 +140,18 @@ def test_no_lab_imports_another_lab():
             others = sorted(d for d in deps if d.startswith("stagewise.labs.") and d.count(".") >= 3
                             and d.split(".")[2] in labs and d.split(".")[2] != own)
             assert not others, f"{module} imports another lab: {others}"
+
+
+def test_lmkit_imports_no_lab():
+    """The model-weights toolkit is usable without a run: no module of stagewise.lmkit imports
+    a lab (also not under ``if TYPE_CHECKING:``), and the lab's old toolkit modules are gone."""
+    lmkit = sorted(m for m in MODULES if m == "stagewise.lmkit" or m.startswith("stagewise.lmkit."))
+    assert "stagewise.lmkit.models" in lmkit and "stagewise.lmkit.surgery" in lmkit
+    for module in lmkit:
+        labs = sorted(d for d in imports_of(MODULES[module], type_checking=True) if d.startswith("stagewise.labs"))
+        assert not labs, f"{module} imports a lab: {labs}"
+    moved = ("adapters", "surgery", "spectra", "export", "scoring", "hub", "models", "blimp", "readers")
+    assert not [m for m in moved if f"stagewise.labs.lm.{m}" in MODULES]
 
 
 def test_import_graph_has_no_cycles():

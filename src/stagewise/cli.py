@@ -11,13 +11,14 @@ import importlib
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from .cli_claims import claims_cmd, print_verdicts
+from .cli_lab import WithLabCommands
 from .cli_lm import eval_app, lm_app
 from .cli_sweep import report_cmd, reproduce_cmd, sweep_app
 from .errors import UserError
@@ -25,7 +26,9 @@ from .errors import UserError
 if TYPE_CHECKING:
     from typer._click.exceptions import ClickException
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    from .labs.contract import Lab, SummaryTable
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=WithLabCommands,
                   help="Simulate, measure and reproduce staged training dynamics in transformers.")
 app.add_typer(eval_app, name="eval")
 app.add_typer(lm_app, name="lm")
@@ -87,38 +90,6 @@ def config_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise lab
 
 
 app.command("claims")(claims_cmd)
-
-
-@app.command("floors")
-def floors_cmd(
-    lab: str = typer.Argument(..., help="lab name, see `stagewise labs`"),
-    preset: Optional[str] = typer.Option(None, "--preset", "-p", help="named preset, see `stagewise labs`"),
-    config_file: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file of config values"),
-    sets: Optional[List[str]] = typer.Option(None, "--set", "-s", help="override one value: a.b=value (repeatable)"),
-    seeds: Optional[int] = typer.Option(None, "--seeds", help="number of seeds (seed..seed+K-1)"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="also write the rows to this JSON file"),
-) -> None:
-    """Print the attainable loss floors of a config (numerical optimum, analytic cross-check), without training."""
-    import json
-
-    from .config import resolve
-    from .labs import REGISTRY, get_lab
-    from .orchestrate.runner import available_memory
-
-    value = get_lab(lab)
-    if value.floors is None:
-        raise UserError(f"lab '{lab}' declares no attainable floors; labs with floors: "
-                        + ", ".join(n for n, v in REGISTRY.items() if v.floors is not None))
-    if seeds is not None and seeds < 1:
-        raise UserError(f"--seeds {seeds}: must be >= 1")
-    config = resolve(value.Config, value.preset_overrides(preset), config_file, sets or [],
-                     {"n_seeds": seeds} if seeds is not None else None)
-    value.check(config)
-    report = value.floors(config, available_memory())
-    for line in report.text():
-        out_console.print(line, highlight=False, markup=False, soft_wrap=True)
-    if json_out is not None:
-        json_out.write_text(json.dumps({"lab": lab, "preset": preset, "rows": report.rows}, indent=1, default=str) + "\n")
 
 
 @app.command("run")
@@ -200,6 +171,21 @@ def signal_name(signum: int) -> str:
     return signal.Signals(signum).name
 
 
+def _registered_lab(name: Any) -> Lab | None:
+    """The lab registered as ``name``; None for a lab this installation does not have."""
+    from .labs import REGISTRY
+
+    return REGISTRY[name] if isinstance(name, str) and name in REGISTRY else None
+
+
+def _summary_table(table: SummaryTable) -> Table:
+    """A lab's summary table for the terminal: floats to 4 significant digits, None as "-"."""
+    out = Table(*table.columns, header_style="bold")
+    for row in table.rows:
+        out.add_row(*(f"{v:.4g}" if isinstance(v, float) else "-" if v is None else str(v) for v in row))
+    return out
+
+
 def _print_summary(run_dir: Path) -> None:
     from .report.claims import read_summary
     from .runs import read_manifest
@@ -219,14 +205,11 @@ def _print_summary(run_dir: Path) -> None:
     if scalars:
         out_console.print("  ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in scalars.items()),
                           highlight=False)
-    floors = summary.details.get("floors")
-    if isinstance(floors, dict) and floors:  # details.floors: {variant: {quantity: value}}, what the model can attain
-        names = [k for k in next(iter(floors.values())) if not k.startswith("per seed")]
-        table = Table("attainable floors (means over seeds)", *names, header_style="bold")
-        for variant, entry in floors.items():
-            table.add_row(variant, *(f"{entry.get(k):.4g}" if isinstance(entry.get(k), float)
-                                     else "-" if entry.get(k) is None else str(entry.get(k)) for k in names))
-        out_console.print(table)
+    lab = _registered_lab(manifest["lab"])
+    for render in (lab.summary_tables.values() if lab else ()):  # the tables the lab shows from its summary
+        extra = render(summary)
+        if extra is not None:
+            out_console.print(_summary_table(extra))
     if summary.final:
         table = Table("metric (last step)", "mean", "min", "max", header_style="bold")
         fmt = lambda v: "-" if v is None else f"{v:.6g}"  # noqa: E731
@@ -234,7 +217,7 @@ def _print_summary(run_dir: Path) -> None:
             table.add_row(name, fmt(stats.mean), fmt(stats.min), fmt(stats.max))
         out_console.print(table)
     if summary.claims:
-        print_verdicts(out_console, summary.claims)
+        print_verdicts(out_console, summary.claims, {**(lab.sources if lab else {}), **summary.sources})
 
 
 @app.command("show")

@@ -1,15 +1,16 @@
 """Claims at the command line: ``stagewise claims LAB`` (the declared :class:`ClaimSpec` s,
 nothing run) and the claims table of ``stagewise show`` / the end of a run (verdicts).
 
-Both group claims by their source kind, in :data:`~stagewise.report.claims.SOURCE_GROUPS`
-order; claims without a source (version-1 summaries, labs not yet declared) come last
-under :data:`UNDECLARED`.
+Both group claims by their source, in :func:`~stagewise.report.claims.source_groups` order
+(the papers, each under the heading its lab declares in ``Lab.sources``, then reviewers,
+own checks); claims without a source (version-1 summaries, labs not yet declared) come
+last under :data:`UNDECLARED`.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import typer
 from rich.console import Console
@@ -25,16 +26,18 @@ VERDICT_STYLE = {"holds": "green", "fails": "red", "not testable": "yellow"}
 out_console = Console()
 
 
-def claim_groups(claims: Iterable[Any]) -> list[tuple[str, list[Any]]]:
-    """``[(heading, claims)]`` in SOURCE_GROUPS order, then the claims without a source
-    (``source`` None) under :data:`UNDECLARED`; empty groups are left out, order within a
-    group is kept. Works on :class:`ClaimSpec` and :class:`Claim` alike."""
-    from .report.claims import SOURCE_GROUPS
+def claim_groups(claims: Iterable[Any], sources: Mapping[str, str] | None = None) -> list[tuple[str, list[Any]]]:
+    """``[(heading, claims)]`` in :func:`~stagewise.report.claims.source_groups` order (paper
+    headings from ``sources``: key -> heading), then the claims without a source (``source``
+    None) under :data:`UNDECLARED`; empty groups are left out, order within a group is kept.
+    Works on :class:`ClaimSpec` and :class:`Claim` alike."""
+    from .report.claims import source_groups
 
     claims = list(claims)
-    groups = [(heading, [c for c in claims if c.source is not None and c.source.kind == kind])
-              for kind, heading in SOURCE_GROUPS.items()]
-    groups.append((UNDECLARED, [c for c in claims if c.source is None or c.source.kind not in SOURCE_GROUPS]))
+    headings = source_groups(sources, (c.source for c in claims))
+    groups = [(heading, [c for c in claims if c.source is not None and c.source.group == group])
+              for group, heading in headings.items()]
+    groups.append((UNDECLARED, [c for c in claims if c.source is None or c.source.group not in headings]))
     return [(heading, members) for heading, members in groups if members]
 
 
@@ -42,11 +45,11 @@ def _value(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def print_verdicts(console: Console, claims: Sequence[Any]) -> None:
-    """The tested claims of a summary: one table per source group with id, statement,
-    verdict (holds / fails / not testable), value (the judged, worst seed's) and the
-    reason or evidence."""
-    for heading, members in claim_groups(claims):
+def print_verdicts(console: Console, claims: Sequence[Any], sources: Mapping[str, str] | None = None) -> None:
+    """The tested claims of a summary: one table per source group (paper headings from
+    ``sources``) with id, statement, verdict (holds / fails / not testable), value (the
+    judged, worst seed's) and the reason or evidence."""
+    for heading, members in claim_groups(claims, sources):
         table = Table("claim", "verdict", "value", "evidence", title=escape(heading), title_justify="left",
                       header_style="bold")
         for claim in members:
@@ -57,17 +60,18 @@ def print_verdicts(console: Console, claims: Sequence[Any]) -> None:
         console.print(table)
 
 
-def print_specs(console: Console, lab: str, specs: Sequence[Any]) -> None:
-    """A lab's declared claims: one table per source group with id, source, statement,
-    condition, floor and control."""
+def print_specs(console: Console, lab: str, specs: Sequence[Any], sources: Mapping[str, str] | None = None) -> None:
+    """A lab's declared claims: one table per source group (paper headings and names from
+    ``sources``, the lab's ``Lab.sources``) with id, source, statement, condition, floor
+    and control."""
     if not specs:
         console.print(f"lab '{lab}' declares no claims yet", highlight=False, markup=False)
         return
-    for heading, members in claim_groups(specs):
+    for heading, members in claim_groups(specs, sources):
         table = Table("id", "source", "statement", "condition", "floor", "control", title=escape(heading),
                       title_justify="left", header_style="bold")
         for spec in members:
-            table.add_row(*(escape(text) for text in (spec.id, spec.source.label(), spec.statement, spec.condition(),
+            table.add_row(*(escape(text) for text in (spec.id, spec.source.label(sources), spec.statement, spec.condition(),
                                                       spec.floor or "-", spec.control)))
         console.print(table)
 
@@ -81,4 +85,4 @@ def claims_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise lab
     if as_json:
         typer.echo(json.dumps([spec.model_dump(mode="json") for spec in value.claims], indent=2))
         return
-    print_specs(out_console, lab, value.claims)
+    print_specs(out_console, lab, value.claims, value.sources)

@@ -66,7 +66,7 @@ def eval_blimp_cmd(
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads"),
 ) -> None:
     """BLiMP minimal-pair accuracy per paradigm and field (log P(good) > log P(bad), after BOS/EOS)."""
-    from .labs.lm.blimp import blimp_accuracy, read_blimp_pairs, score_blimp, write_blimp
+    from .lmkit.blimp import blimp_accuracy, read_blimp_pairs, score_blimp, write_blimp
     from .labs.lm.refs import load_ref
 
     names = [p.strip() for p in paradigms.split(",") if p.strip()] if paradigms else None
@@ -104,10 +104,10 @@ def reduce_cmd(
     """Rank-reduce selected attention matrices and save the edited model (safetensors + tokenizer).
 
     A GGUF model is written dequantised; a compact-vocabulary run as the full vocabulary (the
-    other ids never win: see :mod:`stagewise.labs.lm.export`)."""
-    from .labs.lm.export import check_exportable, export_hf
+    other ids never win: see :mod:`stagewise.lmkit.export`)."""
+    from .lmkit.export import check_exportable, export_hf
     from .labs.lm.refs import load_ref
-    from .labs.lm.surgery import check_reduce_args, reduce_rank
+    from .lmkit.surgery import check_reduce_args, reduce_rank
     from .runs import atomic_write_text, safe_csv
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -141,7 +141,7 @@ def rank_curve_cmd(
     from .labs.lm.config import Config
     from .labs.lm.rankcurve import curve_configs, parse_p_range, rank_curve, write_rank_curve
     from .labs.lm.refs import load_ref
-    from .labs.lm.surgery import check_reduce_args
+    from .lmkit.surgery import check_reduce_args
 
     ps = parse_p_range(p)  # bounded (MAX_P_POINTS) before any list is built
     check_reduce_args(keep, ps[0])

@@ -1,6 +1,7 @@
-"""Claims as data: every lab's declared ClaimSpecs, ClaimSpec.result's verdicts, version-1
-summaries, smoke runs whose claims instantiate the declarations (and fail under the
-declared control), and a truncated or foreign summary.json that `show` reports in one line."""
+"""Claims as data: every lab's declared ClaimSpecs and the papers they cite, ClaimSpec.result's
+verdicts, version-1 summaries and summaries written before papers were keys, smoke runs whose
+claims instantiate the declarations (and fail under the declared control), and a truncated or
+foreign summary.json that `show` reports in one line."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from runcache import EXAMPLE1_SHORT
 from stagewise import RunSpec
 from stagewise.config import deep_merge
 from stagewise.labs import REGISTRY, get_lab, spec_config
-from stagewise.report.claims import SOURCE_GROUPS, Claim, ClaimSpec, read_summary, own
+from stagewise.report.claims import KINDS, Claim, ClaimSpec, Source, Summary, paper, read_summary, own, source_groups
 
 LABS = sorted(REGISTRY)
 THEORY_LABS = ("ntp", "disentangled")
@@ -34,7 +35,7 @@ def test_declared_claims_are_complete(name):
     ids = [c.id for c in claims]
     assert len(set(ids)) == len(ids), f"duplicate ids in {name}: {ids}"
     for c in claims:
-        assert c.source.kind in SOURCE_GROUPS and c.source.where.strip()
+        assert (c.source.kind in KINDS or c.source.paper in get_lab(name).sources) and c.source.where.strip()
         assert c.control.strip() and c.quantity.strip() and c.statement.strip()
         assert math.isfinite(c.threshold)
 
@@ -120,6 +121,74 @@ def test_version1_summary_still_reads(tmp_path):
     assert [c.verdict for c in summary.claims] == ["holds", "not testable"]
     assert all(c.source is None and c.spec_id is None and c.condition() == "" for c in summary.claims)
     assert summary.counts() == {"holds": 1, "fails": 0, "not testable": 1}
+
+
+OLD_SOURCES_SUMMARY = {
+    "schema_version": 2, "lab": "ntp", "seeds": [0], "final": {}, "per_seed": {}, "details": {},
+    "claims": [{"id": "p2_claim", "statement": "direction converges", "holds": True, "evidence": "cos 1",
+                "source": {"kind": "paper2", "where": "Theorem 3"}, "quantity": "cos", "relation": ">=", "threshold": 0.9},
+               {"id": "p1_claim", "statement": "stage one", "holds": False, "evidence": "no",
+                "source": {"kind": "paper1", "where": "Figure 2"}, "quantity": "acc", "relation": ">=", "threshold": 0.9},
+               {"id": "own_claim", "statement": "ours", "holds": True, "evidence": "yes",
+                "source": {"kind": "own", "where": "Example 1"}, "quantity": "x", "relation": "<", "threshold": 1.0}]}
+"""A version-2 summary written before papers were keys: source kinds paper1 / paper2, no sources."""
+
+HEADINGS = {"paper1": "paper 1: First Author, 2001 (one)", "paper2": "paper 2: Second Author, 2002 (two)"}
+"""Paper headings as a lab declares them (Lab.sources)."""
+
+
+def test_a_summary_from_before_paper_keys_reads_its_papers_as_keys(tmp_path):
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(OLD_SOURCES_SUMMARY))
+    summary = read_summary(path)
+    assert summary.sources == {}
+    assert [c.source for c in summary.claims] == [paper("paper2", "Theorem 3"), paper("paper1", "Figure 2"), own("Example 1")]
+    assert [c.source.label(HEADINGS) for c in summary.claims] == ["paper 2, Theorem 3", "paper 1, Figure 2", "own check, Example 1"]
+    groups = source_groups(HEADINGS, (c.source for c in summary.claims))  # the headings the lab declares, in key order
+    assert list(groups.values()) == [HEADINGS["paper1"], HEADINGS["paper2"], "reviewers", "own checks"]
+    assert [groups[c.source.group] for c in summary.claims] == [HEADINGS["paper2"], HEADINGS["paper1"], "own checks"]
+
+
+def test_a_new_summary_carries_its_sources_and_stores_papers_by_key():
+    spec = ClaimSpec(id="p1", statement="s", source=paper("paper1", "Theorem 2"), quantity="q", relation=">=",
+                     threshold=0.5, control="c")
+    summary = Summary(lab="x", seeds=[0], claims=[spec.result([0.7])], sources={"paper1": HEADINGS["paper1"]})
+    data = json.loads(json.dumps(summary.to_json()))
+    assert data["sources"] == {"paper1": HEADINGS["paper1"]}
+    assert data["claims"][0]["source"] == {"kind": "paper", "paper": "paper1", "where": "Theorem 2"}
+    assert json.loads(own("x").model_dump_json()) == {"kind": "own", "where": "x"}  # no paper key for the other kinds
+    assert Summary.model_validate(data) == summary
+
+
+def test_a_paper_source_names_its_paper_and_an_undeclared_one_is_shown_by_key():
+    for bad in ({"kind": "paper", "where": "x"}, {"kind": "own", "paper": "paper1", "where": "x"},
+                {"kind": "paper", "paper": "two words", "where": "x"}):
+        with pytest.raises(ValueError):
+            Source.model_validate(bad)
+    source = paper("paper9", "Lemma 1")
+    assert source.label() == "paper9, Lemma 1" and source_groups({}, [source])["paper:paper9"] == "paper9"
+
+
+def test_a_report_over_labs_lists_papers_by_key_under_their_headings():
+    """claims.md of a reproduce over labs: the first lab cites paper 2, the second paper 1, yet
+    paper 1 comes first; the headings are the report's own ``sources`` over those passed in
+    (an older claims.json, without them, takes the labs' declarations)."""
+    from stagewise.report.html import reproduce_markdown
+
+    claims = OLD_SOURCES_SUMMARY["claims"]  # sources of kind paper2, paper1, own
+    runs = [{"name": "ntp/a", "status": "done", "seeds": [0], "claims": [claims[0], claims[2]]},
+            {"name": "disentangled/b", "status": "done", "seeds": [0], "claims": [claims[1]]}]
+    old = {"lab": "all", "quick": True, "runs": runs}
+
+    def headings(report, sources=None):
+        return [line[4:] for line in reproduce_markdown(report, sources).splitlines() if line.startswith("### ")
+                and not line.startswith("### ntp/") and not line.startswith("### disentangled/")]
+
+    declared = {"paper2": HEADINGS["paper2"], "paper1": HEADINGS["paper1"]}  # in the order the labs come
+    assert headings(old, declared) == [HEADINGS["paper1"], HEADINGS["paper2"], "own checks"]
+    assert headings(old) == ["paper1", "paper2", "own checks"]  # nothing declared: each paper under its key
+    written = {**old, "sources": {"paper1": "paper 1: as the run wrote it"}}
+    assert headings(written, declared) == ["paper 1: as the run wrote it", HEADINGS["paper2"], "own checks"]
 
 
 # ------------------------------------------------------------------ smoke runs of the theory labs

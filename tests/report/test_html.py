@@ -29,7 +29,7 @@ from stagewise.labs import Reproduction, RunSpec, get_lab, spec_hash
 from stagewise.measure import detect_stages
 from stagewise.orchestrate import reproduce
 from stagewise.orchestrate.reporting import folder_kind, reproduce_page, write_report
-from stagewise.report.claims import SOURCE_GROUPS, Claim, ClaimSpec, own, paper1, paper2, read_summary, reviewer
+from stagewise.report.claims import Claim, ClaimSpec, own, paper, read_summary, reviewer
 from stagewise.report.html import NONE_TEXT, SIGNIFICANT, number
 from stagewise.report.matrix import UNDECLARED_HEADING
 from stagewise.report.pages import stage_reports, stage_table
@@ -386,11 +386,15 @@ def test_sweep_matrix_shows_claim_values_where_collected(sweep_dir, tmp_path):
         assert "<small>(" not in shown  # the value, not k/n
 
 
+HEADINGS = {"paper1": "paper 1: First Author, 2001 (one)", "paper2": "paper 2: Second Author, 2002 (two)"}
+"""The papers of :func:`_declared_claims`, as a summary names them (``sources``)."""
+
+
 def _declared_claims() -> list:
     """Claims of every source kind, out of report order, and one undeclared (version-1) claim."""
     base = {"quantity": "min cos", "relation": ">=", "threshold": 0.99, "control": "random init"}
-    p1 = ClaimSpec(id="p1_claim", statement="stage one learns p", source=paper1("Theorem 1"), over="run", **base)
-    p2 = ClaimSpec(id="p2_claim", statement="direction converges", source=paper2("Theorem 3"), floor="1 - 1e-9", **base)
+    p1 = ClaimSpec(id="p1_claim", statement="stage one learns p", source=paper("paper1", "Theorem 1"), over="run", **base)
+    p2 = ClaimSpec(id="p2_claim", statement="direction converges", source=paper("paper2", "Theorem 3"), floor="1 - 1e-9", **base)
     rv = ClaimSpec(id="rv_claim", statement="late rate", source=reviewer("review: Lemma 5"), **base)
     ow = ClaimSpec(id="own_claim", statement="our check", source=own("Example 1"), **base)
     old = Claim(id="old_claim", statement="a version-1 claim", holds=True, evidence="old evidence")
@@ -404,10 +408,12 @@ def test_run_page_groups_declared_claims_by_source(run_dir, tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     claims = _declared_claims()
     summary["claims"] = [c.model_dump(mode="json") for c in claims]
+    summary["sources"] = HEADINGS
     (run / "summary.json").write_text(json.dumps(summary))
     text = write_report(run).html.read_text()
     headings = [html.unescape(h) for h in re.findall(r"<th class='group'[^>]*>(.*?)</th>", text)]
-    assert headings == [SOURCE_GROUPS[k] for k in ("paper1", "paper2", "reviewer", "own")] + [UNDECLARED_HEADING]
+    assert headings == [HEADINGS["paper1"], HEADINGS["paper2"], "reviewers", "own checks", UNDECLARED_HEADING]
+    assert "paper 1, Theorem 1" in text and "paper 2, Theorem 3" in text  # a paper's short name in its claims' labels
     rows = _matrix_rows(text)
     assert list(rows) == ["p1_claim", "p2_claim", "rv_claim", "own_claim", "old_claim"]  # report order
     by_id = {c.id: c for c in claims}
@@ -428,6 +434,26 @@ def test_run_page_groups_declared_claims_by_source(run_dir, tmp_path):
         if c.condition():
             assert f"title='{escape(c.condition())}" in text
     assert text.count("<td>random init</td>") == 4 and text.count("<td>1 - 1e-9</td>") == 1  # floors and controls: one table
+
+
+def test_run_page_of_a_summary_from_before_paper_keys_takes_the_labs_headings(run_dir, tmp_path):
+    """An older summary (source kind ``paper2``, no ``sources``) groups its paper's claims under
+    the heading the run's lab declares today, and the page is the one its summary rewritten in
+    the new form gives."""
+    run = _copy_run(run_dir, tmp_path / "run")
+    summary = json.loads((run / "summary.json").read_text())
+    summary.pop("sources", None)
+    for claim in summary["claims"]:
+        if claim["source"]["kind"] == "paper":
+            claim["source"] = {"kind": claim["source"].pop("paper"), "where": claim["source"]["where"]}
+    assert any(c["source"]["kind"] == "paper2" for c in summary["claims"])
+    (run / "summary.json").write_text(json.dumps(summary))
+    old = write_report(run).html.read_text()
+    headings = [html.unescape(h) for h in re.findall(r"<th class='group'[^>]*>(.*?)</th>", old)]
+    assert headings[0] == get_lab("ntp").sources["paper2"]
+    new = read_summary(run / "summary.json").model_copy(update={"sources": dict(get_lab("ntp").sources)})
+    (run / "summary.json").write_text(json.dumps(new.to_json()))
+    assert write_report(run).html.read_text() == old
 
 
 def test_reproduce_page_lists_each_claim_once_and_links_runs(reproduce_dir, tmp_path):

@@ -5,6 +5,7 @@ skips and missing optional packages are skipped with their reason."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from importlib.util import find_spec
 from pathlib import Path
@@ -19,7 +20,7 @@ from pydantic import Field
 from stagewise.config import RunBase, TrainBase
 from stagewise.errors import NotAvailable, UserError
 from stagewise.labs import REGISTRY, Lab, Reproduction, Resources, RunResult, RunSpec, get_lab
-from stagewise.report.claims import ClaimSpec, Stats, Summary, own
+from stagewise.report.claims import ClaimSpec, Stats, Summary, own, paper
 from stagewise.testing import CHECKS, ConformanceError, Session, check_lab, check_names, lab_checks
 
 matplotlib.use("Agg")
@@ -135,6 +136,42 @@ def test_undeclared_claims_and_missing_key_metrics_fail(tmp_path):
     assert [r.outcome for r in report.results] == ["failed", "failed"]
     assert report["claims_declared"].message == "claims not declared in Lab.claims: converges (the lab declares none)"
     assert "key metric margin missing" in report["key_metrics"].message
+
+
+PAPER = {"paper1": "paper 1: A. Author, 2001 (a tiny theorem)"}
+"""The paper the cited variant of the tiny lab declares."""
+
+
+def _cited(claim):
+    return claim.model_copy(update={"source": paper("paper1", "Theorem 1")})
+
+
+def cited_summarize(config: TinyConfig, frame: pd.DataFrame, tables, result: RunResult) -> Summary:
+    """The tiny lab's summary, its claim citing paper 1."""
+    summary = tiny_summarize(config, frame, tables, result)
+    return summary.model_copy(update={"claims": [_cited(c) for c in summary.claims]})
+
+
+def test_a_cited_paper_is_declared_and_the_summary_carries_it(tmp_path):
+    from stagewise.labs.contract import LabCommand
+
+    cited = dataclasses.replace(TINY, claims=(_cited(CONVERGES),), summarize=cited_summarize)
+    report = check_lab(cited, workdir=tmp_path / "a", checks=["lab_value"], strict=False)
+    assert report["lab_value"].message == "claims cite papers not declared in Lab.sources: ['paper1']"
+    clash = dataclasses.replace(cited, sources=PAPER, commands={"run": LabCommand(help="h", what="w", run=print)})
+    report = check_lab(clash, workdir=tmp_path / "b", checks=["lab_value"], strict=False)
+    assert report["lab_value"].message == "Lab.commands named like commands the CLI has: ['run']"
+    declared = dataclasses.replace(cited, sources=PAPER)
+    report = check_lab(declared, workdir=tmp_path / "c", checks=["lab_value", "smoke_run", "claims_declared"])
+    summary = json.loads(next((tmp_path / "c").glob("*/smoke/summary.json")).read_text())
+    assert summary["sources"] == PAPER and summary["claims"][0]["source"] == {"kind": "paper", "paper": "paper1", "where": "Theorem 1"}
+
+
+def test_the_summary_of_a_lab_carries_its_sources_over_what_summarize_names():
+    made = Summary(lab=NAME, seeds=[0], sources={"paper2": "paper 2: named by summarize"})
+    lab = dataclasses.replace(TINY, sources=PAPER, summarize=lambda *args: made)
+    assert lab.summary(None, None, None, RunResult()).sources == {**PAPER, **made.sources}
+    assert dataclasses.replace(TINY, summarize=lambda *args: made).summary(None, None, None, RunResult()) == made
 
 
 def test_declared_skips_carry_their_reason_and_unknown_names_are_errors(tmp_path):

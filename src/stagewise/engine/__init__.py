@@ -1,6 +1,7 @@
 """What the labs share: batched optimizers, dtype/device resolution, seed streams, the
-finite check, checkpoint state packing and the step-loop driver (the bottom layer, with
-config and errors).
+finite check, checkpoint state packing, the step-loop driver and the learning-rate
+schedules (:mod:`.schedules`, used as ``from stagewise.engine import schedules``) (the bottom
+layer, with config and errors).
 
 The names load on first use (PEP 562): importing the package imports no torch."""
 

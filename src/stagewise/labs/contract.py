@@ -13,8 +13,12 @@ Life of a run::
     lab.check(config)                          # every input check, before any work
     lab.estimate(config) -> Resources          # memory/disk, refused up front if too big
     result = lab.run(config, ctx)              # streams metrics + tables through ctx
-    summary = lab.summarize(config, metrics, tables, result)   # -> Summary
+    summary = lab.summary(config, metrics, tables, result)     # lab.summarize + lab.sources
     lab.make_figures(config, metrics, tables, summary, folder)  # PNG + PDF
+
+Beside these, a lab declares data the layers above use generically: its claims and the
+papers they cite (``claims``, ``sources``), extra commands (``commands``: ``stagewise NAME
+LAB ...``) and tables ``stagewise show`` prints from its summary (``summary_tables``).
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ if TYPE_CHECKING:  # annotations only: the contract imports no torch or pandas a
 
     from ..runs.context import Checkpoint
 
-__all__ = ["Checkpoint", "Claim", "ClaimSpec", "Lab", "Reproduction", "Resources", "RunContext", "RunResult", "Summary", "Tables",
-           "reproduction"]
+__all__ = ["Checkpoint", "Claim", "ClaimSpec", "Lab", "LabCommand", "Reproduction", "Resources", "RunContext", "RunResult",
+           "Summary", "SummaryTable", "Tables", "reproduction"]
 
 
 def __getattr__(name: str) -> Any:
@@ -157,6 +161,33 @@ def _no_estimate(config: Any) -> Resources:
 
 
 @dataclass(frozen=True)
+class LabCommand:
+    """An extra command a lab declares (``Lab.commands``, name -> this), which the CLI offers
+    as ``stagewise NAME LAB [--preset P] [--config FILE] [--set a.b=v ...] [--seeds K]
+    [--json FILE]``: the config is resolved and checked (``lab.check``), then ``run(config,
+    memory_limit)`` computes, without training, an object with ``text() -> list[str]`` (the
+    lines printed) and ``rows`` (a list of dicts, written to ``--json FILE`` as ``{"lab",
+    "preset", "rows"}``); ``memory_limit`` is the memory the machine has in bytes (None:
+    unknown). ``run`` raises UserError (one line) for a config it cannot handle."""
+
+    help: str
+    """The command's help line (``stagewise NAME --help``)."""
+    what: str
+    """What it computes, for the error of a lab without it: ``lab 'X' declares no WHAT``."""
+    run: Callable[[Any, int | None], Any]
+
+
+@dataclass(frozen=True)
+class SummaryTable:
+    """A table ``stagewise show`` prints from a run's summary (``Lab.summary_tables``):
+    ``columns`` (the first heads the rows' labels) and ``rows`` of values (a float shown to
+    4 significant digits, None as "-", anything else as text)."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
 class Lab:
     """A lab: identity, config model, presets, reproduction set and its five functions."""
 
@@ -178,11 +209,23 @@ class Lab:
     """The lab's declared claims (``stagewise claims LAB``): every claim in a summary instantiates one (``spec_id``)."""
     conformance_skips: Mapping[str, str] = field(default_factory=dict)
     """Checks of :func:`stagewise.testing.check_lab` this lab declares it cannot pass: check name -> reason."""
-    floors: Callable[[Any, int | None], Any] | None = None
-    """``floors(config, memory_limit)``: the attainable loss floors of a config without training
-    (``stagewise floors LAB``), an object with ``text() -> list[str]`` and ``rows`` (list of
-    dicts); UserError (one line) for a config it cannot handle or that needs more than
-    ``memory_limit`` bytes. None: the lab declares no floors."""
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """The papers its claims cite: key (``Source.paper``, e.g. ``paper1``) -> heading ``"SHORT:
+    citation"`` (``"paper 1: A. Author et al., arXiv 0000.00000 (topic)"``). Reports group
+    claims under the heading, in the order of the keys; SHORT (the text before the first
+    ``": "``) names the paper in a claim's source label (``paper 1, Theorem 2``). Every
+    summary carries them (``Summary.sources``, see :meth:`summary`)."""
+    commands: Mapping[str, LabCommand] = field(default_factory=dict)
+    """Extra commands of the CLI: name -> :class:`LabCommand` (``stagewise NAME LAB ...``); a
+    name the CLI already has is not offered."""
+    summary_tables: Mapping[str, Callable[[Summary], SummaryTable | None]] = field(default_factory=dict)
+    """Tables ``stagewise show`` prints after the summary's scalars: name -> a function of the
+    run's Summary giving a :class:`SummaryTable`, or None when the summary holds nothing for it."""
+
+    def summary(self, config: Any, metrics: pd.DataFrame, tables: Tables, result: RunResult) -> Summary:
+        """``summarize``'s Summary carrying the lab's ``sources`` (what ``summary.json`` holds)."""
+        summary = self.summarize(config, metrics, tables, result)
+        return summary.model_copy(update={"sources": {**self.sources, **summary.sources}})
 
     def preset_overrides(self, preset: str | None) -> dict[str, Any]:
         """The overrides of a named preset (None: the lab's defaults); one-line error otherwise."""

@@ -9,7 +9,9 @@ What a folder is, checked in this order::
 
 Every page has one shape (:mod:`stagewise.report.pages`): the claims x runs matrix first
 (rows grouped by source, each cell a verdict and value linked to its evidence), the details
-folded below.
+folded below. The headings of the paper groups are the summaries' own ``sources``, over the
+registered labs' declarations (``Lab.sources``, :func:`declared_sources`) for the papers an
+older summary or ``claims.json`` does not name.
 
 Files written::
 
@@ -38,7 +40,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import pandas as pd
 
@@ -67,6 +69,29 @@ class ReportResult:
     run_reports: tuple[Path, ...] = ()
     missing: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+
+
+def declared_sources(lab: Any = None) -> dict[str, str]:
+    """Paper key -> heading as lab ``lab`` declares it (``Lab.sources``); for None or "all"
+    (a page over labs), those of every registered lab (the first lab's heading where two
+    share a key); {} for a lab not registered here."""
+    from ..labs import REGISTRY
+
+    if lab is None or lab == "all":
+        out: dict[str, str] = {}
+        for value in REGISTRY.values():
+            for key, heading in value.sources.items():
+                out.setdefault(key, heading)
+        return out
+    return dict(REGISTRY[lab].sources) if isinstance(lab, str) and lab in REGISTRY else {}
+
+
+def _run_lab(run_dir: Path) -> Any:
+    """The lab a run folder's manifest names (None when unreadable: the page says why)."""
+    try:
+        return read_manifest(run_dir).get("lab")
+    except UserError:
+        return None
 
 
 def folder_kind(folder: str | Path) -> str:
@@ -129,7 +154,8 @@ def write_run_report(run_dir: str | Path, *, preset: str | None = None,
             link = (_href(back[0], run_dir), back[1])
         except ValueError:
             link = None
-    return _result(run_page(run_dir, preset=preset, back=link, depth=depth), run_dir / REPORT, "run")
+    page = run_page(run_dir, preset=preset, back=link, depth=depth, sources=declared_sources(_run_lab(run_dir)))
+    return _result(page, run_dir / REPORT, "run")
 
 
 def _run_reports(folder: Path, run_dirs: dict[str, str | None], back: str) -> tuple[
@@ -222,44 +248,48 @@ def _write_sweep(folder: Path, collect_fn: Callable[[Path], Any] | None) -> Repo
         frame, pngs, warnings = collected.frame, list(collected.figures), warnings + list(collected.warnings)
     except UserError as err:
         frame, pngs, warnings = pd.DataFrame(), [], warnings + [f"collect: {m}" for m in err.messages]
-    declared, made = _declarations(folder, [str(p["run_dir"]) for p in points])
+    declared, made, written = _declarations(folder, [str(p["run_dir"]) for p in points])
+    sources = {**declared_sources(index.get("lab")), **written}
     page = sweep_page(index, views, frame, _figure_entries(folder, pngs), warnings, links, folder, declared,
-                      {v.label: made[v.run_dir] for v in views if v.run_dir in made})
+                      {v.label: made[v.run_dir] for v in views if v.run_dir in made}, sources)
     return _result(page, folder / REPORT, "sweep", run_reports=tuple(pages.values()), warnings=tuple(warnings))
 
 
-def _declarations(folder: Path, run_dirs: list[str]) -> tuple[dict[str, Claim], dict[str, frozenset[str]]]:
+def _declarations(folder: Path, run_dirs: list[str]) -> tuple[dict[str, Claim], dict[str, frozenset[str]], dict[str, str]]:
     """(claim id -> the first Claim with that id in the summaries of the run folders inside
     ``folder``: the declarations the sweep's claims matrix shows; run_dir -> the ids of the
     claims its summary makes, so that a claim a run does not make is shown absent, not "not
-    testable"), unreadable summaries skipped."""
+    testable"; the summaries' sources, paper key -> heading), unreadable summaries skipped."""
     out: dict[str, Claim] = {}
     made: dict[str, frozenset[str]] = {}
+    sources: dict[str, str] = {}
     for key in dict.fromkeys(run_dirs):
         run_dir = _inside(folder, folder / key)
         if run_dir is None or not (run_dir / "summary.json").is_file():
             continue
         try:
-            claims = read_summary(run_dir / "summary.json").claims
+            summary = read_summary(run_dir / "summary.json")
         except UserError:
             continue
-        made[key] = frozenset(c.id for c in claims)
-        for c in claims:
+        made[key] = frozenset(c.id for c in summary.claims)
+        for c in summary.claims:
             out.setdefault(c.id, c)
-    return out, made
+        for paper, heading in summary.sources.items():
+            sources.setdefault(paper, heading)
+    return out, made, sources
 
 
 # ------------------------------------------------------------------------ reproduce
 def _reproduce_report(folder: Path) -> dict[str, Any]:
     """``claims.json`` when reproduce finished; else the same dict rebuilt from the plan and
-    the run folders (an interrupted reproduce)."""
+    the run folders (an interrupted reproduce), ``sources`` from their summaries."""
     claims = folder / "claims.json"
     if claims.is_file():
         report = _read_json(claims, "reproduce report")
         if isinstance(report.get("runs"), list) and "lab" in report:
             return report
     plan = _read_json(folder / "reproduce.json", "reproduce plan")
-    runs = []
+    runs, sources = [], {}
     for spec in plan.get("specs", []):
         name = str(spec.get("name", ""))
         run_dir = folder / "runs" / name
@@ -270,19 +300,22 @@ def _reproduce_report(folder: Path) -> dict[str, Any]:
             run.update(status=manifest["status"], error=manifest.get("error"), config_hash=manifest["config_hash"],
                        seeds=manifest["seeds"])
         if (run_dir / "summary.json").is_file():
-            run["claims"] = [c.model_dump() for c in read_summary(run_dir / "summary.json").claims]
+            summary = read_summary(run_dir / "summary.json")
+            run["claims"] = [c.model_dump() for c in summary.claims]
+            sources.update({k: v for k, v in summary.sources.items() if k not in sources})
         run["figures"] = [_href(png, folder) for png in sorted((run_dir / "figures").glob("*.png"))]
         runs.append(run)
-    return {"lab": plan.get("lab", "?"), "quick": bool(plan.get("quick")), "runs": runs}
+    return {"lab": plan.get("lab", "?"), "quick": bool(plan.get("quick")), "sources": sources, "runs": runs}
 
 
-def reproduce_page(report: dict[str, Any], folder: str | Path) -> ReportResult:
+def reproduce_page(report: dict[str, Any], folder: str | Path, sources: Mapping[str, str] | None = None) -> ReportResult:
     """Write a reproduce folder's ``report.html`` from its report dict (``claims.json``) and
-    each run's own page (``runs/<name>/report.html``), linked both ways."""
+    each run's own page (``runs/<name>/report.html``), linked both ways; ``sources``: paper
+    key -> heading beside the report's own (default: its labs' declarations)."""
     folder = Path(folder)
     runs = {str(r.get("run_dir") or f"runs/{r['name']}"): r for r in report["runs"]}
     pages, _, warnings = _run_reports(folder, {key: r.get("preset") for key, r in runs.items()},
                                          "back to the reproduce report")
     links = {r["name"]: _href(pages[key], folder) for key, r in runs.items() if key in pages}
-    page = reproduce_html_page(report, folder, links)
+    page = reproduce_html_page(report, folder, links, declared_sources(report.get("lab")) if sources is None else sources)
     return _result(page, folder / REPORT, "reproduce", run_reports=tuple(pages.values()), warnings=tuple(warnings))

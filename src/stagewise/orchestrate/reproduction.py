@@ -100,7 +100,7 @@ def reproduce(lab: Lab, folder: str | Path, *, quick: bool = False, progress: bo
                          sinks=opts.sinks)
             seconds[spec.name] = round(time.perf_counter() - start, 2)
     runs_out = [_run_one(spec, config, folder, seconds[spec.name]) for spec, config in zip(specs, configs)]
-    report = {"lab": lab.name, "quick": quick, "runs": runs_out}
+    report = {"lab": lab.name, "quick": quick, "runs": runs_out, "sources": dict(lab.sources)}
     _write_report(report, folder)
     return report
 
@@ -148,11 +148,14 @@ def reproduce_all(labs: list[Lab], folder: str | Path, *, quick: bool = False, a
     preflight([], folder, opts or ExecutorOptions())
     _open_folder(folder, plan)
     runs: list[dict[str, Any]] = []
+    sources: dict[str, Any] = {}
     for lab in labs:
+        for key, source in lab.sources.items():
+            sources.setdefault(key, source)
         part = reproduce(lab, folder / lab.name, quick=quick, allow_large=allow_large, opts=opts, on_result=on_result)
         for run in part["runs"]:
             runs.append({**run, "name": f"{lab.name}/{run['name']}", "run_dir": f"{lab.name}/{run['run_dir']}",
                          "figures": [f"{lab.name}/{f}" for f in run["figures"]]})
-    report = {"lab": "all", "quick": quick, "runs": runs}
+    report = {"lab": "all", "quick": quick, "runs": runs, "sources": sources}
     _write_report(report, folder)
     return report

@@ -252,7 +252,7 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
                 ctx.sink.close()
                 frame = ctx.sink.to_frame()
                 write_parquet(frame, paths.metrics)
-                summary = lab.summarize(config, frame, ctx.tables, result)
+                summary = lab.summary(config, frame, ctx.tables, result)
                 atomic_write_json(paths.summary, summary.to_json())
                 lab.make_figures(config, frame, ctx.tables, summary, paths.figures)
             return update_manifest(paths.root, status="done", ended=now_iso())

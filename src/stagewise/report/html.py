@@ -29,6 +29,7 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Sequence
 from urllib.parse import quote
 
@@ -201,11 +202,20 @@ def _evidence_href(run: str, claim_id: str) -> str:
     return "#" + element_id("ev", run, claim_id)
 
 
-def reproduce_matrix(report: dict[str, Any], links: dict[str, str] | None = None) -> Matrix:
+def report_sources(report: dict[str, Any], sources: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Paper key -> heading of a reproduce report: ``sources`` (its labs' declarations) with
+    the report's own ``sources`` over them (a ``claims.json`` written before it had one has none)."""
+    own = report.get("sources")
+    return {**(sources or {}), **(own if isinstance(own, dict) else {})}
+
+
+def reproduce_matrix(report: dict[str, Any], links: dict[str, str] | None = None,
+                     sources: Mapping[str, str] | None = None) -> Matrix:
     """The claims x runs matrix of a reproduce report (``claims.json``): a column per run
     (its header links to the run's section, ``#run-NAME``), each cell to the claim's
     evidence there (``#ev-NAME-ID``); on a report over labs (``lab`` "all", runs named
-    ``LAB/NAME``) a row per lab and claim id."""
+    ``LAB/NAME``) a row per lab and claim id. ``sources``: paper key -> heading
+    (:func:`report_sources`)."""
     over_labs = report.get("lab") == "all"
     runs = []
     for run in report["runs"]:
@@ -214,13 +224,14 @@ def reproduce_matrix(report: dict[str, Any], links: dict[str, str] | None = None
         runs.append(RunClaims(column, [as_claim(c) for c in run.get("claims") or []], len(run.get("seeds") or []),
                               functools.partial(_evidence_href, name),
                               name.split("/", 1)[0] if over_labs and "/" in name else ""))
-    return runs_matrix(runs)
+    return runs_matrix(runs, report_sources(report, sources))
 
 
-def reproduce_markdown(report: dict[str, Any]) -> str:
+def reproduce_markdown(report: dict[str, Any], sources: Mapping[str, str] | None = None) -> str:
     """``claims.md``: the claims x runs matrix grouped by source (one vocabulary: holds /
-    fails / not testable, with the reason), then each run's status, evidence and figures."""
-    matrix = reproduce_matrix(report)
+    fails / not testable, with the reason), then each run's status, evidence and figures.
+    ``sources``: paper key -> heading (:func:`report_sources`)."""
+    matrix = reproduce_matrix(report, sources=sources)
     counts = matrix.counts()
     lines = [f"# stagewise reproduce {report['lab']}{' --quick' if report.get('quick') else ''}", "",
              f"{matrix.n_claims} claims over {len(report['runs'])} runs: "
@@ -242,4 +253,4 @@ def reproduce_markdown(report: dict[str, Any]) -> str:
 
 
 __all__ = ["SIGNIFICANT", "NONE_TEXT", "number", "is_number", "safe_href", "inside_folder", "render", "figures",
-           "FigureEntry", "FigureBlock", "reproduce_markdown", "reproduce_matrix"]
+           "FigureEntry", "FigureBlock", "reproduce_markdown", "reproduce_matrix", "report_sources"]

@@ -1,7 +1,9 @@
 """The claims x runs matrix every report starts with, as data (no markup).
 
-Rows are claims grouped by source (:data:`~stagewise.report.claims.SOURCE_GROUPS` order,
-then :data:`UNDECLARED` for claims of version-1 summaries, ``source`` None); columns are
+Rows are claims grouped by source (:func:`~stagewise.report.claims.source_groups` order:
+the papers, each under the heading its lab declares (``sources``: paper key -> heading),
+reviewers, own checks, then :data:`UNDECLARED` for claims of version-1 summaries, ``source``
+None); columns are
 runs (a run page: one; a reproduce page: each run; a sweep: each point). A claim's
 declaration (statement, source, condition ``quantity relation threshold``, floor, control)
 is a :class:`ClaimRow`, given once; each :class:`Cell` is one verdict in the one vocabulary
@@ -22,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from .claims import SOURCE_GROUPS, VERDICTS, Claim
+from .claims import VERDICTS, Claim, source_groups
 
 SIGNIFICANT = 4
 """Significant digits of every float shown in a report (``f"{x:.4g}"``)."""
@@ -87,8 +89,8 @@ def element_id(*parts: str) -> str:
 @dataclass(frozen=True)
 class ClaimRow:
     """A claim's declaration, shown once: ``label`` (the id, lab-prefixed on a page over
-    several labs), statement, source label, condition, floor, control; ``group`` a source
-    kind or :data:`UNDECLARED`."""
+    several labs), statement, source label, condition, floor, control; ``group`` the
+    source's group (:attr:`~stagewise.report.claims.Source.group`) or :data:`UNDECLARED`."""
 
     key: str
     label: str
@@ -142,7 +144,10 @@ class Column:
 
 @dataclass(frozen=True)
 class Group:
-    kind: str
+    """The rows of one source group: its key (a paper's ``paper:KEY``, a kind, or
+    :data:`UNDECLARED`) and its heading."""
+
+    key: str
     heading: str
     rows: tuple[tuple[ClaimRow, tuple[Cell, ...]], ...]
 
@@ -177,10 +182,11 @@ def as_claim(value: Claim | Mapping[str, Any]) -> Claim:
     return value if isinstance(value, Claim) else Claim.model_validate(dict(value))
 
 
-def claim_row(claim: Claim, key: str, label: str) -> ClaimRow:
+def claim_row(claim: Claim, key: str, label: str, sources: Mapping[str, str] | None = None) -> ClaimRow:
+    """A claim's row; ``sources`` (paper key -> heading) names its paper in the source label."""
     source = claim.source
-    return ClaimRow(key, label, claim.statement, source.kind if source else UNDECLARED,
-                    source.label() if source else "", claim.condition(), claim.floor, claim.control)
+    return ClaimRow(key, label, claim.statement, source.group if source else UNDECLARED,
+                    source.label(sources) if source else "", claim.condition(), claim.floor, claim.control)
 
 
 def claim_cell(claim: Claim, n_seeds: int, href: str | None) -> Cell:
@@ -196,13 +202,16 @@ def claim_cell(claim: Claim, n_seeds: int, href: str | None) -> Cell:
     return Cell(str(claim.verdict), value, fraction, claim.reason, href, title, partial)
 
 
-def _groups(rows: Mapping[str, ClaimRow], cells: Mapping[str, list[Cell]]) -> tuple[Group, ...]:
-    headings = {**SOURCE_GROUPS, UNDECLARED: UNDECLARED_HEADING}
+def _groups(rows: Mapping[str, ClaimRow], cells: Mapping[str, list[Cell]], sources: Mapping[str, str] | None,
+            claims: Sequence[Claim]) -> tuple[Group, ...]:
+    """The rows by source group, in :func:`~stagewise.report.claims.source_groups` order
+    (headings from ``sources``, papers only ``claims`` cite under their key), undeclared last."""
+    headings = {**source_groups(sources, (c.source for c in claims)), UNDECLARED: UNDECLARED_HEADING}
     out = []
-    for kind, heading in headings.items():
-        members = tuple((row, tuple(cells[key])) for key, row in rows.items() if row.group == kind)
+    for group, heading in headings.items():
+        members = tuple((row, tuple(cells[key])) for key, row in rows.items() if row.group == group)
         if members:
-            out.append(Group(kind, heading, members))
+            out.append(Group(group, heading, members))
     return tuple(out)
 
 
@@ -219,21 +228,22 @@ class RunClaims:
     lab: str = ""
 
 
-def runs_matrix(runs: Sequence[RunClaims]) -> Matrix:
+def runs_matrix(runs: Sequence[RunClaims], sources: Mapping[str, str] | None = None) -> Matrix:
     """The matrix of runs' claims: a row per distinct (lab, claim id), in order of first
-    appearance, its declaration from the first run that has it."""
+    appearance, its declaration from the first run that has it; ``sources``: paper key ->
+    heading (the groups' headings and the papers' names in the source labels)."""
     rows: dict[str, ClaimRow] = {}
     found: dict[str, dict[int, Claim]] = {}
     for i, run in enumerate(runs):
         for claim in run.claims:
             key = f"{run.lab}/{claim.id}" if run.lab else claim.id
             if key not in rows:
-                rows[key] = claim_row(claim, key, f"{run.lab} · {claim.id}" if run.lab else claim.id)
+                rows[key] = claim_row(claim, key, f"{run.lab} · {claim.id}" if run.lab else claim.id, sources)
                 found[key] = {}
             found[key].setdefault(i, claim)
     cells = {key: [claim_cell(by_run[i], run.n_seeds, run.evidence(by_run[i].id)) if i in by_run else Cell(ABSENT)
                    for i, run in enumerate(runs)] for key, by_run in found.items()}
-    return Matrix(tuple(r.column for r in runs), _groups(rows, cells))
+    return Matrix(tuple(r.column for r in runs), _groups(rows, cells, sources, [c for r in runs for c in r.claims]))
 
 
 def _holds(value: Any) -> bool | None:
@@ -259,7 +269,7 @@ def _worst(values: list[float], claim: Claim | None) -> float:
 
 
 def sweep_matrix(frame: pd.DataFrame, columns: Mapping[str, Column], claims: Mapping[str, Claim],
-                 made: Mapping[str, frozenset[str]] | None = None) -> Matrix:
+                 made: Mapping[str, frozenset[str]] | None = None, sources: Mapping[str, str] | None = None) -> Matrix:
     """Claims x sweep points from the collect table (a row per run and seed; ``claim.ID``
     the run's verdict, ``claim_value.ID`` its value where collected). ``columns``: point
     label -> column (frame order is used for points missing there); ``claims``: id -> a
@@ -270,7 +280,7 @@ def sweep_matrix(frame: pd.DataFrame, columns: Mapping[str, Column], claims: Map
     shows the worst ``claim_value`` of the point when that column exists, else ``k/n``
     testable rows holding. ``made``: point label -> the ids of the claims its run's summary
     makes; a claim outside it is :data:`ABSENT` (the collect table's <NA> alone cannot tell
-    a claim the run does not make from one it cannot test)."""
+    a claim the run does not make from one it cannot test). ``sources``: paper key -> heading."""
     ids = [str(c)[len("claim."):] for c in frame.columns if str(c).startswith("claim.")]
     if not ids or "point" not in frame.columns:
         return Matrix((), ())
@@ -280,7 +290,7 @@ def sweep_matrix(frame: pd.DataFrame, columns: Mapping[str, Column], claims: Map
     cells: dict[str, list[Cell]] = {}
     for cid in ids:
         claim = claims.get(cid)
-        rows[cid] = claim_row(claim, cid, cid) if claim else ClaimRow(cid, cid, "", UNDECLARED)
+        rows[cid] = claim_row(claim, cid, cid, sources) if claim else ClaimRow(cid, cid, "", UNDECLARED)
         cells[cid] = []
         for col, (point, group) in zip(cols, groups):
             if made is not None and str(point) in made and cid not in made[str(point)]:
@@ -301,7 +311,7 @@ def sweep_matrix(frame: pd.DataFrame, columns: Mapping[str, Column], claims: Map
             verdict = "holds" if n_true == n_test else "fails"
             cells[cid].append(Cell(verdict, value, fraction, href=col.href, title=condition,
                                    partial=verdict == "fails" and n_true > 0))
-    return Matrix(cols, _groups(rows, cells))
+    return Matrix(cols, _groups(rows, cells, sources, list(claims.values())))
 
 
 def markdown_cell(text: str) -> str:

@@ -206,11 +206,13 @@ def run_figures(run_dir: Path) -> list[FigureEntry]:
 
 
 def run_page(run_dir: str | Path, *, preset: str | None = None, back: tuple[str, str] | None = None,
-             depth: int = 0) -> Page:
+             depth: int = 0, sources: Mapping[str, str] | None = None) -> Page:
     """The report of one run directory: its claims as a one-column matrix, then the
     details. ``back``: (href, text) of a link to the page that holds this run (a sweep or
     reproduce report), ``depth`` folders above the run (the link may climb that many, no
-    more: :func:`~stagewise.report.html.safe_href`). UserError when the manifest is unreadable."""
+    more: :func:`~stagewise.report.html.safe_href`); ``sources``: paper key -> heading for
+    the papers the summary itself does not name (its lab's declaration: older summaries
+    have none). UserError when the manifest is unreadable."""
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
     preset = preset or manifest.get("preset")
@@ -224,7 +226,9 @@ def run_page(run_dir: str | Path, *, preset: str | None = None, back: tuple[str,
             note = err.messages[0]
     claims = list(summary.claims) if summary else []
     column = Column(run_dir.name, None, str(manifest["status"]))
-    matrix = runs_matrix([RunClaims(column, claims, len(manifest["seeds"]), lambda cid: "#" + element_id("ev", cid))])
+    headings = {**(sources or {}), **(summary.sources if summary else {})}
+    matrix = runs_matrix([RunClaims(column, claims, len(manifest["seeds"]), lambda cid: "#" + element_id("ev", cid))],
+                         headings)
     stages = [(where, StageView(element_id("stages", where), stage_table(report)))
               for where, report in stage_reports(summary.details if summary else {})]
     final = [[name, s.mean, s.min, s.max] for name, s in (summary.final.items() if summary else ())]
@@ -289,13 +293,14 @@ def _collected(frame: pd.DataFrame, links: Mapping[str, str]) -> tuple[list[str]
 def sweep_page(index: dict[str, Any], points: Sequence[SweepPointView], frame: pd.DataFrame,
                figure_entries: Sequence[FigureEntry], warnings: Sequence[str], links: dict[str, str],
                folder: str | Path, claims: Mapping[str, Claim] | None = None,
-               made: Mapping[str, frozenset[str]] | None = None) -> Page:
+               made: Mapping[str, frozenset[str]] | None = None, sources: Mapping[str, str] | None = None) -> Page:
     """The report of a sweep ``folder``: the claims x points matrix (each point's cell
     linked to its run's report), failures, figures (only those inside ``folder`` are
     embedded), then the runs and the collect table folded. ``links`` maps a run's
     ``run_dir`` or hash (as in the frame) to its report href (relative to ``folder``);
     ``claims``: claim id -> a Claim of some run (its declaration for the row header);
-    ``made``: point label -> the ids of the claims its run makes (see :func:`sweep_matrix`)."""
+    ``made``: point label -> the ids of the claims its run makes (see :func:`sweep_matrix`);
+    ``sources``: paper key -> heading."""
     title = f"stagewise sweep {index.get('lab', '?')}: {len(points)} points"
     statuses = dict(sorted(Counter(p.status for p in points).items()))
     by_label = {p.label: p for p in points}
@@ -307,7 +312,7 @@ def sweep_page(index: dict[str, Any], points: Sequence[SweepPointView], frame: p
                                               else str(group["status"].iloc[0]))
             columns[str(point)] = Column(str(point), _point_href(group.iloc[0], links), status,
                                          view.lines if view else ())
-    matrix = sweep_matrix(frame, columns, claims or {}, made)
+    matrix = sweep_matrix(frame, columns, claims or {}, made, sources)
     cols, rows = _collected(frame, links)
     block = figures(figure_entries, folder)
     html = render("sweep.html", title=title, statuses=statuses, axes=[str(a) for a in index.get("axes") or []],
@@ -352,7 +357,8 @@ def _figure_entries(run: dict[str, Any], folder: Path) -> list[FigureEntry]:
     return entries
 
 
-def reproduce_html_page(report: dict[str, Any], folder: Path, links: dict[str, str] | None = None) -> Page:
+def reproduce_html_page(report: dict[str, Any], folder: Path, links: dict[str, str] | None = None,
+                        sources: Mapping[str, str] | None = None) -> Page:
     """The reproduce report: the claims x runs matrix first (each claim once, each cell
     linked to the run's evidence below), then one folded section per run (status, error,
     evidence per claim, figures, link to the run's own report); a run that is not done is
@@ -360,12 +366,13 @@ def reproduce_html_page(report: dict[str, Any], folder: Path, links: dict[str, s
 
     report: the ``claims.json`` dict of :func:`stagewise.orchestrate.reproduction.reproduce`
     (``lab``, ``quick``, ``runs``: [{name, preset, status, error, config_hash, seeds, seconds,
-    claims, figures (paths relative to ``folder``)}]). links: run name -> report href.
+    claims, figures (paths relative to ``folder``)}], ``sources`` where written). links: run
+    name -> report href; sources: paper key -> heading beside the report's own ``sources``.
     A figure is embedded only when it lies inside ``folder`` (symlinks resolved); a figure
     name that climbs out (``../x.png``), is absolute or is a symlink out is named as skipped."""
     links = links or {}
     title = reproduce_title(report)
-    matrix = reproduce_matrix(report)
+    matrix = reproduce_matrix(report, sources=sources)
     statements = {row.key: row.statement for g in matrix.groups for row, _ in g.rows}  # row key: [LAB/]ID
     embedded: list[Path] = []
     missing: list[str] = []

@@ -1,4 +1,5 @@
-"""The run store: run directories, manifests, streamed metrics, tables, checkpoints, locks.
+"""The run store: run directories, manifests, streamed metrics, tables, checkpoints, locks,
+and groups of trainings in one run (:mod:`.groups`).
 
 The names load on first use (PEP 562): importing the package (or a light submodule such as
 :mod:`.sizes`) imports no torch or pandas."""
@@ -11,6 +12,7 @@ from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .context import Checkpoint, Interrupted, RunDirContext, RunPaths
+    from .groups import GroupContext, resumed_group, run_groups
     from .manifest import read_manifest, update_manifest
     from .memory import MemoryContext
     from .store import (
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("Checkpoint", "Interrupted", "RunDirContext", "RunPaths"), ".context"),
+    **dict.fromkeys(("GroupContext", "resumed_group", "run_groups"), ".groups"),
     **dict.fromkeys(("read_manifest", "update_manifest"), ".manifest"),
     "MemoryContext": ".memory",
     **dict.fromkeys(("Checkpoints", "MetricSink", "RunLock", "TableStore", "atomic_write_bytes", "atomic_write_json",
@@ -27,9 +30,9 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
-    "Checkpoint", "Checkpoints", "Interrupted", "MemoryContext", "MetricSink", "RunDirContext", "RunLock", "RunPaths",
-    "TableStore", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "load_snapshot", "read_manifest",
-    "safe_csv", "save_snapshot", "update_manifest", "write_parquet",
+    "Checkpoint", "Checkpoints", "GroupContext", "Interrupted", "MemoryContext", "MetricSink", "RunDirContext", "RunLock",
+    "RunPaths", "TableStore", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "load_snapshot",
+    "read_manifest", "resumed_group", "run_groups", "safe_csv", "save_snapshot", "update_manifest", "write_parquet",
 ]
 
 

@@ -94,9 +94,18 @@ class Session:
 
 
 # ------------------------------------------------------------------------------- checks
+def _cli_commands() -> set[str]:
+    """The names of the `stagewise` app's own commands and command groups."""
+    from ..cli import app
+
+    commands = {info.name for info in app.registered_commands if info.name}
+    return commands | {info.name for info in app.registered_groups if info.name}
+
+
 def check_lab_value(session: Session) -> None:
     """The Lab value: name, description, smoke overrides, a reproduction set of this lab
-    with unique non-empty names, ``--quick`` a subset of the full set."""
+    with unique non-empty names, ``--quick`` a subset of the full set, every paper its claims
+    cite declared in ``Lab.sources``, its commands named apart from the CLI's own."""
     lab = session.lab
     _require(isinstance(lab, Lab), f"not a Lab value: {type(lab).__name__}")
     _require(lab.name and lab.description, "a lab needs a name and a description")
@@ -108,6 +117,10 @@ def check_lab_value(session: Session) -> None:
     _require(all(names) and len(set(names)) == len(names), f"reproduce names must be unique and non-empty: {names}")
     extra = sorted({s.name for s in lab.reproduce.quick} - set(names))
     _require(not extra, f"--quick entries not in the full set: {extra}")
+    papers = sorted({str(c.source.paper) for c in lab.claims if c.source.kind == "paper"} - set(lab.sources))
+    _require(not papers, f"claims cite papers not declared in Lab.sources: {papers}")
+    taken = sorted(set(lab.commands) & _cli_commands())
+    _require(not taken, f"Lab.commands named like commands the CLI has: {taken}")
 
 
 def check_entry(session: Session, spec: RunSpec) -> None:
@@ -205,8 +218,9 @@ def _summary(session: Session) -> Summary:
 
 
 def check_claims_declared(session: Session) -> None:
-    """The smoke summary tests claims, each with evidence (or a reason), and every claim
-    instantiates one of the lab's declared ``Lab.claims`` (its ``spec_id``)."""
+    """The smoke summary tests claims, each with evidence (or a reason), every claim
+    instantiates one of the lab's declared ``Lab.claims`` (its ``spec_id``), and the summary
+    names (``sources``) every paper its claims cite."""
     summary = _summary(session)
     declared = {spec.id for spec in session.lab.claims}
     _require(summary.claims, "the smoke summary holds no claims")
@@ -214,6 +228,8 @@ def check_claims_declared(session: Session) -> None:
     undeclared = [c.id for c in summary.claims if c.spec_id is None or c.spec_id not in declared]
     _require(not undeclared, f"claims not declared in Lab.claims: {', '.join(undeclared)}"
              + ("" if declared else " (the lab declares none)"))
+    unnamed = sorted({str(c.source.paper) for c in summary.claims if c.source and c.source.kind == "paper"} - set(summary.sources))
+    _require(not unnamed, f"summary.sources does not name the papers {unnamed} its claims cite")
 
 
 def check_key_metrics(session: Session) -> None:

@@ -18,9 +18,8 @@ from stagewise.labs.disentangled.config import Config
 from stagewise.labs.disentangled.data import KIND_P_FLIPPED, DataSpec, geometry, sample_prompts, validate_spec
 from stagewise.labs.disentangled.metrics import review_metrics, signal_metrics
 from stagewise.labs.disentangled.summary import bound_claims
-from stagewise.labs.disentangled.train import (
-    Member, build_ensemble, learning_rate, members_from_config, noise_std, control_permutation,
-)
+from stagewise.labs.disentangled.ensemble import Member, build_ensemble, control_permutation, members_from_config
+from stagewise.labs.disentangled.train import learning_rate, noise_std
 
 SMALL = {"n_seeds": 2, "data": {"d": 6, "prompt_len": 6, "n_train": 40, "n_test": 60},
          "train": {"steps": 40, "t1": 15, "log_every": 5, "spectrum_every": 10}}
@@ -81,7 +80,7 @@ def test_control_shuffles_only_the_training_targets():
 
 def test_noise_modes():
     config = small(train={"lr_stage1": 1.0, "lr_stage2": 0.1, "t1": 10, "noise": 0.5})
-    members = [Member(seed=0, noise=0.5, eta1=1.0, eta2=0.1, t1=10, noise_mode=m) for m in ("lr", "constant", "stage1")]
+    members = [Member(seed=0, noise=0.5, lr_stage1=1.0, lr_stage2=0.1, t1=10, noise_mode=m) for m in ("lr", "constant", "stage1")]
     ens = build_ensemble(config, members)
     for step, expect in ((5, [0.5, 0.5, 0.5]), (11, [0.05, 0.5, 0.0])):
         lr = learning_rate(config, ens.hyper, step)
@@ -205,7 +204,7 @@ def test_robustness_groups_and_claims(tmp_path):
     assert [[m.seed for m in g.members] for g in plan][1] == [100, 100, 100, 100]
     assert [plan[1].variant_of(m) for m in plan[1].members] == ["d=4,seed=100", "d=4,seed=100|no-anneal",
                                                                  "d=4,seed=100|control", "d=4,seed=100|no-anneal|control"]
-    assert [m.eta2 for m in plan[1].members] == [config.train.eta2, config.train.eta1] * 2
+    assert [m.lr_stage2 for m in plan[1].members] == [config.train.lr_stage2, config.train.lr_stage1] * 2
     lab = dc_replace(get_lab("disentangled"), make_figures=lambda *a, **k: [])
     paths = prepare(lab, config, tmp_path / "rob")
     execute(lab, config, paths, progress=False)

@@ -108,7 +108,7 @@ def test_the_floor_is_not_above_a_stalled_gd_run():
 def test_floors_do_not_depend_on_batching(monkeypatch):
     """All problems in one batch (as on a GPU) give the floors of each solved alone (as on the CPU)."""
     cfg = config(n_seeds=3, data={"d": 8, "prompt_len": 8, "n_train": 60, "n_test": 80})
-    members = members_from_config(cfg) + [Member(seed=1, variant="l2-big", noise=0.05, eta1=1.0, eta2=0.1, t1=300, l2=0.05)]
+    members = members_from_config(cfg) + [Member(seed=1, variant="l2-big", noise=0.05, lr_stage1=1.0, lr_stage2=0.1, t1=300, l2=0.05)]
     monkeypatch.setattr(floors, "CPU_BATCH", len(members))
     assert len(floors.batches(cfg, members)) == 1
     together = floor_rows(cfg, members)
@@ -121,7 +121,7 @@ def test_floors_do_not_depend_on_batching(monkeypatch):
 
 def test_lambda_zero_has_no_floor_and_says_why():
     cfg = config(data={"d": 6, "prompt_len": 6, "n_train": 40, "n_test": 60})
-    rows = floor_rows(cfg, [Member(seed=0, variant="no-l2", noise=0.05, eta1=1.0, eta2=0.1, t1=300, l2=0.0)])
+    rows = floor_rows(cfg, [Member(seed=0, variant="no-l2", noise=0.05, lr_stage1=1.0, lr_stage2=0.1, t1=300, l2=0.0)])
     assert rows[0]["reason"] == theory.NO_L2 and math.isnan(rows[0]["K2"])
     with pytest.raises(UserError, match="train.l2=0"):
         floors_report(config(train={"l2": 0.0}))

@@ -81,9 +81,9 @@ def test_the_preset_is_the_sizing_of_the_spec_formulas():
 
 def test_sizing_refuses_inputs_outside_the_regime():
     with pytest.raises(UserError) as err:
-        gate_noise.size(d=200, prompt_len=1000, zeta=3.0, radius=20.0, rho=26.0, eta1=0.1, eta2=0.5)
+        gate_noise.size(d=200, prompt_len=1000, zeta=3.0, radius=20.0, rho=26.0, lr_stage1=0.1, lr_stage2=0.5)
     text = str(err.value)
-    assert "radius=20.0" in text and "eta2=0.5" in text
+    assert "radius=20.0" in text and "lr_stage2=0.5" in text
 
 
 def test_a_gate_noise_run_that_cannot_fit_is_refused_up_front(cli, tmp_path):

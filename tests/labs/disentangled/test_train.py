@@ -55,7 +55,7 @@ def test_gradients_match_autograd(output, weights, normalizer, minibatch):
 
 def test_schedules():
     config = tiny(train={"lr_stage1": 1.0, "lr_stage2": 0.1, "t1": 10, "steps": 40})
-    hyper = {"eta1": torch.tensor([1.0, 0.5]), "eta2": torch.tensor([0.1, 0.5]), "t1": torch.tensor([10.0, 20.0])}
+    hyper = {"lr_stage1": torch.tensor([1.0, 0.5]), "lr_stage2": torch.tensor([0.1, 0.5]), "t1": torch.tensor([10.0, 20.0])}
     assert learning_rate(config, hyper, 10).tolist() == [1.0, 0.5]
     assert learning_rate(config, hyper, 11).tolist() == pytest.approx([0.1, 0.5])
     assert learning_rate(config, hyper, 21).tolist() == pytest.approx([0.1, 0.5])
@@ -71,8 +71,8 @@ def test_schedules():
 def test_batched_members_equal_single_runs(optimizer):
     config = tiny(train={"optimizer": optimizer, "batch_size": 8})
     members = members_from_config(config) + [
-        Member(seed=0, variant="no-noise", noise=0.0, eta1=1.0, eta2=0.1, t1=15, l2=0.01),
-        Member(seed=1, variant="mix-off", p0=0.0, q0=0.0, eta1=0.5, eta2=0.2, t1=5, l2=0.0),
+        Member(seed=0, variant="no-noise", noise=0.0, lr_stage1=1.0, lr_stage2=0.1, t1=15, l2=0.01),
+        Member(seed=1, variant="mix-off", p0=0.0, q0=0.0, lr_stage1=0.5, lr_stage2=0.2, t1=5, l2=0.0),
     ]
 
     def final(ms):
@@ -230,7 +230,7 @@ def test_grid_experiment_batches_all_combinations(tmp_path):
     assert (paths.figures / "phase_diagram.png").exists()
 
 
-# --------------------------------------------------------------------------- run_group on the shared driver
+# --------------------------------------------------------------------------- train_group on the shared driver
 class Recording:
     """A run context in memory: every record in order (step, variant, values), checkpoints as
     saved (cloned, meta through JSON as the run store writes it), tables, an optional stop

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from stagewise.errors import UserError
-from stagewise.labs.lm import hub
+from stagewise.lmkit import hub
 from stagewise.labs.lm.categories import CATEGORIES
 from stagewise.labs.lm.rankcurve import MAX_P_POINTS, parse_p_range
 from stagewise.labs.lm.summary import type_before_fact
@@ -209,7 +209,7 @@ def test_offline_hub_model_is_not_available_here(monkeypatch, no_hub):
     """NotAvailable (a UserError): conformance tests skip the hub presets on an offline machine."""
     from stagewise.errors import NotAvailable
     from stagewise.labs.lm.config import ModelConfig
-    from stagewise.labs.lm.models import check_model
+    from stagewise.lmkit.models import check_model
 
     offline_by("HF_HUB_OFFLINE", monkeypatch)
     with pytest.raises(NotAvailable) as info:
@@ -250,8 +250,8 @@ def test_cached_model_loads_from_the_cache_when_the_hub_is_unreachable(cli, tmp_
     import torch
 
     from stagewise.labs.lm.config import ModelConfig
-    from stagewise.labs.lm.models import build
-    from stagewise.labs.lm.export import export_hf
+    from stagewise.lmkit.models import build
+    from stagewise.lmkit.export import export_hf
 
     snapshot = no_hub / "models--org--tiny" / "snapshots" / ("0" * 40)
     export_hf(build(ModelConfig(tiny={"n_layer": 1, "n_embd": 16, "n_head": 2}), seed=0, dtype=torch.float32), snapshot)

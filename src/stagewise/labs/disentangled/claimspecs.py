@@ -13,7 +13,10 @@ seed" claims hold when each seed passes (``thresholds.seed_fraction`` = 1), a lo
 
 from __future__ import annotations
 
-from ...report.claims import ClaimSpec, own, paper1, reviewer
+from ...report.claims import ClaimSpec, own, paper, reviewer
+
+SOURCES = {"paper1": "paper 1: Gong et al., arXiv 2502.20681 (disentangled features)"}
+"""The paper the claims cite (``Lab.sources``): key -> heading; ``paper("paper1", where)`` names it."""
 
 _ABSTRACT = "abstract (stage 1 learns the elementary feature P, stage 2 the specialized Q without forgetting P)"
 _SHUFFLED = "the shuffled-label control (variant 'control', experiment.control=true): labels permuted, nothing to learn"
@@ -22,44 +25,44 @@ _FLOOR_K = ("the branch's noise-free L2 optimum (table floors; spec section 5): 
 
 # --- stage claims (claims.py: stage_claims), per seed -----------------------------------------------------------------
 P_LEARNED_STAGE1 = ClaimSpec(
-    id="p_learned_stage1", statement="P is learned in stage 1 (loss level)", source=paper1(_ABSTRACT),
+    id="p_learned_stage1", statement="P is learned in stage 1 (loss level)", source=paper("paper1", _ABSTRACT),
     quantity="K1 on P-bearing test queries at t1", relation="<=", threshold=0.5, unit="log 2",
     floor="softplus(-m_P*) of the L2 fixed point (0.01-0.025 below the measured K1)", control=_SHUFFLED)
 P_LEARNED_STAGE1_ACC = ClaimSpec(
     id="p_learned_stage1_acc", statement="P is learned in stage 1 (accuracy level, where P-only test queries exist)",
-    source=paper1(_ABSTRACT), quantity="P-only test accuracy at t1", relation=">=", threshold=0.95, control=_SHUFFLED)
+    source=paper("paper1", _ABSTRACT), quantity="P-only test accuracy at t1", relation=">=", threshold=0.95, control=_SHUFFLED)
 Q_NOT_LEARNED_STAGE1 = ClaimSpec(
     id="q_not_learned_stage1", statement="Q is not learned in stage 1 (loss level): K2 stays at log 2",
-    source=paper1(_ABSTRACT), quantity="|K2 on Q-bearing test queries at t1 - log 2|", relation="<=", threshold=0.05,
+    source=paper("paper1", _ABSTRACT), quantity="|K2 on Q-bearing test queries at t1 - log 2|", relation="<=", threshold=0.05,
     unit="log 2", control="ablation no-noise (experiment.kind=ablations: Q picked up in the large-LR stage)")
 Q_NOT_LEARNED_STAGE1_ACC = ClaimSpec(
     id="q_not_learned_stage1_acc", statement="Q is not learned in stage 1 (accuracy level): the Q-part accuracy at t1 is "
     "no farther from 1/2 than the shuffled-label control's 0.95 quantile of |acc - 1/2|",
-    source=paper1(_ABSTRACT), quantity="|Q-part test accuracy at t1 - 1/2| minus the control's quantile of it",
+    source=paper("paper1", _ABSTRACT), quantity="|Q-part test accuracy at t1 - 1/2| minus the control's quantile of it",
     relation="<=", threshold=0.0, control="ablation no-noise (the Q-part accuracy at t1 leaves the control's band)")
 Q_LEARNED_STAGE2 = ClaimSpec(
-    id="q_learned_stage2", statement="Q is learned in stage 2 (loss level)", source=paper1(_ABSTRACT),
+    id="q_learned_stage2", statement="Q is learned in stage 2 (loss level)", source=paper("paper1", _ABSTRACT),
     quantity="K2 on Q-bearing test queries at the end", relation="<=", threshold=0.5, unit="log 2", floor=_FLOOR_K,
     control="ablation no-anneal (constant eta1) and " + _SHUFFLED)
 P_KEPT_STAGE2 = ClaimSpec(
-    id="p_kept_stage2", statement="P is kept in stage 2 (loss level)", source=paper1(_ABSTRACT),
+    id="p_kept_stage2", statement="P is kept in stage 2 (loss level)", source=paper("paper1", _ABSTRACT),
     quantity="K1 on P-bearing test queries at the end", relation="<=", threshold=0.5, unit="log 2",
     floor="softplus(-m_P*) of the L2 fixed point", control=_SHUFFLED)
 P_KEPT_STAGE2_ACC = ClaimSpec(
     id="p_kept_stage2_acc", statement="P is kept in stage 2 (accuracy level, where P-only test queries exist)",
-    source=paper1(_ABSTRACT), quantity="P-only test accuracy at the end", relation=">=", threshold=0.95, control=_SHUFFLED)
+    source=paper("paper1", _ABSTRACT), quantity="P-only test accuracy at the end", relation=">=", threshold=0.95, control=_SHUFFLED)
 Q_ACCURACY_STAGE2 = ClaimSpec(
-    id="q_accuracy_stage2", statement="Q is learned in stage 2 at the accuracy level", source=paper1(_ABSTRACT),
+    id="q_accuracy_stage2", statement="Q is learned in stage 2 at the accuracy level", source=paper("paper1", _ABSTRACT),
     quantity="Q-part test accuracy at the end", relation=">=", threshold=0.85,
     control="ablation no-anneal (Q-part accuracy 0.47-0.78 at a constant large rate) and " + _SHUFFLED)
 Q_ACCURACY_ABOVE_CONTROL = ClaimSpec(
     id="q_accuracy_stage2_above_control", statement="the Q-part accuracy at the end is above the shuffled-label "
     "control's band 1/2 + its 0.95 quantile of |acc - 1/2|",
-    source=paper1(_ABSTRACT), quantity="Q-part test accuracy at the end - 1/2 minus the control's quantile of |acc - 1/2|",
+    source=paper("paper1", _ABSTRACT), quantity="Q-part test accuracy at the end - 1/2 minus the control's quantile of |acc - 1/2|",
     relation=">", threshold=0.0, control=_SHUFFLED)
 TWO_STAGE_PER_SEED = ClaimSpec(
     id="two_stage_per_seed", statement="the four loss-level stage criteria (P learned at t1, Q not learned at t1, Q learned "
-    "and P kept at the end; each with its accuracy part) hold together", source=paper1(_ABSTRACT),
+    "and P kept at the end; each with its accuracy part) hold together", source=paper("paper1", _ABSTRACT),
     quantity="number of the four criteria a seed passes", relation=">=", threshold=4.0,
     control=_SHUFFLED + " (fails Q learned)")
 CONTROL_NOT_STAGED = ClaimSpec(
@@ -73,22 +76,22 @@ _FLOOR_NUM = ("the noise-free L2 optimum of the member's own objective on its tr
               "numerical, with the two-scalar fixed point as a cross-check)")
 P_DROP_STAGE1 = ClaimSpec(
     id="p_drop_stage1", statement="P is learned in stage 1, relative to what it can attain: at least half of the attainable "
-    "drop log 2 - K1* is realised at t1", source=paper1(_ABSTRACT),
+    "drop log 2 - K1* is realised at t1", source=paper("paper1", _ABSTRACT),
     quantity="(log 2 - K1(t1)) / (log 2 - K1*) on P-bearing test queries", relation=">=", threshold=0.5,
     floor="K1*: " + _FLOOR_NUM, control=_SHUFFLED)
 Q_FLAT_DROP_STAGE1 = ClaimSpec(
     id="q_not_learned_stage1_drop", statement="Q is not learned in stage 1, relative to what it can attain: at most a fifth "
-    "of the attainable drop log 2 - K2* is realised at t1", source=paper1(_ABSTRACT),
+    "of the attainable drop log 2 - K2* is realised at t1", source=paper("paper1", _ABSTRACT),
     quantity="(log 2 - K2(t1)) / (log 2 - K2*) on Q-bearing test queries", relation="<=", threshold=0.2,
     floor="K2*: " + _FLOOR_NUM, control="ablation no-noise (Q picked up in the large-LR stage)")
 Q_DROP_STAGE2 = ClaimSpec(
     id="q_drop_stage2", statement="Q is learned in stage 2, relative to what it can attain: at least half of the attainable "
-    "drop log 2 - K2* is realised between t1 and the end", source=paper1(_ABSTRACT),
+    "drop log 2 - K2* is realised between t1 and the end", source=paper("paper1", _ABSTRACT),
     quantity="(K2(t1) - K2(end)) / (log 2 - K2*) on Q-bearing test queries", relation=">=", threshold=0.5,
     floor="K2*: " + _FLOOR_NUM, control="ablation no-anneal (constant eta1) and " + _SHUFFLED)
 P_KEPT_DROP_STAGE2 = ClaimSpec(
     id="p_kept_drop_stage2", statement="P is kept in stage 2, relative to what it can attain: at least half of the attainable "
-    "drop log 2 - K1* is still realised at the end", source=paper1(_ABSTRACT),
+    "drop log 2 - K1* is still realised at the end", source=paper("paper1", _ABSTRACT),
     quantity="(log 2 - K1(end)) / (log 2 - K1*) on P-bearing test queries", relation=">=", threshold=0.5,
     floor="K1*: " + _FLOOR_NUM, control=_SHUFFLED)
 
@@ -107,7 +110,7 @@ CONTROL_NO_ANNEAL_GAIN = ClaimSpec(
     threshold=0.1, control="a control whose labels are not permuted gains like the baseline")
 
 # --- the spectral corollary (claims.py: spectral_claims) --------------------------------------------------------------
-_COROLLARY = paper1("abstract (corollary: small singular values carry elementary knowledge, large ones specialized)")
+_COROLLARY = paper("paper1", "abstract (corollary: small singular values carry elementary knowledge, large ones specialized)")
 SPECTRAL_COROLLARY = ClaimSpec(
     id="spectral_corollary", statement="whole spectra at the end: P's matrix W has the smaller spectral norm",
     source=_COROLLARY, quantity="||W||_2 / ||V||_2 at the end", relation="<", threshold=1.0,
@@ -159,13 +162,13 @@ ROBUST = ClaimSpec(
 # --- d-scaling (summary.py: bound_claims), one value per run -----------------------------------------------------------
 BOUND_TENDS_TO_ZERO = ClaimSpec(
     id="bound_tends_to_zero", statement="the P loss K1 (queries carrying P) at the end of stage 1 tends to 0 as d grows "
-    "(d = 16..512 with L >= 3 sqrt(d) log d, no extrapolation)", source=paper1("Theorem 2 (the upper bound on the P loss)"),
+    "(d = 16..512 with L >= 3 sqrt(d) log d, no extrapolation)", source=paper("paper1", "Theorem 2 (the upper bound on the P loss)"),
     quantity="K1 on P-bearing queries at t1 at the largest d", relation="<=", threshold=0.05, over="run",
     floor="log(1 + e^-1) = 0.313 at the unit-margin reference (the reviewer's floor)",
     control="the reviewer's floor: a K1 held at log(1 + e^-1) fails it (tests)")
 BOUND_MONOTONE = ClaimSpec(
     id="bound_monotone", statement="K1 at the end of stage 1 does not rise as d grows (d = 16..512, L >= 3 sqrt(d) log d)",
-    source=paper1("Theorem 2 (the upper bound on the P loss)"),
+    source=paper("paper1", "Theorem 2 (the upper bound on the P loss)"),
     quantity="largest rise of K1 between consecutive d", relation="<=", threshold=0.01, over="run",
     control="none run: a schedule that under-trains the larger d (train.steps fixed low while d grows) makes K1 rise")
 

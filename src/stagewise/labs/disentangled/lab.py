@@ -10,8 +10,8 @@ from typing import Any
 
 from ...config import deep_merge
 from ...errors import UserError
-from ..contract import Lab, RunContext, RunResult, deferred, reproduction
-from .claimspecs import CLAIMS
+from ..contract import Lab, LabCommand, RunContext, RunResult, Summary, SummaryTable, deferred, reproduction
+from .claimspecs import CLAIMS, SOURCES
 from .config import Config
 
 NAME = "disentangled"
@@ -103,15 +103,9 @@ def check(config: Config) -> None:
 
 def run(config: Config, ctx: RunContext) -> RunResult:
     """Run every group of the experiment, resuming inside the group a checkpoint names."""
-    from .experiments import groups, run_group
+    from .experiments import run_experiment
 
-    plan = groups(config)
-    resume = ctx.resume_state()
-    first = resume.group if resume is not None else 0
-    for index, group in enumerate(plan):
-        if index < first:
-            continue
-        run_group(index, group, ctx, resume if index == first else None)
+    plan = run_experiment(config, ctx)
     return RunResult({
         "seeds": config.seed_list(),
         "groups": [{"name": g.name, "members": len(g.members), "d": g.config.data.d, "prompt_len": g.config.data.prompt_len,
@@ -122,12 +116,27 @@ def run(config: Config, ctx: RunContext) -> RunResult:
 summarize = deferred("stagewise.labs.disentangled.summary", "summarize")
 make_figures = deferred("stagewise.labs.disentangled.figures", "make_figures")
 estimate = deferred("stagewise.labs.disentangled.resources", "estimate")
-floors = deferred("stagewise.labs.disentangled.floors", "floors_report")
+floors_command = LabCommand(
+    help="Print the attainable loss floors of a config (numerical optimum, analytic cross-check), without training.",
+    what="attainable floors", run=deferred("stagewise.labs.disentangled.floors", "floors_report"))
+"""``stagewise floors disentangled``: :func:`.floors.floors_report` of the config."""
+
+
+def floors_table(summary: Summary) -> SummaryTable | None:
+    """``details.floors`` ({variant: {quantity: mean over seeds}}, what the model can attain) as
+    the table ``stagewise show`` prints: a row per variant, the per-seed texts left out."""
+    floors = summary.details.get("floors")
+    if not isinstance(floors, dict) or not floors:
+        return None
+    names = [k for k in next(iter(floors.values())) if not k.startswith("per seed")]
+    rows = tuple((variant, *(entry.get(k) for k in names)) for variant, entry in floors.items())
+    return SummaryTable(("attainable floors (means over seeds)", *names), rows)
 
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
-          summarize=summarize, make_figures=make_figures, estimate=estimate, floors=floors,
-          claims=CLAIMS, key_metrics=("test.K1.p_queries", "test.K2.q_queries", "test.acc.p_only", "test.acc.q_only"),
+          summarize=summarize, make_figures=make_figures, estimate=estimate,
+          commands={"floors": floors_command}, summary_tables={"floors": floors_table},
+          claims=CLAIMS, sources=SOURCES, key_metrics=("test.K1.p_queries", "test.K2.q_queries", "test.acc.p_only", "test.acc.q_only"),
           smoke={"n_seeds": 2, "data": {"d": 6, "prompt_len": 6, "n_train": 40, "n_test": 60},
                  "train": {"steps": 40, "t1": 15, "log_every": 5, "spectrum_every": 10, "checkpoint_every": 7}})
 

@@ -1,229 +1,92 @@
-"""Training of the disentangled lab: one batched pass over an ensemble of *members*.
+"""How one group of the disentangled lab trains: one batched pass over its members.
 
-A member is (seed, variant): its own data (drawn from its seed and its mixture), its own
-hyper-parameters (eta1, eta2, t1, update noise, L2 lambda) and its own random streams
-(init, update noise, minibatches). Everything that keeps tensor shapes is a per-member
-tensor, so seeds x ablations run as one computation; member i equals a single run of it.
+Read top to bottom: a :class:`Group` (which members, how their records are named), the
+learning rate of a step (the config's schedule on :mod:`stagewise.engine.schedules`), the
+update noise, one :func:`update` of every member, the loops behind the engine's
+:class:`~stagewise.engine.driver.TrainingDriver` (:class:`UpdateLoop`: the updates;
+:class:`GroupLoop`: with the measurements and the group's tables), and :func:`train_group`,
+which runs a group as one group of the run (:class:`~stagewise.runs.groups.GroupContext`).
+The members and their data are :mod:`.ensemble`'s; which groups an experiment trains is
+:mod:`.experiments`'.
 
-Step t (1-based) uses the learning rate of step t; step 0 is the initialization. Metrics
-logged at step t describe the weights after t updates.
+Step t (1-based) uses the learning rate ``lr`` of step t; step 0 is the initialization.
+Metrics logged at step t describe the weights after t updates.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import pandas as pd
 import torch
 
-from ...engine import BatchedOptimizer, pack, resolve_dtype, unpack
+from ...engine import BatchedOptimizer, pack, resolve_device, schedules, unpack
 from ...engine.driver import StepOutput, TrainingDriver
 from ...engine.perf import training_threads
+from ...measure import truncate_svd
+from ...runs.groups import GroupContext
+from ..contract import RunContext
+from .claims import control_of
 from .config import Config
-from .data import SPLIT_STREAMS, STREAMS, DataSpec, check_sampling, draw_member, geometry
-from .model import Batch, empty_features, feature_slot, forward, gradients
-
-
-# member fields that change the data (members that agree on them and on the seed share one dataset)
-DATA_FIELDS = ("p0", "q0", "zeta", "q_centre", "p_flip", "control")
-NOISE_MODES = ("lr", "constant", "stage1")
+from .data import STREAMS
+# DATA_FIELDS, data_layout, data_spec, members_from_config: re-exported for the modules that import them from here
+# (floors, resources, lab, reference, theory, tests/engine/test_driver.py, benchmarks)
+from .ensemble import (  # noqa: F401
+    DATA_FIELDS, Ensemble, Member, build_ensemble, data_layout, data_spec, members_from_config,
+)
+from .metrics import block_matrices, evaluate, review_metrics, weight_metrics
+from .model import forward, gradients
 
 
 @dataclass(frozen=True)
-class Member:
-    """One ensemble member: a seed under one variant's hyper-parameters and data parameters.
+class Group:
+    """One batched training of a run: its config (shapes, model), its members (M) and how
+    their records are named (:meth:`variant_of`; :mod:`.experiments` builds the groups)."""
 
-    ``control``: the shuffled-label control; the training targets y_L are permuted across
-    the N training prompts (a fixed permutation per seed), so nothing about the query's
-    features predicts its target. Test prompts are not shuffled. ``noise_mode``: the update
-    noise std per entry is noise * lr_t ("lr", Li-Wei-Ma's), noise * eta1 at every step
-    ("constant": annealing lowers the rate, not the noise), or noise * lr_t up to t1 and 0
-    after ("stage1": the noise stops at t1)."""
-
-    seed: int
-    variant: str = "baseline"
-    eta1: float = 1.0
-    eta2: float = 0.1
-    t1: int = 300
-    noise: float = 0.05
-    l2: float = 0.01
-    p0: float = 0.2
-    q0: float = 0.2
-    zeta: float = 0.5
-    q_centre: float = 0.0
-    p_flip: float = 0.0
-    batch_size: int = 64
-    noise_mode: str = "lr"
-    control: bool = False
-
-    def data_key(self) -> tuple:
-        """What decides this member's training data: the seed and the data fields."""
-        return (self.seed, *(getattr(self, k) for k in DATA_FIELDS))
-
-
-MEMBER_FIELDS = {"lr_stage1": "eta1", "lr_stage2": "eta2"}
-"""Config names (``train.lr_stage1``, grid keys) -> the :class:`Member` fields (the paper's eta1, eta2)."""
-
-
-def members_from_config(config: Config, variant: str = "baseline", **overrides: Any) -> list[Member]:
-    """The ensemble's members (one per seed) with this config's hyper-parameters, ``overrides``
-    (Member fields or their config names, :data:`MEMBER_FIELDS`) applied."""
-    tc, dc = config.train, config.data
-    base: dict[str, Any] = dict(eta1=tc.eta1, eta2=tc.eta2, t1=tc.t1, noise=tc.noise, l2=tc.l2, p0=dc.p0, q0=dc.q0, zeta=dc.zeta,
-                q_centre=dc.q_centre, p_flip=dc.p_flip, batch_size=tc.batch_size, noise_mode=tc.noise_mode)
-    base.update({MEMBER_FIELDS.get(k, k): v for k, v in overrides.items()})
-    if "batch_size" in base:
-        base["batch_size"] = int(base["batch_size"])
-    return [Member(seed=config.seed + i, variant=variant, **base) for i in range(config.n_seeds)]
-
-
-def data_spec(config: Config, member: Member | None = None) -> DataSpec:
-    dc = config.data
-    spec = DataSpec(d=dc.d, prompt_len=dc.prompt_len, q_geometry=dc.q_geometry, p0=dc.p0, q0=dc.q0, gamma0=dc.gamma0,
-                    p_noise=dc.p_noise, q_noise=dc.q_noise, zeta=dc.zeta, w_star=dc.w_star, q_centre=dc.q_centre,
-                    label_rule=dc.label_rule, p_flip=dc.p_flip, q_noise_radius=dc.q_noise_radius)
-    if member is None:
-        return spec
-    return replace(spec, **{k: getattr(member, k) for k in DATA_FIELDS if k != "control"})
-
-
-@dataclass
-class Ensemble:
-    """Data and per-member settings of one batched group (M members)."""
-
+    name: str
     config: Config
     members: list[Member]
-    train: Batch
-    test: Batch
-    hyper: dict[str, torch.Tensor]  # eta1, eta2, t1, noise, l2, noise_constant, noise_stage1: (M,)
-    rngs: dict[str, list[torch.Generator]] = field(default_factory=dict)
-    w_star: torch.Tensor | None = None  # (M, d) each member's P direction
-    zeta_basis: torch.Tensor | None = None  # (M, 2, d) orthonormal basis of its span(zeta1, zeta2)
+    prefix_by_variant: bool = False
+    prefix: str = ""
 
-    @property
-    def size(self) -> int:
-        return len(self.members)
-
-    @property
-    def device(self) -> torch.device:
-        return self.hyper["l2"].device
-
-    def to(self, device: torch.device) -> "Ensemble":
-        """The same ensemble with its tensors on ``device`` (random streams stay on the CPU)."""
-        move = lambda b: replace(b, **{k: getattr(b, k).to(device) for k in ("ctx", "query", "labels", "target", "kind")})  # noqa: E731
-        return replace(self, train=move(self.train), test=move(self.test), hyper={k: v.to(device) for k, v in self.hyper.items()},
-                       w_star=None if self.w_star is None else self.w_star.to(device),
-                       zeta_basis=None if self.zeta_basis is None else self.zeta_basis.to(device))
+    def variant_of(self, member: Member) -> str:
+        """The variant field of this member's records ("" for a single-variant run, "control"
+        for its shuffled-label control; group prefixes go first)."""
+        if self.prefix_by_variant:
+            base = member.variant
+        else:  # a cell's own members, and its ablation twins as "CELL|no-anneal"
+            cell = self.prefix.rstrip("/")
+            base = cell if member.variant == "baseline" else f"{cell}|{member.variant}" if cell else member.variant
+        return control_of(base) if member.control else base
 
 
-def feature_key(member: Member) -> tuple:
-    """What decides a member's prompt features (x1, x2, context labels, kinds): the seed and the
-    data fields but ``control``, which permutes only the training targets y_L."""
-    return (member.seed, *(getattr(member, k) for k in DATA_FIELDS if k != "control"))
+def learning_rate(config: Config, hyper: Mapping[str, torch.Tensor], step: int) -> torch.Tensor:
+    """Per-member learning rate ``lr`` of update ``step`` (1-based), (M,): ``train.schedule``
+    on :mod:`stagewise.engine.schedules` with each member's ``lr_stage1``, ``lr_stage2``, ``t1``.
 
-
-def data_layout(members: list[Member]) -> tuple[list[Member], int]:
-    """(one member per dataset, K) when members come in data-major blocks of K that share a
-    dataset (same :func:`feature_key`: a shuffled-label control shares its seed's features;
-    or, where that gives larger blocks, the same :meth:`Member.data_key`, controls apart);
-    otherwise every member keeps its own copy (K = 1)."""
-    def blocks_of(keys: list[tuple]) -> int:
-        for k in range(len(keys), 1, -1):
-            if len(keys) % k:
-                continue
-            blocks = [keys[i:i + k] for i in range(0, len(keys), k)]
-            if all(len(set(b)) == 1 for b in blocks) and len({b[0] for b in blocks}) == len(blocks):
-                return k
-        return 1
-    k = max(blocks_of([feature_key(m) for m in members]), blocks_of([m.data_key() for m in members]))
-    return members[::k], k
-
-
-def data_major(members: list[Member]) -> list[Member]:
-    """``members`` reordered (stably) so that those sharing a dataset (:func:`feature_key`) are
-    consecutive: with K members per dataset, :func:`data_layout` then stores each dataset once
-    and the model contracts it once for its K members. Each variant keeps its seeds' order."""
-    blocks: dict[tuple, list[Member]] = {}
-    for m in members:
-        blocks.setdefault(feature_key(m), []).append(m)
-    return [m for block in blocks.values() for m in block]
-
-
-def _prompts(config: Config, members: list[Member], n: int, split: str, dtype: torch.dtype) -> Batch:
-    """Sample each dataset once, straight into the Batch's buffers (data-major for shared
-    datasets): the features are the only (U, N, L, 2d)-sized arrays; the sampler's
-    temporaries are a chunk of prompts (:func:`.data.draw_member`).
-
-    Test prompts are drawn from the member's own distribution (zeta, q_centre, p_flip) with
-    two exceptions: the mixture is the config's (so a variant trained with the mixture off
-    is still measured on P-only / Q-only / both queries) and the targets are never shuffled
-    (a control is measured on the baseline's test set). A training control's targets are its
-    dataset's, permuted (:func:`control_permutation`)."""
-    if split == "test":
-        members = [replace(m, p0=config.data.p0, q0=config.data.q0, control=False) for m in members]
-    owners, per_data = data_layout(members)
-    full = config.model.weights == "full"
-    ctx, query = empty_features(len(owners), n, config.data.prompt_len, config.data.d, full, dtype)
-    ys, kinds = [], []
-    for u, owner in enumerate(owners):
-        spec = data_spec(config, owner)
-        check_sampling(spec, [owner.seed], n, split)
-        write_x1, write_x2 = (_writer(*feature_slot(ctx, query, u, block, full)) for block in (0, 1))
-        drawn = draw_member(spec, owner.seed, n, SPLIT_STREAMS[split], write_x1, write_x2)
-        ys.append(drawn.y)
-        kinds.append(drawn.kind)
-    y = torch.stack(ys).to(dtype)  # (U, N, L)
-    expand = lambda t: t.repeat_interleave(per_data, dim=0).contiguous()  # noqa: E731  (M, ...)
-    target = expand(y[:, :, -1])  # (M, N)
-    if split == "train":
-        for i, m in enumerate(members):
-            if m.control:
-                target[i] = target[i, control_permutation(m.seed, n)]
-    return Batch(ctx, query, expand(y[:, :, :-1]), target, expand(torch.stack(kinds)[:, :, -1]), per_data)
-
-
-def _writer(ctx: torch.Tensor, query: torch.Tensor) -> Callable[[int, int, torch.Tensor], None]:
-    """A :data:`.data.Writer` into one dataset's block: prompts a..b-1, tokens 0..L-2 -> ctx (N, C, d),
-    token L-1 -> query (N, d), cast to the buffers' dtype."""
-    def write(a: int, b: int, block: torch.Tensor) -> None:
-        ctx[a:b].copy_(block[:, :-1])
-        query[a:b].copy_(block[:, -1])
-    return write
-
-
-def control_permutation(seed: int, n: int) -> torch.Tensor:
-    """The shuffled-label control's permutation of the N training prompts of ``seed`` (stream "control")."""
-    return torch.randperm(n, generator=STREAMS.torch(seed, "control"))  # (N,)
-
-
-def build_ensemble(config: Config, members: list[Member]) -> Ensemble:
-    dtype = resolve_dtype(config.model.dtype)
-    hyper = {k: torch.tensor([float(getattr(m, k)) for m in members], dtype=dtype) for k in ("eta1", "eta2", "t1", "noise", "l2")}
-    for mode in NOISE_MODES[1:]:  # (M,) 1.0 where the member's noise follows that mode
-        hyper[f"noise_{mode}"] = torch.tensor([float(m.noise_mode == mode) for m in members], dtype=dtype)
-    ens = Ensemble(config, members, _prompts(config, members, config.data.n_train, "train", dtype),
-                   _prompts(config, members, config.data.n_test, "test", dtype), hyper)
-    ens.rngs = {name: [STREAMS.torch(m.seed, name) for m in members] for name in ("noise", "batch")}
-    dirs = [geometry(data_spec(config, m), [m.seed]) for m in members]
-    ens.w_star = torch.cat([w for w, _ in dirs]).to(dtype)  # (M, d)
-    ens.zeta_basis = torch.cat([z for _, z in dirs]).to(dtype)  # (M, 2, d)
-    return ens
-
-
-def learning_rate(config: Config, hyper: dict[str, torch.Tensor], step: int) -> torch.Tensor:
-    """Per-member learning rate of update ``step`` (1-based), shape (M,)."""
+    step: lr_stage1 up to t1, then lr_stage2 (``two_stage``); constant: lr_stage1; cosine:
+    lr_stage1 -> lr_stage2 over ``train.steps`` (t1 unused); warmup: 0 -> lr_stage1 over
+    ``train.warmup_steps`` (``linear_warmup``), then the step schedule.
+    """
     tc = config.train
-    eta1, eta2, t1 = hyper["eta1"], hyper["eta2"], hyper["t1"]
-    annealed = torch.where(step <= t1, eta1, eta2)
+    lr_stage1, lr_stage2 = hyper["lr_stage1"], hyper["lr_stage2"]
     if tc.schedule == "constant":
-        return eta1.clone()
+        return schedules.constant(step, lr_stage1)
     if tc.schedule == "cosine":
-        return eta2 + (eta1 - eta2) * 0.5 * (1 + math.cos(math.pi * min(step, tc.steps) / tc.steps))
+        return schedules.cosine(step, tc.steps, lr_stage1, lr_stage2)
     if tc.schedule == "warmup" and step <= tc.warmup_steps:
-        return eta1 * step / max(1, tc.warmup_steps)
-    return annealed
+        return schedules.linear_warmup(step, tc.warmup_steps, lr_stage1)
+    return schedules.two_stage(step, lr_stage1, lr_stage2, hyper["t1"])
+
+
+def noise_std(hyper: Mapping[str, torch.Tensor], lr: torch.Tensor, step: int) -> torch.Tensor:
+    """Per-member update-noise std per entry at update ``step``, (M,): noise * lr, or
+    noise * lr_stage1 ("constant"), or noise * lr until t1 and 0 after ("stage1")."""
+    rate = torch.where(hyper["noise_constant"] > 0, hyper["lr_stage1"], lr)
+    on = torch.where((hyper["noise_stage1"] > 0) & (step > hyper["t1"]), 0.0, 1.0)
+    return hyper["noise"] * rate * on
 
 
 def init_weights(config: Config, members: list[Member], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
@@ -286,7 +149,9 @@ class State:
 
 
 def update(ens: Ensemble, state: State, step: int) -> None:
-    """One optimizer step (update number ``step``) for every member."""
+    """One optimizer step (update number ``step``) for every member: the gradient of the
+    objective plus lambda w, the optimizer's step at each member's rate ``lr``, then the
+    update noise N(0, :func:`noise_std`^2) per entry."""
     config, tc = ens.config, ens.config.train
     lr = learning_rate(config, ens.hyper, step)  # (M,)
     weight = _minibatch(ens) if tc.optimizer == "sgd" else None
@@ -308,20 +173,12 @@ def update(ens: Ensemble, state: State, step: int) -> None:
     state.weights = [w.contiguous() for w in state.weights]
 
 
-def noise_std(hyper: dict[str, torch.Tensor], lr: torch.Tensor, step: int) -> torch.Tensor:
-    """Per-member update-noise std per entry at update ``step``, (M,): noise * lr_t, or
-    noise * eta1 ("constant"), or noise * lr_t until t1 and 0 after ("stage1")."""
-    rate = torch.where(hyper["noise_constant"] > 0, hyper["eta1"], lr)
-    on = torch.where((hyper["noise_stage1"] > 0) & (step > hyper["t1"]), 0.0, 1.0)
-    return hyper["noise"] * rate * on
-
-
 def run_training(ens: Ensemble, state: State, total: int, on_step: Callable[[int, State], None],
                  progress=None) -> State:
     """Updates state.step+1 .. total, calling ``on_step(t, state)`` after each (and at the
     start when state.step == 0), through the engine's step driver without a run context:
-    nothing is logged, checked or saved (the lab's runs go through
-    :func:`.experiments.run_group`, which gives the driver its context)."""
+    nothing is logged, checked or saved (the lab's runs go through :func:`train_group`, which
+    gives the driver its context)."""
     with training_threads(ens.config.thread_count(ens.size)):
         TrainingDriver(None, [m.seed for m in ens.members], total, lambda t: False, progress=progress) \
             .run(UpdateLoop(ens, state, on_step), start=state.step)
@@ -332,7 +189,7 @@ class UpdateLoop:
     """The updates of one ensemble behind the engine's :class:`~stagewise.engine.driver.Loop`:
     step t is :func:`update` number t, then ``on_step(t, state)`` (step 0: ``on_step`` only).
     Checkpoint tensors are :meth:`State.tensors` under ``prefix`` (e.g. ``"g0."`` per group).
-    No metrics: :class:`.experiments.GroupLoop` adds them (and ``after``, ``diverged``)."""
+    No metrics: :class:`GroupLoop` adds them (and ``after``, ``diverged``)."""
 
     def __init__(self, ens: Ensemble, state: State, on_step: Callable[[int, State], None] | None = None, prefix: str = ""):
         self.ens, self.current, self.on_step, self.prefix = ens, state, on_step, prefix
@@ -366,3 +223,143 @@ class UpdateLoop:
     def diverged(self, t: int) -> Mapping[str, torch.Tensor] | None:
         """No record for a step with non-finite weights (subclasses evaluate it)."""
         return None
+
+
+STAGE_COLUMNS = ("test.acc.p_only", "test.acc.q_only", "test.acc.both", "test.acc.p_part", "test.acc.q_part",
+                 "test.acc.p_flipped", "test.acc", "test.K1", "test.K2",
+                 "test.K1.p_queries", "test.K2.q_queries", "train.K1", "train.K2", "train.K1.p_queries",
+                 "train.K2.q_queries", "W.fro", "V.fro", "W.spectral", "V.spectral", "W.signal", "V.signal.sv.0",
+                 "V.signal.sv.1", "W.signal_share", "V.signal_share", "review.K1_ref", "review.K1_ref_at_norm",
+                 "review.ref_scale")
+
+
+STAGE_KEYS = ("group", "variant", "seed", "stage", "step")
+EndTables = Callable[[Group], Mapping[str, pd.DataFrame]] | None
+"""Tables a group logs after its last step besides ``stages`` (name -> frame), or None."""
+
+
+def _stage_rows(group: Group, stage: str, step: int, values: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+    """Rows of the ``stages`` table at one stage end: one per member."""
+    cols = {k: values[k].tolist() for k in STAGE_COLUMNS if k in values}
+    return [{"group": group.name, "variant": group.variant_of(m), "seed": m.seed, "stage": stage, "step": step,
+             **{k: v[i] for k, v in cols.items()}} for i, m in enumerate(group.members)]
+
+
+def truncation_metrics(config: Config, ens: Ensemble, weights: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+    """Test accuracy (P-only, Q-only, both) of blockdiag(W, V) truncated to its top-k or
+    bottom-k singular directions (the toy counterpart of the GPT-2 rank figure)."""
+    d = config.data.d
+    _, _, whole = block_matrices(weights, d)
+    ks = config.experiment.truncation_ks or sorted({round(2 * d * i / 8) for i in range(9)})
+    out = {}
+    svd = torch.linalg.svd(whole.to(torch.float64))  # (M, 2d, 2d), (M, 2d), (M, 2d, 2d): once for every k
+    for keep in ("top", "bottom"):
+        for k in ks:
+            cut = truncate_svd(svd, min(k, 2 * d), keep).to(whole.dtype)  # (M, 2d, 2d); in float64
+            cut_weights = (cut,) if len(weights) == 1 else (cut[:, :d, :d], cut[:, d:, d:])
+            m = evaluate(cut_weights, ens.test, ens.hyper["l2"], config.model.output, config.model.normalizer, d, "test")
+            for kind in ("p_only", "q_only", "both"):
+                out[f"truncate.{keep}.{k}.acc.{kind}"] = m[f"test.acc.{kind}"]
+    return out
+
+
+class GroupLoop(UpdateLoop):
+    """One group's updates and measurements behind the driver's :class:`~stagewise.engine.driver.Loop`.
+
+    Step t: :func:`update` number t, then (once the driver found the weights finite)
+    the metrics of the weights after t updates: evaluations at logged steps (every
+    ``log_every``, at 0, t1 and the end), weight metrics at those and every
+    ``spectrum_every``, truncation and review metrics at the end. The ``stages`` table
+    collects one row per member at t1 and at the end (a step whose losses then fail the
+    finite check ends the run, so its rows are never saved) and is logged after the last
+    step, before its checkpoint, followed by the tables of ``end_tables(group)`` (name ->
+    frame: what the experiment adds, e.g. the floors). Checkpoint tensors are ``g{index}.*``
+    (:meth:`State.tensors`), its record ``{"group", "step", "stage_rows"}``.
+    """
+
+    def __init__(self, index: int, group: Group, ens: Ensemble, ctx: RunContext, end_tables: EndTables = None):
+        cfg = group.config
+        weights = [w.to(ens.device) for w in init_weights(cfg, group.members, ens.hyper["l2"].dtype)]
+        super().__init__(ens, State(weights), prefix=f"g{index}.")
+        self.index, self.group, self.ctx, self.end_tables = index, group, ctx, end_tables
+        self.total, self.marks = cfg.train.steps, {0, cfg.train.t1, cfg.train.steps}
+        self.stage_rows: list[dict[str, Any]] = []
+
+    def logged(self, t: int) -> bool:
+        """Train and test metrics at step t: every ``log_every`` and at 0, t1 and the end."""
+        return t % self.group.config.train.log_every == 0 or t in self.marks
+
+    def step(self, t: int, log: bool) -> StepOutput:
+        super().step(t, log)
+        return StepOutput(deferred=lambda: self.measure(t, log))
+
+    def stage(self, t: int) -> dict[str, torch.Tensor]:
+        """The stage of step t (1.0 up to t1, then 2.0), (M,)."""
+        t1, dtype = self.group.config.train.t1, self.ens.hyper["l2"].dtype
+        return {"stage": torch.full((self.ens.size,), 1.0 if t <= t1 else 2.0, dtype=dtype, device=self.ens.device)}
+
+    def evaluate_splits(self, weights: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+        """Loss, accuracies and K metrics on the training and the test prompts, each (M,)."""
+        cfg, ens = self.group.config, self.ens
+        out = {}
+        for split, batch in (("train", ens.train), ("test", ens.test)):
+            out.update(evaluate(weights, batch, ens.hyper["l2"], cfg.model.output, cfg.model.normalizer, cfg.data.d, split))
+        return out
+
+    def measure(self, t: int, log: bool) -> StepOutput:
+        """Step t's values (None when neither logged nor a spectrum step); losses checked when logged."""
+        cfg, ens = self.group.config, self.ens
+        spectra = t % cfg.train.spectrum_every == 0 or t in self.marks
+        if not (log or spectra):
+            return StepOutput()
+        weights = tuple(self.current.weights)
+        assert ens.w_star is not None and ens.zeta_basis is not None  # set by build_ensemble
+        values = {**self.stage(t), **weight_metrics(weights, cfg.data.d, spectra, ens.w_star, ens.zeta_basis)}
+        if log:
+            values.update(self.evaluate_splits(weights))
+        if t == self.total:
+            values.update(truncation_metrics(cfg, ens, weights))
+            values.update(review_metrics(weights, ens.w_star, ens.test, cfg.model.normalizer, cfg.data.d))
+        for name, mark in (("stage1", cfg.train.t1), ("stage2", self.total)):
+            if t == mark and log:
+                self.stage_rows.extend(_stage_rows(self.group, name, t, values))
+        return StepOutput(values, {k: values[k] for k in ("train.loss", "test.loss")} if log else None)
+
+    def diverged(self, t: int) -> dict[str, torch.Tensor]:
+        """The record of a step whose weights are not finite: its stage and evaluations."""
+        return {**self.stage(t), **self.evaluate_splits(tuple(self.current.weights))}
+
+    def after(self, t: int) -> None:
+        """After the last step (the group's table part complete): the ``stages`` table."""
+        if t == self.total:
+            frame = pd.DataFrame(self.stage_rows)
+            self.ctx.log_table("stages", frame[[c for c in STAGE_KEYS + STAGE_COLUMNS if c in frame]], part=self.group.name)
+            for name, table in (self.end_tables(self.group) if self.end_tables is not None else {}).items():
+                self.ctx.log_table(name, table, part=self.group.name)
+
+    def meta(self, t: int) -> dict[str, Any]:
+        return {"group": self.index, "step": t, "stage_rows": self.stage_rows}
+
+    def restore(self, checkpoint: Any) -> int:
+        """The checkpoint's state and the table rows collected before it."""
+        step = super().restore(checkpoint)
+        self.stage_rows = list(checkpoint.meta.get("stage_rows", []))
+        return step
+
+
+def train_group(index: int, group: Group, ctx: RunContext, end_tables: EndTables = None) -> None:
+    """Train group number ``index`` of the run with logging and checkpoints through the
+    engine's :class:`~stagewise.engine.driver.TrainingDriver`, as one group of the run: a
+    :class:`~stagewise.runs.groups.GroupContext` splits the (M,) member records into one per
+    variant, saves the checkpoints with the group's index and resumes from the run's checkpoint
+    when it is this group's. Weights are checked at every step (a diverged step's evaluation
+    is logged before raising), losses at logged steps; a checkpoint at
+    ``ctx.should_checkpoint(t)`` and at the last step. ``end_tables``: see :class:`GroupLoop`."""
+    cfg = group.config
+    ens = build_ensemble(cfg, group.members).to(resolve_device(cfg.device))  # prompts drawn on the CPU streams, then moved
+    loop = GroupLoop(index, group, ens, ctx, end_tables)
+    records = GroupContext(ctx, index, [group.variant_of(m) for m in group.members])
+    driver = TrainingDriver(records, [m.seed for m in group.members], cfg.train.steps, loop.logged, group.name,
+                            weights_every_step=True)
+    with training_threads(cfg.thread_count(ens.size)):
+        driver.run(loop)

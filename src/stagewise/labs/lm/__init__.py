@@ -3,7 +3,9 @@ tasks (CounterFact, HotpotQA, BLiMP, SICK), per-example prediction categories pe
 BLiMP minimal-pair evaluation, attention surgery (rank reduction) and spectra.
 
 The lab's contract value is :data:`.lab.LAB`; the pieces are importable on their own and
-load on first use (PEP 562), so importing the lab's contract needs no torch.
+load on first use (PEP 562), so importing the lab's contract needs no torch. The model-weights
+toolkit the lab uses (loading, per-head weights, surgery, spectra, export, BLiMP scoring) is
+its own package, :mod:`stagewise.lmkit`; its names re-exported here are the same objects.
 """
 
 from __future__ import annotations
@@ -13,17 +15,17 @@ from typing import TYPE_CHECKING
 from ...lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .adapters import AttentionAdapter, adapter_for
+    from ...lmkit.adapters import AttentionAdapter, adapter_for
+    from ...lmkit.models import LoadedModel, build, gpt2_bpe
     from .categories import CATEGORIES, AnswerSpace, answer_space, categorize
     from .config import Config
-    from .models import LoadedModel, build, gpt2_bpe
     from .tasks import Example, Sentence, load_examples, load_sentences
 
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(("AttentionAdapter", "adapter_for"), ".adapters"),
+    **dict.fromkeys(("AttentionAdapter", "adapter_for"), "...lmkit.adapters"),
     **dict.fromkeys(("CATEGORIES", "AnswerSpace", "answer_space", "categorize"), ".categories"),
     "Config": ".config",
-    **dict.fromkeys(("LoadedModel", "build", "gpt2_bpe"), ".models"),
+    **dict.fromkeys(("LoadedModel", "build", "gpt2_bpe"), "...lmkit.models"),
     **dict.fromkeys(("Example", "Sentence", "load_examples", "load_sentences"), ".tasks"),
 }
 

@@ -56,7 +56,7 @@ def sample_predictions(run_dir: Path, category: str, n: int, *, rule: str = "ope
     ``category`` under ``rule`` at ``epoch`` drawn without replacement (seeded), sorted by
     example id, with columns example_id, group, prompt, answer, prediction, closed, open."""
     from .prepare import tokenize_data
-    from .models import load_tokenizer
+    from ...lmkit.models import load_tokenizer
     from .refs import run_config
     from .summary import rule_column
 

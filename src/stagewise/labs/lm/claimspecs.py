@@ -12,9 +12,12 @@ three claims here: (c), the part the shuffled-groups control fails, keeps the id
 
 from __future__ import annotations
 
-from ...report.claims import ClaimSpec, paper1, reviewer
+from ...report.claims import ClaimSpec, paper, reviewer
 
-_STAGES = paper1("abstract; the motivating GPT-2 experiment on CounterFact (syntactically wrong -> type-correct -> right)")
+SOURCES = {"paper1": "paper 1: Gong et al., arXiv 2502.20681 (disentangled features)"}
+"""The paper the claims cite (``Lab.sources``): key -> heading; ``paper("paper1", where)`` names it."""
+
+_STAGES = paper("paper1", "abstract; the motivating GPT-2 experiment on CounterFact (syntactically wrong -> type-correct -> right)")
 _CONTROL = ("both controls, each must make it fail: counterfact-tiny-shuffled-groups (task.shuffle_groups: the groups' "
             "labels and types permuted, judging broken) and counterfact-tiny-frequency-matched (task.replace_answers: each answer "
             "replaced by one of another type and the nearest frequency rank, types broken, frequencies kept); per seed over 3 "

@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ...engine import check_finite
+from ...engine import check_finite, schedules
 from ...engine.driver import StepOutput, TrainingDriver
 from ..contract import RunContext
 from .batching import Encoded, dataset_batches, last_logits, layout, length_sorted_batches, token_nll
@@ -39,13 +39,15 @@ SpectraHook = Callable[[Any], tuple[dict[str, torch.Tensor], pd.DataFrame | None
 
 
 def learning_rate(cfg: Config, epoch: int, step: int, total_steps: int) -> float:
-    """The schedule at optimizer step ``step`` (0-based) of epoch ``epoch`` (1-based)."""
+    """The rate at optimizer step ``step`` (0-based) of epoch ``epoch`` (1-based): ``train.schedule``
+    on :mod:`stagewise.engine.schedules` (exponential decays once per epoch; cosine runs from
+    ``train.lr`` to 0 over the ``total_steps`` optimizer steps)."""
     t = cfg.train
     if t.schedule == "exponential":
-        return t.lr * t.gamma ** (epoch - 1)
+        return schedules.exponential(epoch - 1, t.lr, t.gamma)
     if t.schedule == "cosine":
-        return t.lr * 0.5 * (1.0 + math.cos(math.pi * step / max(total_steps, 1)))
-    return t.lr
+        return schedules.cosine(step, total_steps, t.lr)
+    return schedules.constant(step, t.lr)
 
 
 def make_optimizer(cfg: Config, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:

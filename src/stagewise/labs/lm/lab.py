@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..contract import Lab, RunContext, RunResult, deferred, reproduction
-from .claimspecs import CLAIMS
+from .claimspecs import CLAIMS, SOURCES
 from .config import Config
 
 NAME = "lm"
@@ -81,7 +81,7 @@ def check(config: Config) -> None:
     local cache or downloadable now: offline is one line at once) and every task's data (read
     and validated), before the run folder is made."""
     from ...engine import resolve_device, resolve_dtype
-    from .models import check_model
+    from ...lmkit.models import check_model
     from .prepare import read_data
 
     device = resolve_device(config.device)
@@ -107,7 +107,7 @@ def run(config: Config, ctx: RunContext) -> RunResult:
     ctx.note("examples", counts)
     spectra = None
     if config.train.spectra_every:
-        from .spectra import spectra_hook
+        from ...lmkit.spectra import spectra_hook
 
         spectra = spectra_hook(prep.loaded.model)
     threads = config.train.threads if isinstance(config.train.threads, int) else _auto_threads(config)
@@ -125,7 +125,7 @@ def _auto_threads(config: Config) -> int:
     times slower on a busy 2-core machine), every available core for real models."""
     import os
 
-    from .models import is_tiny
+    from ...lmkit.models import is_tiny
 
     if is_tiny(config.model):
         return 1
@@ -139,7 +139,7 @@ estimate = deferred("stagewise.labs.lm.resources", "estimate")
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
           summarize=summarize, make_figures=make_figures, estimate=estimate,
-          claims=CLAIMS, key_metrics=("train.loss", "train.accuracy", "train.type_correct", "train.semantic_correct"),
+          claims=CLAIMS, sources=SOURCES, key_metrics=("train.loss", "train.accuracy", "train.type_correct", "train.semantic_correct"),
           smoke={"task": {"name": "counterfact", "limit": 8}, "model": {"compact_vocab": True,
                                                                         "tiny": {"n_layer": 1, "n_embd": 16, "n_head": 2}},
                  "train": {"epochs": 3, "batch_size": 8, "lr": 1e-2, "log_every": 1, "checkpoint_every": 1}})

@@ -17,16 +17,16 @@ import pandas as pd
 import torch
 
 from ...errors import UserError
+from ...lmkit.adapters import adapter_for
+from ...lmkit.surgery import RankReducer
 from ...report.plots import figure, save
 from ...runs import atomic_write_json, safe_csv, write_parquet
 from ...runs.store import atomic_write_text
-from .adapters import adapter_for
 from .categories import CATEGORIES, SEMANTIC, TYPE_CORRECT, TYPE_WRONG
 from .config import Config
 from .finetune import evaluate_answers
 from .prepare import encode, tokenize_data
 from .refs import ModelRef
-from .surgery import RankReducer
 
 AUTHORS_SELECTOR = "blocks.1-6.attn.{qkv,o}"  # the paper's code: GPT-2 blocks 1-6, c_attn and c_proj
 _P_TOL = 1e-9

@@ -26,10 +26,11 @@ import torch
 
 from ...config import resolve
 from ...errors import UserError
+from ...lmkit.config import TINY, ModelConfig
+from ...lmkit.models import LoadedModel, build, check_model, load_tokenizer, skeleton
 from ...runs import load_snapshot, read_manifest
 from ...yamlio import load_yaml
-from .config import TINY, Config, ModelConfig
-from .models import LoadedModel, build, check_model, load_tokenizer, skeleton
+from .config import Config
 
 _AT = re.compile(r"^(?P<path>.+)@(?P<epoch>\d+)$")
 SNAPSHOT = "epoch_{:05d}.safetensors"

@@ -29,11 +29,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ...lmkit.models import GPT2_VOCAB, PKG, is_tiny, package_folder
 from ...report.sizes import FigureSize
 from ...runs.sizes import PARQUET_BASE_BYTES, DiskBudget, safetensors_bytes, stream_bytes
 from ..contract import Resources
 from .config import Config
-from .models import GPT2_VOCAB, PKG, is_tiny, package_folder
 
 BYTES_PER_PARAM_TRAIN = 4 * 4  # fp32 weights, gradients and AdamW's two moments
 GGUF_EXPANSION = 8  # a 4-bit GGUF file de-quantized to float32 (32 / 4 bits)
@@ -101,7 +101,7 @@ def _read_stats(config: Config) -> DataStats | None:
             items = read_data(config)  # before dropping multi-token answers: an upper bound
             vocab = None
         else:
-            from .models import load_tokenizer
+            from ...lmkit.models import load_tokenizer
 
             tok = load_tokenizer(config.model)
             data = tokenize_data(config, tok, quiet=True)

@@ -20,7 +20,7 @@ sick           :data:`SICK_FRAME` of sentence_A and _B     :data:`SICK_ANSWERS` 
 Ids carry the task: ``counterfact/<case_id>/<k>`` (k = 0 rewrite, 1-2 paraphrases),
 ``hotpotqa/<_id>``, ``blimp/<paradigm>/<pairID>/good|bad``, ``sick/<pair_ID>``. ``limit``
 counts records (CounterFact records, HotpotQA questions, SICK pairs of the split, BLiMP pairs
-PER PARADIGM), in file order. Local files are read by :mod:`stagewise.labs.lm.readers`; with
+PER PARADIGM), in file order. Local files are read by :mod:`stagewise.lmkit.readers`; with
 no path the data come from the Hugging Face hub (:data:`HUB_SOURCES`).
 """
 
@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from stagewise.errors import UserError
-from stagewise.labs.lm import readers
-from stagewise.labs.lm.blimp import read_blimp_pairs
-from stagewise.labs.lm.readers import Located, get_key
+from stagewise.lmkit import readers
+from stagewise.lmkit.blimp import read_blimp_pairs
+from stagewise.lmkit.readers import Located, get_key
 
 TASKS = ("counterfact", "hotpotqa", "blimp", "sick")
 """Tasks of :func:`load_examples`."""

@@ -10,7 +10,10 @@ versions are split into one quantity each (the primary part keeps the old id).
 
 from __future__ import annotations
 
-from ...report.claims import ClaimSpec, own, paper2, reviewer
+from ...report.claims import ClaimSpec, own, paper, reviewer
+
+SOURCES = {"paper2": "paper 2: Huang, Liang, Yang, NeurIPS 2024 (next-token prediction)"}
+"""The paper the claims cite (``Lab.sources``): key -> heading; ``paper("paper2", where)`` names it."""
 
 _NO_CONTROL_EXACT = ("none in the lab: exact algebra under its preconditions (normalized GD, zero init, orthonormal "
                      "embeddings); a tampered record (e.g. norm_wov off t*eta0 at one step) fails it")
@@ -18,7 +21,7 @@ _NO_CONTROL_EXACT = ("none in the lab: exact algebra under its preconditions (no
 # --- stage 1 (summary.py) ---------------------------------------------------------------------------------------------
 STAGE1_DIRECTION = ClaimSpec(
     id="stage1_direction", statement="after stage 1, W_ov points along its max-margin direction W_ov*",
-    source=paper2("abstract (the feed-forward layer converges to its max-margin solution)"),
+    source=paper("paper2", "abstract (the feed-forward layer converges to its max-margin solution)"),
     quantity="cos(W_ov, W_ov*) at t = T", relation=">=", threshold=0.99,
     control="preset adam (Adam's sign-like steps: cos(W_ov, W_ov*) about 0.44)")
 STAGE1_EXACT = ClaimSpec(
@@ -41,51 +44,51 @@ LOSS_FLOOR_CLOSED_FORM = ClaimSpec(
 # --- stage 2 (summary.py) ---------------------------------------------------------------------------------------------
 NORMS_LINEAR = ClaimSpec(
     id="norms_linear", statement="||W_kq|| grows linearly in t over stage 2",
-    source=paper2("abstract (norms grow linearly under normalized GD)"),
+    source=paper("paper2", "abstract (norms grow linearly under normalized GD)"),
     quantity="R^2 of the linear fit of ||W_kq|| against t over stage 2", relation=">=", threshold=0.99,
     control="preset gd (plain GD: norms grow ~log t)")
 COS_WKQ_TO_ONE = ClaimSpec(
     id="cos_wkq_to_one", statement="cos(W_kq, W_kq*) -> 1: close to 1 at the last step",
-    source=paper2("abstract (sub-linear convergence of W_kq to its max-margin direction)"),
+    source=paper("paper2", "abstract (sub-linear convergence of W_kq to its max-margin direction)"),
     quantity="cos(W_kq, W_kq*) at the last step", relation=">=", threshold=0.95,
     control="preset adam (cos(W_kq, W_kq*) 0.85..0.92 after 8000 stage-2 steps)")
 COS_WKQ_EXPONENT = ClaimSpec(
     id="cos_wkq_exponent", statement="1 - cos(W_kq, W_kq*) decays in t (theory: ~1/t up to log factors)",
-    source=paper2("abstract (sub-linear convergence of W_kq to its max-margin direction)"),
+    source=paper("paper2", "abstract (sub-linear convergence of W_kq to its max-margin direction)"),
     quantity="fitted exponent of 1 - cos(W_kq, W_kq*) against stage time, second half of stage 2", relation=">",
     threshold=0.0, control="preset adamw (weight decay bounds the norm: no convergence in direction expected)")
 LOSS_LINEAR = ClaimSpec(
     id="loss_linear", statement="L - floor converges linearly: log(L - floor) falls in t over the second half of stage 2",
-    source=paper2("abstract (linear convergence of the cross-entropy loss)"),
+    source=paper("paper2", "abstract (linear convergence of the cross-entropy loss)"),
     quantity="fitted slope of log(L - floor) against t, second half of stage 2", relation="<", threshold=0.0, unit="1/step",
     floor="log(1 + (|V|-1) e^-Delta) per sample, Delta = T eta0 / sqrt(|V|-1) (set by stage 1)",
     control="preset adamw (weight decay bounds ||W_kq||: L stays above the floor by a constant)")
 LOSS_LINEAR_FIT = ClaimSpec(
     id="loss_linear_fit", statement="log(L - floor) is linear in t over the second half of stage 2",
-    source=paper2("abstract (linear convergence of the cross-entropy loss)"),
+    source=paper("paper2", "abstract (linear convergence of the cross-entropy loss)"),
     quantity="R^2 of the linear fit of log(L - floor) against t, second half of stage 2", relation=">=", threshold=0.9,
     floor="log(1 + (|V|-1) e^-Delta) per sample", control="preset adamw (the gap levels off: not log-linear)")
 ATTENTION_CONCENTRATES = ClaimSpec(
     id="attention_concentrates", statement="attention on optimal positions -> 1 exponentially: 1 - (min mass over samples) "
     "falls log-linearly over the second half of stage 2",
-    source=paper2("Theorem 2"), quantity="fitted slope of log(1 - min optimal attention mass) against t, second half of stage 2",
+    source=paper("paper2", "Theorem 2"), quantity="fitted slope of log(1 - min optimal attention mass) against t, second half of stage 2",
     relation="<", threshold=0.0, unit="1/step", floor="0 (mass 1)",
     control="preset adamw (weight decay bounds the scores: the mass levels off below 1)")
 ATTENTION_FIT = ClaimSpec(
     id="attention_concentrates_fit", statement="log(1 - min optimal attention mass) is linear in t over the second half of stage 2",
-    source=paper2("Theorem 2"), quantity="R^2 of that log-linear fit", relation=">=", threshold=0.95,
+    source=paper("paper2", "Theorem 2"), quantity="R^2 of that log-linear fit", relation=">=", threshold=0.95,
     control="preset adamw (the gap levels off: not log-linear)")
 ATTENTION_RISES = ClaimSpec(
     id="attention_rises", statement="the min optimal attention mass ends higher than at the start of stage 2",
-    source=paper2("Theorem 2"), quantity="min optimal attention mass at the last step minus at t = T (t = 0 for joint)",
+    source=paper("paper2", "Theorem 2"), quantity="min optimal attention mass at the last step minus at t = T (t = 0 for joint)",
     relation=">", threshold=0.0, control="a run with train.steps_stage2 = 0 (W_kq never trained: no change)")
 GENERALIZATION = ClaimSpec(
     id="generalization", statement="every unseen sentence covered by the theory is predicted as it says",
-    source=paper2("Section 6"), quantity="accuracy on the covered cases of the generalization suite", relation=">=",
+    source=paper("paper2", "Section 6"), quantity="accuracy on the covered cases of the generalization suite", relation=">=",
     threshold=1.0, control="a run with train.steps_stage2 = 0 (W_kq = 0: uniform attention, no ranking of unseen tokens)")
 EXAMPLE1 = ClaimSpec(
     id="example1", statement="the named Example-1 input predicts the token Section 6 says ('S P' -> V, 'O S P' -> P)",
-    source=paper2("Section 6 (Example 1)"), quantity="1 when the input's prediction is the expected token, else 0",
+    source=paper("paper2", "Section 6 (Example 1)"), quantity="1 when the input's prediction is the expected token, else 0",
     relation=">=", threshold=1.0,
     control="a run with train.steps_stage2 = 0 (W_kq = 0: 'O S P' attends uniformly and predicts V, not P)")
 
@@ -97,18 +100,18 @@ LATE_RATE_MARGIN = ClaimSpec(
     relation="<=", threshold=0.05, control="preset adam on example1 (train.optimizer=adam: the late rates differ)")
 LATE_RATE_THEOREM2 = ClaimSpec(
     id="late_rate_theorem2", statement="late rates are at least Theorem 2's C_1 = eta / (4 L_max ||W_kq*||^2) in magnitude",
-    source=paper2("Theorem 2"), quantity="min of -late rate / C_1 over the loss gap and the attention gap", relation=">=",
+    source=paper("paper2", "Theorem 2"), quantity="min of -late rate / C_1 over the loss gap and the attention gap", relation=">=",
     threshold=1.0, control="preset adamw (weight decay: the late gaps stop falling); Adam still passes (-rate/C_1 21-27)")
 NORM_BAND_THEOREM1 = ClaimSpec(
     id="norm_band_theorem1",
     statement="Theorem 1's band t eta / (2 ||W_kq*||) <= ||W_kq(t)|| <= t eta at every logged stage-2 step",
-    source=paper2("Theorem 1"),
+    source=paper("paper2", "Theorem 1"),
     quantity="worst relative excursion outside the band: max(max ||W_kq|| / (t eta) - 1, 1 - min ||W_kq|| / (t eta / (2 ||W_kq*||)))",
     relation="<=", threshold=1e-9, control="preset adam on example1 (train.optimizer=adam: ||W_kq|| leaves the band)")
 CLOSER_TO_QP = ClaimSpec(
     id="closer_to_qp_than_prop2", statement="at the last step W_kq is closer in direction to the QP max-margin solution than "
     "to Proposition 2's closed form, every seed where the two differ",
-    source=paper2("Proposition 2 (its closed form is not optimal in general: derived)"),
+    source=paper("paper2", "Proposition 2 (its closed form is not optimal in general: derived)"),
     quantity="(1 - cos(W_kq, W_qp)) - (1 - cos(W_kq, W_prop2)) at the last step, seeds where the two differ",
     relation="<", threshold=0.0, control="none run: tracking Proposition 2's closed form instead of the QP would fail it")
 

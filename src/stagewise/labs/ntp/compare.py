@@ -2,10 +2,11 @@
 Adam and AdamW, on the same data, embeddings and seeds (reviewers: "why two stages?",
 "AdamW is what people use").
 
-Each variant is one batched training of the same :class:`~.problem.Problem`; variants run
-one after another, their records carry the run store's ``variant`` field (metric names
-``{variant}/{name}``) and their checkpoints the variant's index as ``group``, so a killed run
-resumes inside the right variant. Every variant gets the lab's own claims (ids prefixed
+Each variant is one batched training of the same :class:`~.problem.Problem`, one group of
+the run (:mod:`stagewise.runs.groups`): variants run one after another, their records carry
+the run store's ``variant`` field (metric names ``{variant}/{name}``) and their checkpoints
+the variant's index as ``group`` (and its name as ``variant``), so a killed run resumes
+inside the right variant. Every variant gets the lab's own claims (ids prefixed
 ``{variant}/``), and the comparison claims below test the theory's predictions, fixed before
 the runs as strict per-seed inequalities at the last step (no tuned threshold):
 
@@ -29,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ...measure import values_at
+from ...runs.groups import GroupContext, run_groups
 from ...report.claims import Claim, ClaimSpec, Stats, Summary
 from ..contract import RunContext, RunResult, Tables
 from . import claimspecs as cs
@@ -54,40 +56,16 @@ def variant_config(config: Config, name: str) -> Config:
     return config.model_copy(update={"train": train, "compare": []})
 
 
-class VariantContext:
-    """A :class:`RunContext` for one variant: records carry ``variant``, checkpoints its
-    index as ``group``, and only a checkpoint of this group is resumed from."""
-
-    def __init__(self, ctx: RunContext, name: str, group: int):
-        self._ctx, self.name, self.group = ctx, name, group
-        self.seeds = ctx.seeds
-
-    def log(self, step, values, *, variant: str = "") -> None:
-        self._ctx.log(step, values, variant=self.name)
-
-    def save_checkpoint(self, step, tensors, meta=None, *, group: int = 0) -> None:
-        self._ctx.save_checkpoint(step, tensors, {**dict(meta or {}), "variant": self.name}, group=self.group)
-
-    def resume_state(self):
-        state = self._ctx.resume_state()
-        return state if state is not None and state.group == self.group else None
-
-    def __getattr__(self, attr):  # progress, should_checkpoint, stop_requested, note, log_table ...
-        return getattr(self._ctx, attr)
-
-
 def run_compare(config: Config, problem: Problem, ctx: RunContext) -> dict[str, Params | None]:
-    """Train every variant of ``config.compare`` on ``problem``; a variant finished before a
-    resume is skipped (its records are already in the stream) and maps to None."""
-    resumed = ctx.resume_state()
-    done = resumed.group if resumed is not None else 0
-    out: dict[str, Params | None] = {}
-    for group, name in enumerate(config.compare):
-        if group < done:
-            out[name] = None
-            continue
-        out[name] = train_two_stage(variant_config(config, name), problem, VariantContext(ctx, name, group))
-    return out
+    """Train every variant of ``config.compare`` on ``problem``, one group each
+    (:func:`~stagewise.runs.groups.run_groups`); a variant finished before a resume is
+    skipped (its records are already in the stream) and maps to None."""
+
+    def train_variant(index: int, name: str) -> Params:
+        group = GroupContext(ctx, index, name, meta={"variant": name})
+        return train_two_stage(variant_config(config, name), problem, group)
+
+    return dict(zip(config.compare, run_groups(ctx, config.compare, train_variant)))
 
 
 def variant_frame(frame: pd.DataFrame, name: str) -> pd.DataFrame:

@@ -167,7 +167,8 @@ class Config(RunBase):
         return max(1, (self.train.steps_stage1 + self.train.steps_stage2) // SUITE_POINTS)
 
     def step_sizes(self, dim: int) -> tuple[float, float]:
-        """(eta0, eta) = (lr_stage1, lr_stage2) with the paper's defaults 0.2/sqrt(d), 0.05/sqrt(d) filled in."""
+        """(eta0, eta) = (lr_stage1, lr_stage2) with the paper's defaults 0.2/sqrt(d), 0.05/sqrt(d) filled in:
+        the two rates of the training's step schedule (:func:`stagewise.engine.schedules.two_stage`)."""
         eta0 = self.train.lr_stage1 if self.train.lr_stage1 is not None else STAGE1_LR_SCALE / math.sqrt(dim)
         eta = self.train.lr_stage2 if self.train.lr_stage2 is not None else STAGE2_LR_SCALE / math.sqrt(dim)
         return eta0, eta

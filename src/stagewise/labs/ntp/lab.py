@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ..contract import Lab, RunContext, RunResult, deferred, reproduction
-from .claimspecs import CLAIMS
+from .claimspecs import CLAIMS, SOURCES
 from .config import Config
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ estimate = deferred("stagewise.labs.ntp.resources", "estimate")
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
           summarize=summarize, make_figures=figures, estimate=estimate,
-          claims=CLAIMS, key_metrics=("loss", "gen_acc", "cos_wkq", "cos_wov"),
+          claims=CLAIMS, sources=SOURCES, key_metrics=("loss", "gen_acc", "cos_wkq", "cos_wov"),
           smoke={"n_seeds": 2, "data": {"vocab_size": 6}, "train": {"steps_stage1": 12, "steps_stage2": 24, "checkpoint_every": 7}})
 
 __all__ = ["LAB"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ...engine import BatchedOptimizer, check_finite, group_norm, pack, resolve_dtype, unpack
+from ...engine import BatchedOptimizer, check_finite, group_norm, pack, resolve_dtype, schedules, unpack
 from ...engine.driver import StepOutput, TrainingDriver
 from ...engine.perf import training_threads
 from ..contract import RunContext
@@ -294,7 +294,7 @@ class TwoStageLoop:
         self.dtype = resolve_dtype(config.model.dtype)
         self.T, self.total = tc.steps_stage1, tc.steps_stage1 + tc.steps_stage2
         self.two_stage = tc.algorithm == "two_stage"
-        self.eta0, self.eta = config.step_sizes(problem.emb.shape[1])
+        self.lr_stage1, self.lr_stage2 = config.step_sizes(problem.emb.shape[1])  # eta0, eta
         self.params = init_params(config, problem, self.dtype)
         self.opt = BatchedOptimizer(tc.optimizer, tc.betas, tc.adam_eps, tc.weight_decay)
         self.active = torch.ones(problem.n_members, dtype=torch.bool, device=problem.emb.device)
@@ -308,6 +308,13 @@ class TwoStageLoop:
 
     def stage_of(self, t: int) -> int:
         return 1 if t <= self.T else 2  # step 0 (the init) counts as stage 1
+
+    def learning_rate(self, t: int) -> float:
+        """The step size of update t: two-stage, eta0 (``train.lr_stage1``) for t <= T, then eta
+        (``train.lr_stage2``); joint, eta0 throughout (:mod:`stagewise.engine.schedules`)."""
+        if self.two_stage:
+            return schedules.two_stage(t, self.lr_stage1, self.lr_stage2, self.T)
+        return schedules.constant(t, self.lr_stage1)
 
     def frozen_groups(self, t: int) -> tuple[str, ...]:
         """Weight groups that have not moved since the start of their frozen span."""
@@ -362,14 +369,15 @@ class TwoStageLoop:
         # gradient of the objective of the next update (step t+1)
         if stage1_update:
             g0_wov = _present(ev.grad0_wov, "the W_ov gradient of L0")
-            grads, names, lr = params.chain(None, g0_wov * self.scale_ov), params.group(OV), self.eta0
+            grads, names = params.chain(None, g0_wov * self.scale_ov), params.group(OV)
         elif two_stage:
             g_wkq = _present(ev.grad_wkq, "the W_kq gradient")
-            grads, names, lr = params.chain(g_wkq * self.scale_main, None), params.group(KQ), self.eta
+            grads, names = params.chain(g_wkq * self.scale_main, None), params.group(KQ)
         else:
             g_wkq, g_wov = _present(ev.grad_wkq, "the W_kq gradient"), _present(ev.grad_wov, "the W_ov gradient")
             grads = params.chain(g_wkq * self.scale_main, g_wov * self.scale_main)
-            names, lr = params.group(OV) + params.group(KQ), self.eta0
+            names = params.group(OV) + params.group(KQ)
+        lr = self.learning_rate(t + 1)
         gnorm = _flat_norm([grads[n] for n in names])  # (S,)
         tiny = (gnorm <= tc.grad_tol) | (gnorm == 0)
         if two_stage and t == T and T > 0:

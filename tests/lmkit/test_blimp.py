@@ -1,4 +1,4 @@
-"""BLiMP minimal pairs of the lm lab: reader, batched scorer, aggregates, writers, and
+"""BLiMP minimal pairs (stagewise.lmkit.blimp): reader, batched scorer, aggregates, writers, and
 agreement with lm-evaluation-harness (its blimp task mirrored as a local task)."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import torch
 import transformers
 
 from stagewise.errors import UserError
-from stagewise.labs.lm import blimp as blimp_module
-from stagewise.labs.lm.blimp import (
+from stagewise.lmkit import blimp as blimp_module
+from stagewise.lmkit.blimp import (
     FIELDS, PAIR_COLUMNS, SCORED_COLUMNS, blimp_accuracy, read_blimp_pairs, score_blimp, write_blimp,
 )
-from stagewise.labs.lm.scoring import MAX_PADDING, plan_batches, prefix_token_id, sequence_logprobs
+from stagewise.lmkit.scoring import MAX_PADDING, plan_batches, prefix_token_id, sequence_logprobs
 
 SHARED_BLIMP = SHARED_DATA / "blimp"
 BATCH_TOL = 1e-5  # batched vs one-at-a-time vs the plain reference (float32 model)

@@ -1,4 +1,4 @@
-"""`lm reduce`'s Hugging Face folder (stagewise.labs.lm.export): a compact-vocabulary run
+"""`lm reduce`'s Hugging Face folder (stagewise.lmkit.export): a compact-vocabulary run
 written as the full vocabulary (same logits on the kept ids, the other ids never win), a GGUF
 model written dequantised, one line and nothing made for what cannot be written."""
 
@@ -13,7 +13,7 @@ import torch
 
 from stagewise import RunSpec, execute_spec
 from stagewise.errors import UserError
-from stagewise.labs.lm.export import (
+from stagewise.lmkit.export import (
     KEPT_LOGIT_ATOL,
     KEPT_LOGIT_RTOL,
     OTHER_LOGIT_GAP,
@@ -21,7 +21,7 @@ from stagewise.labs.lm.export import (
     export_hf,
     full_vocab_model,
 )
-from stagewise.labs.lm.models import GPT2_VOCAB, LoadedModel, compact_model, gpt2_bpe
+from stagewise.lmkit.models import GPT2_VOCAB, LoadedModel, compact_model, gpt2_bpe
 
 SELECT = "blocks.0.attn.{qkv,o}"
 COMPACT = {"task": {"name": "counterfact"}, "model": {"compact_vocab": True, "tiny": {"n_layer": 1, "n_embd": 32, "n_head": 2}},
@@ -45,7 +45,7 @@ def test_compact_run_reduces_to_an_equivalent_full_vocabulary_model(cli, compact
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from stagewise.labs.lm.refs import load_ref
-    from stagewise.labs.lm.surgery import reduce_rank
+    from stagewise.lmkit.surgery import reduce_rank
 
     out = tmp_path / "reduced"
     code, stdout, err = cli("lm", "reduce", f"{compact_run}@1", "--select", SELECT, "--p", "0.5", "--out", str(out))
@@ -160,7 +160,7 @@ def test_compact_llama_is_refused_in_one_line():
 # ------------------------------------------------------------------ GGUF
 def _tiny_loaded(seed: int = 0) -> LoadedModel:
     from stagewise.labs.lm.config import ModelConfig
-    from stagewise.labs.lm.models import build
+    from stagewise.lmkit.models import build
 
     return build(ModelConfig(tiny={"n_layer": 1, "n_embd": 16, "n_head": 2}), seed=seed, dtype=torch.float32)
 

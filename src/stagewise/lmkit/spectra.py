@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 
 from stagewise.errors import UserError
-from stagewise.labs.lm.adapters import AttentionAdapter, adapter_for
+from stagewise.lmkit.adapters import AttentionAdapter, adapter_for
 from stagewise.measure.spectra import SV_STATS, sv_stats
 
 DEFAULT_TOP_K = 4
@@ -50,7 +50,12 @@ def _r_factor(w: torch.Tensor) -> torch.Tensor:
 
 def qk_singular_values(w_q: torch.Tensor, w_k: torch.Tensor) -> torch.Tensor:
     """Singular values (B, min(d_model, d_head)) of W_Q W_K^T from w_q, w_k (B, d_model, d_head),
-    descending, without forming the (B, d_model, d_model) product (float64)."""
+    descending, without forming the (B, d_model, d_model) product (float64).
+
+    Example::
+
+        sv = qk_singular_values(w_q, w_k)           # w_q, w_k (B, d_model, d_head) -> (B, d_head)
+    """
     return torch.linalg.svdvals(_r_factor(w_q) @ _r_factor(w_k).transpose(-1, -2))  # (B, r)
 
 
@@ -77,6 +82,11 @@ def head_singular_values(adapter: AttentionAdapter, model) -> dict[str, torch.Te
 
     Each head goes through one QR (W_O transposed to (d_model, d_head)); the singular values of
     W are those of its small R factor, and R_q, R_k are reused for qk.
+
+    Example::
+
+        sv = head_singular_values(adapter_for(model), model)
+        sv["q"].shape, sv["qk"].shape               # (L, H, d_head) each
     """
     n_layers = adapter.n_layers
     with torch.no_grad():
@@ -100,7 +110,13 @@ def _metric_names(proj: str, n_layers: int, n_heads: int) -> tuple[str, ...]:
 
 
 def spectra_table(sv: dict[str, torch.Tensor]) -> pd.DataFrame:
-    """Long frame (layer, head, proj, index, value) of singular values proj -> (L, H, r)."""
+    """Long frame (layer, head, proj, index, value) of singular values proj -> (L, H, r).
+
+    Example::
+
+        table = spectra_table(head_singular_values(adapter_for(model), model))
+        table.query("proj == 'qk' and index == 0")  # the top singular value of every head's W_Q W_K^T
+    """
     parts = []
     for proj, values in sv.items():
         arr = values.detach().cpu().numpy()  # (L, H, r)
@@ -112,7 +128,13 @@ def spectra_table(sv: dict[str, torch.Tensor]) -> pd.DataFrame:
 
 
 def attention_spectra(adapter: AttentionAdapter, model, top_k: int = DEFAULT_TOP_K) -> AttentionSpectra:
-    """Singular values, summary metrics and the long table of every head's W_Q, W_K, W_V, W_O and W_Q W_K^T."""
+    """Singular values, summary metrics and the long table of every head's W_Q, W_K, W_V, W_O and W_Q W_K^T.
+
+    Example::
+
+        spectra = attention_spectra(adapter_for(model), model, top_k=4)
+        spectra.metrics["blocks.0.attn.head.1.qk.stable_rank"]   # 0-d float64 tensor
+    """
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise UserError(f"spectra top_k={top_k!r} is not allowed; use an integer >= 1")
     sv = head_singular_values(adapter, model)
@@ -126,7 +148,13 @@ def attention_spectra(adapter: AttentionAdapter, model, top_k: int = DEFAULT_TOP
 
 
 def spectra_hook(model, top_k: int = DEFAULT_TOP_K) -> Callable[[object], tuple[dict[str, torch.Tensor], pd.DataFrame]]:
-    """A callable model -> (metrics, table) for the training loop; the adapter is chosen once."""
+    """A callable model -> (metrics, table) for the training loop; the adapter is chosen once.
+
+    Example::
+
+        hook = spectra_hook(model)
+        metrics, table = hook(model)                # e.g. every k optimizer steps
+    """
     adapter = adapter_for(model)
 
     def hook(m) -> tuple[dict[str, torch.Tensor], pd.DataFrame]:

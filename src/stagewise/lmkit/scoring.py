@@ -56,7 +56,12 @@ MIN_SOFTMAX_DTYPE = torch.float32
 
 
 def prefix_token_id(tokenizer) -> int:
-    """The token every text is scored after: BOS, else EOS (lm_eval's ``prefix_token_id``)."""
+    """The token every text is scored after: BOS, else EOS (lm_eval's ``prefix_token_id``).
+
+    Example::
+
+        prefix_token_id(gpt2_bpe())                 # 50256: GPT-2's BOS = EOS = <|endoftext|>
+    """
     for name in ("bos_token_id", "eos_token_id"):
         value = getattr(tokenizer, name, None)
         if value is not None:
@@ -66,7 +71,12 @@ def prefix_token_id(tokenizer) -> int:
 
 
 def encode_texts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each text, without special tokens (one batched tokenizer call)."""
+    """Token ids of each text, without special tokens (one batched tokenizer call).
+
+    Example::
+
+        encode_texts(gpt2_bpe(), ["Hello world", " Paris"])   # [[15496, 995], [6342]]
+    """
     texts = list(texts)
     bad = [i for i, text in enumerate(texts) if not isinstance(text, str)]
     if bad:
@@ -82,6 +92,11 @@ def with_prefix(token_ids: Sequence[Sequence[int]], prefix_id: int) -> tuple[np.
 
     Returns ``(flat, lengths)``: (sum of lengths,) int64 token ids and (N,) int64 sequence
     lengths (each >= 1, prefix included).
+
+    Example::
+
+        flat, lengths = with_prefix([[15496, 995], [50256, 11]], 50256)
+        # flat [50256, 15496, 995, 50256, 11], lengths [3, 2]: the second already starts with p
     """
     lengths = np.fromiter((len(ids) for ids in token_ids), dtype=np.int64, count=len(token_ids))  # (N,)
     flat = np.fromiter(itertools.chain.from_iterable(token_ids), dtype=np.int64, count=int(lengths.sum()))
@@ -123,6 +138,11 @@ def plan_batches(lengths: np.ndarray, batch_tokens: int,
     <= ``batch_tokens`` and its padding stays <= ``max_padding`` of its padded tokens (at
     least one row per batch). Padding can only grow as shorter rows join, so each batch is
     one ``searchsorted``.
+
+    Example::
+
+        order, slices = plan_batches(np.array([4, 8, 8]), batch_tokens=16)
+        # order [1, 2, 0], slices [(0, 2), (2, 3)]: the two 8s together, the 4 alone
     """
     order = np.argsort(-lengths, kind="stable")  # (N,) longest first, ties in input order
     sorted_lengths = lengths[order]  # (N,)
@@ -144,6 +164,11 @@ def token_sequence_logprobs(model, flat: np.ndarray, lengths: np.ndarray, *,
 
     ``flat`` (sum of lengths,) holds the sequences back to back, ``lengths`` (N,) their
     lengths (>= 1; the first token is the context and is not scored).
+
+    Example::
+
+        flat, lengths = with_prefix(encode_texts(tok, texts), prefix_token_id(tok))
+        token_sequence_logprobs(model, flat, lengths, batch_tokens=4096)   # (N,) float64
     """
     if not isinstance(batch_tokens, (int, np.integer)) or isinstance(batch_tokens, bool) or batch_tokens < 1:
         raise UserError(f"batch_tokens={batch_tokens!r} is not allowed: give a positive integer")
@@ -199,6 +224,10 @@ def sequence_logprobs(model, tokenizer, texts: Sequence[str], *, prefix_id: int 
         batch_tokens: padded tokens per forward pass (rows x longest row).
         device: where the inputs go (default: the device of the model's first parameter;
             the model must already be there).
+
+    Example::
+
+        sequence_logprobs(model, tok, ["The cat sleeps.", "The cat sleep."])   # (2,) float64, higher = likelier
     """
     token_ids = encode_texts(tokenizer, texts)
     prefix = prefix_token_id(tokenizer) if prefix_id is None else int(prefix_id)

@@ -24,7 +24,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from ...errors import NotAvailable
+from ..errors import NotAvailable
 
 HUB_PROBE_TIMEOUT_S = 2.0
 """Seconds one connection attempt to the hub endpoint may take (DNS included); no retries."""
@@ -47,7 +47,13 @@ _probes: dict[tuple[str, int], tuple[float, str | None]] = {}  # (host, port) ->
 
 
 def offline_by_environment() -> str | None:
-    """The offline variable set to true in the environment (read now, not at import), or None."""
+    """The offline variable set to true in the environment (read now, not at import), or None.
+
+    Example::
+
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        offline_by_environment()                    # "HF_HUB_OFFLINE"
+    """
     for name in OFFLINE_VARIABLES:
         if os.environ.get(name, "").strip().upper() in _TRUE:
             return name
@@ -55,7 +61,12 @@ def offline_by_environment() -> str | None:
 
 
 def hub_endpoint() -> str:
-    """``$HF_ENDPOINT`` (read now) or huggingface.co."""
+    """``$HF_ENDPOINT`` (read now) or huggingface.co.
+
+    Example::
+
+        hub_endpoint()                              # "https://huggingface.co" unless HF_ENDPOINT is set
+    """
     return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
@@ -91,7 +102,12 @@ def _connect_once(host: str, port: int, timeout: float) -> str | None:
 
 
 def hub_unreachable() -> str | None:
-    """Why the hub cannot be used now (an offline variable, or the probe's failure), or None."""
+    """Why the hub cannot be used now (an offline variable, or the probe's failure), or None.
+
+    Example::
+
+        hub_unreachable()                           # None online; else why, e.g. "HF_HUB_OFFLINE is set"
+    """
     variable = offline_by_environment()
     if variable:
         return f"{variable} is set"
@@ -110,7 +126,12 @@ def hub_unreachable() -> str | None:
 
 
 def is_hub_id(name: str) -> bool:
-    """Whether ``name`` is written as a hub repository id (``name`` or ``org/name``)."""
+    """Whether ``name`` is written as a hub repository id (``name`` or ``org/name``).
+
+    Example::
+
+        is_hub_id("HuggingFaceTB/SmolLM2-135M"), is_hub_id("./a/b/c")   # (True, False)
+    """
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -121,14 +142,24 @@ def is_hub_id(name: str) -> bool:
 
 
 def cache_folder() -> str:
-    """The hub cache the loaders of this process use."""
+    """The hub cache the loaders of this process use.
+
+    Example::
+
+        cache_folder()                              # e.g. "/home/me/.cache/huggingface/hub"
+    """
     from huggingface_hub import constants
 
     return str(constants.HF_HUB_CACHE)
 
 
 def is_cached(repo: str, filename: str) -> bool:
-    """Whether ``filename`` of hub repo ``repo`` is in the local cache (a file system lookup)."""
+    """Whether ``filename`` of hub repo ``repo`` is in the local cache (a file system lookup).
+
+    Example::
+
+        is_cached("gpt2", "config.json")            # True once gpt2 was downloaded here
+    """
     from huggingface_hub import try_to_load_from_cache
 
     try:
@@ -138,13 +169,24 @@ def is_cached(repo: str, filename: str) -> bool:
 
 
 def model_files_cached(repo: str, gguf_file: str | None = None) -> bool:
-    """A GGUF repo: its file; else config.json and one weight file (:data:`WEIGHT_FILES`)."""
+    """A GGUF repo: its file; else config.json and one weight file (:data:`WEIGHT_FILES`).
+
+    Example::
+
+        model_files_cached("gpt2")                  # config.json and a weight file in the cache
+    """
     if gguf_file is not None:
         return is_cached(repo, gguf_file)
     return is_cached(repo, CONFIG_FILE) and any(is_cached(repo, f) for f in WEIGHT_FILES)
 
 
 def tokenizer_files_cached(repo: str) -> bool:
+    """Whether one of :data:`TOKENIZER_FILES` of hub repo ``repo`` is in the local cache.
+
+    Example::
+
+        tokenizer_files_cached("gpt2")              # tokenizer.json, tokenizer_config.json or vocab.json cached
+    """
     return any(is_cached(repo, f) for f in TOKENIZER_FILES)
 
 
@@ -153,7 +195,12 @@ def require_hub_repo(subject: str, repo: str, cached: bool) -> None:
     cached nor downloadable now.
 
     ``subject`` starts the message (``model.name=org/x``); ``cached`` says whether what is
-    needed is in the local cache."""
+    needed is in the local cache.
+
+    Example::
+
+        require_hub_repo("model.name=gpt2", "gpt2", model_files_cached("gpt2"))   # NotAvailable when it cannot be had
+    """
     if cached:
         return
     why = hub_unreachable()
@@ -167,12 +214,22 @@ def require_hub_repo(subject: str, repo: str, cached: bool) -> None:
 
 def local_files_only(name: str) -> bool:
     """Load ``name`` from the cache only: it is a hub id (no local folder of that name) and
-    the hub is unreachable, so a cached model loads at once and a missing one fails at once."""
+    the hub is unreachable, so a cached model loads at once and a missing one fails at once.
+
+    Example::
+
+        AutoModelForCausalLM.from_pretrained("gpt2", local_files_only=local_files_only("gpt2"))
+    """
     return not Path(name).expanduser().exists() and is_hub_id(name) and hub_unreachable() is not None
 
 
 def datasets_offline() -> bool:
-    """Whether the ``datasets`` library itself is in offline mode (it then reads its cache only)."""
+    """Whether the ``datasets`` library itself is in offline mode (it then reads its cache only).
+
+    Example::
+
+        datasets_offline()                          # True when datasets reads its cache only
+    """
     import datasets
 
     return bool(getattr(datasets.config, "HF_HUB_OFFLINE", False))

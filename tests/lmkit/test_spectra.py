@@ -1,4 +1,4 @@
-"""LM lab attention spectra and the lab-independent singular-value statistics (sv_stats):
+"""lmkit attention spectra and the lab-independent singular-value statistics (sv_stats):
 closed forms, factored W_Q W_K^T against the direct product, per-head reference values, GQA
 mapping, metric names, the long table, and invariance under a rotation of the residual basis."""
 
@@ -15,8 +15,8 @@ from stagewise.measure.spectra import SV_STATS, sv_stats
 
 transformers = pytest.importorskip("transformers")
 
-from stagewise.labs.lm.adapters import adapter_for  # noqa: E402
-from stagewise.labs.lm.spectra import (  # noqa: E402
+from stagewise.lmkit.adapters import adapter_for  # noqa: E402
+from stagewise.lmkit.spectra import (  # noqa: E402
     SPECTRA_PROJECTIONS, TABLE_COLUMNS, attention_spectra, qk_singular_values, spectra_hook,
 )
 

@@ -1,4 +1,4 @@
-"""LM lab: attention weight adapters (split/merge, agreement with the model's own forward pass,
+"""lmkit: attention weight adapters (split/merge, agreement with the model's own forward pass,
 GQA) and rank-reduction surgery (selectors, Eckart-Young, keep-smallest, per head, p = 1 parity,
 randomized SVD), on tiny random GPT-2 and Llama models built from configs."""
 
@@ -15,8 +15,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from stagewise.errors import UserError  # noqa: E402
-from stagewise.labs.lm.adapters import GPT2Adapter, LlamaAdapter, adapter_for  # noqa: E402
-from stagewise.labs.lm.surgery import RankReducer, Target, kept_rank, parse_selector, reduce_rank  # noqa: E402
+from stagewise.lmkit.adapters import GPT2Adapter, LlamaAdapter, adapter_for  # noqa: E402
+from stagewise.lmkit.surgery import RankReducer, Target, kept_rank, parse_selector, reduce_rank  # noqa: E402
 
 VOCAB, D_MODEL, N_HEADS, N_KV, N_LAYERS = 64, 32, 4, 2, 2
 FWD_TOL = 1e-6  # float32 forward pass vs our per-head recomputation

@@ -1,4 +1,4 @@
-"""Bounded readers of the lm lab's local data files; every problem is one line of a
+"""Bounded readers of local data files (the LM lab's tasks, BLiMP); every problem is one line of a
 :class:`~stagewise.errors.UserError` naming the file and where in it.
 
 Formats (the originals, unmodified):
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from stagewise.errors import NotAvailable, UserError
-from stagewise.labs.lm import hub
+from stagewise.lmkit import hub
 
 MAX_DATA_BYTES = 1 << 30
 """Largest data file read (1 GiB: the full HotpotQA train set is about 0.55 GB)."""
@@ -46,7 +46,12 @@ Located = tuple[str, Any]  # (where in the source, the parsed record)
 
 
 def check_file(path: Path) -> int:
-    """The size in bytes of a readable data file; one-line UserError otherwise."""
+    """The size in bytes of a readable data file; one-line UserError otherwise.
+
+    Example::
+
+        check_file(Path("sick/SICK.txt"))           # its size in bytes; UserError when missing or over 1 GiB
+    """
     if path.is_dir():
         raise UserError(f"{path}: is a folder, expected a data file")
     if not path.is_file():
@@ -61,7 +66,12 @@ def check_file(path: Path) -> int:
 
 
 def check_folder(path: Path) -> None:
-    """One-line UserError unless ``path`` is an existing folder."""
+    """One-line UserError unless ``path`` is an existing folder.
+
+    Example::
+
+        check_folder(Path("blimp"))                 # UserError unless it is a folder
+    """
     if path.is_file():
         raise UserError(f"{path}: is a file, expected a folder")
     if not path.is_dir():
@@ -69,7 +79,12 @@ def check_folder(path: Path) -> None:
 
 
 def read_text(path: Path) -> str:
-    """The UTF-8 text of a data file (BOM dropped); one-line UserError when unreadable."""
+    """The UTF-8 text of a data file (BOM dropped); one-line UserError when unreadable.
+
+    Example::
+
+        text = read_text(Path("blimp/anaphor_gender_agreement.jsonl"))   # UserError naming line and byte if not UTF-8
+    """
     check_file(path)
     try:
         raw = path.read_bytes()
@@ -117,17 +132,32 @@ def _json_lines(path: Path, text: str, limit: int | None) -> list[Located]:
 
 
 def read_json(path: Path) -> list[Located]:
-    """Records of a JSON file holding one list of records."""
+    """Records of a JSON file holding one list of records.
+
+    Example::
+
+        read_json(Path("counterfact.json"))         # [("record [0]", {...}), ("record [1]", {...}), ...]
+    """
     return _json_list(path, read_text(path))
 
 
 def read_jsonl(path: Path, limit: int | None = None) -> list[Located]:
-    """Records of a JSON-lines file (blank lines skipped), the first ``limit`` only."""
+    """Records of a JSON-lines file (blank lines skipped), the first ``limit`` only.
+
+    Example::
+
+        read_jsonl(Path("hotpotqa.jsonl"), limit=2)   # [("line 1", {...}), ("line 2", {...})]
+    """
     return _json_lines(path, read_text(path), limit)
 
 
 def read_json_or_jsonl(path: Path, limit: int | None = None) -> list[Located]:
-    """Records of a JSON list (the text starts with ``[``) or else of JSON lines."""
+    """Records of a JSON list (the text starts with ``[``) or else of JSON lines.
+
+    Example::
+
+        read_json_or_jsonl(Path("hotpotqa.json"), limit=2)   # either format, the first 2 records
+    """
     text = read_text(path)
     if text.lstrip()[:1] == "[":
         return _json_list(path, text)[:limit]
@@ -136,7 +166,13 @@ def read_json_or_jsonl(path: Path, limit: int | None = None) -> list[Located]:
 
 def get_key(record: Any, key: str, kind: type | tuple[type, ...], source: object, where: str) -> Any:
     """``record[k1][k2]...`` for a dotted ``key``, checked to be of ``kind`` (bool is never an
-    int); one-line UserError naming the source, the record and the key otherwise."""
+    int); one-line UserError naming the source, the record and the key otherwise.
+
+    Example::
+
+        get_key({"a": {"b": 1}}, "a.b", int, "data.json", "record [0]")   # 1
+        get_key({"a": True}, "a", int, "data.json", "record [0]")   # UserError: ... must be int, got bool
+    """
     value = record
     parts = key.split(".")
     for depth, part in enumerate(parts):
@@ -155,7 +191,13 @@ def get_key(record: Any, key: str, kind: type | tuple[type, ...], source: object
 
 def blimp_pair(paradigm: str, record: Any, source: object, where: str) -> dict[str, str]:
     """One BLiMP pair ``{paradigm, pair_id, field, sentence_good, sentence_bad}`` of a raw
-    record (file key ``pairID``, hub key ``pair_id``; field normalised)."""
+    record (file key ``pairID``, hub key ``pair_id``; field normalised).
+
+    Example::
+
+        blimp_pair("anaphor_gender_agreement", record, "a.jsonl", "line 1")
+        # {"paradigm": "anaphor_gender_agreement", "pair_id": "0", "field": "morphology", "sentence_good": ..., ...}
+    """
     id_key = "pair_id" if isinstance(record, dict) and "pairID" not in record and "pair_id" in record else "pairID"
     pair_id = get_key(record, id_key, (str, int), source, where)
     fld = get_key(record, "field", str, source, where).replace("/", "_")
@@ -167,7 +209,13 @@ def blimp_pair(paradigm: str, record: Any, source: object, where: str) -> dict[s
 
 
 def paradigm_names(paradigms: Iterable[str] | str | None, known: Sequence[str], source: object) -> list[str]:
-    """The selected paradigms (all when None), in the order given, duplicates dropped."""
+    """The selected paradigms (all when None), in the order given, duplicates dropped.
+
+    Example::
+
+        paradigm_names(["b", "b"], ["a", "b"], "blimp/")   # ["b"]
+        paradigm_names(None, ["a", "b"], "blimp/")         # ["a", "b"]
+    """
     if paradigms is None:
         return list(known)
     wanted = list(dict.fromkeys([paradigms] if isinstance(paradigms, str) else paradigms))
@@ -185,8 +233,13 @@ def paradigm_names(paradigms: Iterable[str] | str | None, known: Sequence[str], 
 
 def require_hub(task: str, label: str) -> None:
     """One-line UserError at once, without the libraries' retries, when the hub is unreachable
-    (:func:`stagewise.labs.lm.hub.hub_unreachable`) and ``datasets`` is not in its cache-only
-    offline mode."""
+    (:func:`stagewise.lmkit.hub.hub_unreachable`) and ``datasets`` is not in its cache-only
+    offline mode.
+
+    Example::
+
+        require_hub("blimp", "hub dataset nyu-mll/blimp")   # NotAvailable at once when the hub is unreachable
+    """
     why = hub.hub_unreachable()
     if why is None or hub.datasets_offline():
         return
@@ -196,7 +249,13 @@ def require_hub(task: str, label: str) -> None:
 
 
 def hub_rows(task: str, name: str, config: str | None, split: str, limit: int | None) -> tuple[str, list[Located]]:
-    """``(source label, located rows)`` of a hub dataset; one-line UserError when it fails."""
+    """``(source label, located rows)`` of a hub dataset; one-line UserError when it fails.
+
+    Example::
+
+        label, rows = hub_rows("blimp", "nyu-mll/blimp", "anaphor_gender_agreement", "train", 10)
+        rows[0]                                     # ("row 0", {"sentence_good": ..., ...})
+    """
     label = f"hub dataset {name}" + (f" ({config})" if config else "") + f" split {split}"
     require_hub(task, label)
     try:
@@ -211,14 +270,24 @@ def hub_rows(task: str, name: str, config: str | None, split: str, limit: int | 
 
 
 def hub_message(task: str, label: str, err: BaseException) -> str:
-    """One line: the hub dataset could not be loaded (why, in short), and what to pass instead."""
+    """One line: the hub dataset could not be loaded (why, in short), and what to pass instead.
+
+    Example::
+
+        hub_message("sick", "hub dataset RobZamp/sick split train", OSError("offline"))   # one line, ends with LOCAL_DATA_HINT
+    """
     detail = (str(err).strip().splitlines() or [""])[0][:160]
     return (f"task {task}: the dataset could not be loaded from the Hugging Face hub ({label}: "
             f"{type(err).__name__}{': ' + detail if detail else ''}); {LOCAL_DATA_HINT}")
 
 
 def hub_config_names(task: str, name: str) -> list[str]:
-    """The sorted config names of a hub dataset (BLiMP: its paradigms); one-line UserError when it fails."""
+    """The sorted config names of a hub dataset (BLiMP: its paradigms); one-line UserError when it fails.
+
+    Example::
+
+        hub_config_names("blimp", "nyu-mll/blimp")   # the 67 paradigms, sorted
+    """
     require_hub(task, f"hub dataset {name}")
     try:
         import datasets
@@ -230,7 +299,12 @@ def hub_config_names(task: str, name: str) -> list[str]:
 
 def read_sick(path: Path) -> list[Located]:
     """Rows of SICK.txt as ``(where, {column: value})``, ``where`` = ``"line N"``; the header
-    must name :data:`SICK_COLUMNS` and every row must have as many columns as the header."""
+    must name :data:`SICK_COLUMNS` and every row must have as many columns as the header.
+
+    Example::
+
+        read_sick(Path("sick/SICK.txt"))            # [("line 2", {"pair_ID": "1", "sentence_A": ..., ...}), ...]
+    """
     lines = read_text(path).split("\n")
     header = lines[0].removesuffix("\r").split("\t")
     if not lines[0].strip():

@@ -1,7 +1,7 @@
 """BLiMP minimal-pair evaluation (Warstadt et al. 2020) of any causal LM.
 
 A pair is correct when the model gives the grammatical sentence the higher total
-log-probability (:func:`stagewise.labs.lm.scoring.sequence_logprobs`)::
+log-probability (:func:`stagewise.lmkit.scoring.sequence_logprobs`)::
 
     correct = log P(delimiter + sentence_good) > log P(delimiter + sentence_bad)
 
@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 
 from stagewise.errors import UserError
-from stagewise.labs.lm.readers import read_text
-from stagewise.labs.lm.scoring import sequence_logprobs
+from stagewise.lmkit.readers import read_text
+from stagewise.lmkit.scoring import sequence_logprobs
 from stagewise.runs.store import atomic_write_json, atomic_write_text, safe_csv, write_parquet
 
 FIELDS = ("morphology", "syntax", "syntax_semantics", "semantics")
@@ -93,6 +93,11 @@ def read_blimp_pairs(folder: Path, paradigms: Sequence[str] | None = None, limit
     Raises:
         UserError: missing folder, unknown paradigm, malformed line, missing or bad key,
             bad limit, or nothing selected.
+
+    Example::
+
+        pairs = read_blimp_pairs(Path("blimp"), ["anaphor_gender_agreement"], limit=100)
+        pairs.columns                               # paradigm, pair_id, field, linguistics_term, sentence_good, sentence_bad
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -128,7 +133,7 @@ def _read_file(path: Path, limit: int | None, rows: list[tuple], problems: list[
     """Appends the pairs of one paradigm file to ``rows`` and its problems to ``problems``."""
     seen: set[int] = set()
     count = 0
-    # the lab's one reader: size-bounded, and a non-UTF-8 byte is one line naming file, line and byte
+    # the toolkit's one reader: size-bounded, and a non-UTF-8 byte is one line naming file, line and byte
     for number, line in enumerate(read_text(path).split("\n"), start=1):
         if limit is not None and count >= limit:
             break
@@ -189,6 +194,10 @@ def score_blimp(model, tokenizer, pairs: pd.DataFrame, *, delimiter: str = LM_EV
     All 2N sentences go through one :func:`sequence_logprobs` call (so length sorting packs
     good and bad sentences together); ``scorer_kwargs`` are its keyword arguments
     (prefix_id, batch_tokens, device). ``delimiter`` is put before every sentence (module doc).
+
+    Example::
+
+        scored = score_blimp(model, tok, pairs, batch_tokens=4096)   # + ll_good, ll_bad, correct
     """
     missing = [c for c in ("sentence_good", "sentence_bad") if c not in pairs.columns]
     if missing:
@@ -204,7 +213,13 @@ def score_blimp(model, tokenizer, pairs: pd.DataFrame, *, delimiter: str = LM_EV
 
 
 def blimp_accuracy(scored: pd.DataFrame) -> BlimpResult:
-    """Overall, per-paradigm and per-field accuracy of :func:`score_blimp`'s output."""
+    """Overall, per-paradigm and per-field accuracy of :func:`score_blimp`'s output.
+
+    Example::
+
+        result = blimp_accuracy(score_blimp(model, tok, read_blimp_pairs(Path("blimp"))))
+        result.accuracy, result.macro_accuracy, result.fields
+    """
     missing = [c for c in SCORED_COLUMNS if c not in scored.columns]
     if missing:
         raise UserError(f"scored BLiMP pairs lack column {missing[0]!r} (score them with score_blimp)")
@@ -243,7 +258,13 @@ def blimp_accuracy(scored: pd.DataFrame) -> BlimpResult:
 def write_blimp(scored: pd.DataFrame, result: BlimpResult, out: Path) -> dict[str, Path]:
     """Writes (atomically) into ``out``: blimp.parquet (:data:`SCORED_COLUMNS`, one row per
     pair), blimp_summary.parquet (per paradigm), blimp_fields.csv (per field) and
-    blimp_summary.json (:meth:`BlimpResult.summary`). Returns the paths by name."""
+    blimp_summary.json (:meth:`BlimpResult.summary`). Returns the paths by name.
+
+    Example::
+
+        paths = write_blimp(scored, blimp_accuracy(scored), Path("out"))
+        paths["summary"]                            # Path("out/blimp_summary.json")
+    """
     out = Path(out)
     paths = {"pairs": out / "blimp.parquet", "paradigms": out / "blimp_summary.parquet",
              "fields": out / "blimp_fields.csv", "summary": out / "blimp_summary.json"}

@@ -1,6 +1,7 @@
 """Per-layer, per-projection and per-head access to the attention weights of Hugging Face LMs.
 
-Convention (TransformerLens-like, "x @ W" orientation, x a row vector in the residual stream)::
+The one orientation of every per-head weight in :mod:`stagewise.lmkit` (TransformerLens-like,
+"x @ W", x a row vector in the residual stream), whatever the family stores::
 
     q_h = x @ W_Q[l, h]     W_Q[l, h]: (d_model, d_head)     (W_K, W_V likewise)
     out = sum_h z_h @ W_O[l, h]                              W_O[l, h]: (d_head, d_model)
@@ -55,6 +56,13 @@ class AttentionAdapter:
         n_layers, n_heads, n_kv_heads, d_model, d_head: the model's attention dimensions
             (n_kv_heads == n_heads without grouped-query attention).
         prefix: prefix of parameter names ("transformer." for GPT2LMHeadModel, "" for GPT2Model).
+
+    Example::
+
+        adapter = adapter_for(model)
+        w_o = adapter.heads(model, 3, "o")          # (H, d_head, d_model): out = sum_h z_h @ w_o[h]
+        adapter.set_head(model, 3, "o", 1, torch.zeros_like(w_o[1]))   # silence head 1 of layer 3
+        adapter.location(3, "q", 1)                 # where head 1 of W_Q lies in the stored weight
     """
 
     n_layers: int
@@ -294,7 +302,13 @@ def _check_shapes(adapter: AttentionAdapter, model) -> None:
 
 
 def adapter_for(model) -> AttentionAdapter:
-    """The adapter of a model's family (by ``model.config.model_type``)."""
+    """The adapter of a model's family (by ``model.config.model_type``).
+
+    Example::
+
+        adapter = adapter_for(model)                # GPT2Adapter or LlamaAdapter
+        adapter.heads(model, 0, "q").shape          # (n_heads, d_model, d_head)
+    """
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     family = _FAMILIES.get(model_type) if isinstance(model_type, str) else None
     if family is None:

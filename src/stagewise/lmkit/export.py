@@ -1,5 +1,5 @@
-"""Write a model of the lab as a Hugging Face folder (``lm reduce``'s output): safetensors
-weights, ``config.json`` and the tokenizer's files, loadable with
+"""Write a loaded model as a Hugging Face folder (the output of ``stagewise lm reduce``):
+safetensors weights, ``config.json`` and the tokenizer's files, loadable with
 ``AutoModelForCausalLM.from_pretrained(folder)`` / ``AutoTokenizer.from_pretrained(folder)``.
 
 Two kinds of model need more than ``save_pretrained``:
@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from ...errors import UserError
+from ..errors import UserError
 from .models import LoadedModel, _quiet
 
 OTHER_LOGIT_GAP = 1000.0
@@ -126,7 +126,12 @@ def _final_layernorm(model: Any) -> torch.nn.LayerNorm | None:
 
 
 def check_exportable(loaded: LoadedModel) -> None:
-    """One-line UserError, before any work, unless :func:`export_hf` can write ``loaded``."""
+    """One-line UserError, before any work, unless :func:`export_hf` can write ``loaded``.
+
+    Example::
+
+        check_exportable(loaded)                    # UserError, before any work, when export_hf cannot write it
+    """
     model = loaded.model
     method = _quant_method(model)
     if method is not None:
@@ -154,7 +159,12 @@ def release_gguf(model: Any) -> bool:
     """Drop the GGUF quantizer and ``config.quantization_config`` that transformers leaves on a
     model it loaded from a GGUF file with every weight unpacked (dense float), in place; True
     when there was one. What remains is the dense model it already was (the last step of
-    transformers' ``dequantize()``), which ``save_pretrained`` writes."""
+    transformers' ``dequantize()``), which ``save_pretrained`` writes.
+
+    Example::
+
+        release_gguf(loaded.model)                  # True for a model loaded from a GGUF file
+    """
     if _quant_method(model) != GGUF:
         return False
     if _packed_parameters(model):
@@ -166,7 +176,12 @@ def release_gguf(model: Any) -> bool:
 def full_vocab_model(model: Any, vocab_ids: torch.Tensor, vocab_size: int) -> tuple[Any, float]:
     """A new GPT-2 with ``vocab_size`` (V) rows equivalent to the compact ``model`` (V' rows for
     the original ids ``vocab_ids`` (V',)) on the kept ids, and (the model, L): the rows of the
-    module docstring. ``model`` is not changed."""
+    module docstring. ``model`` is not changed.
+
+    Example::
+
+        full, other_logit = full_vocab_model(loaded.model, loaded.vocab_ids, len(loaded.tokenizer))
+    """
     norm = _final_layernorm(model)
     assert norm is not None, "check_exportable first"
     ids = vocab_ids.to(torch.long)
@@ -205,7 +220,12 @@ def full_vocab_model(model: Any, vocab_ids: torch.Tensor, vocab_size: int) -> tu
 
 def probe_kept_logits(compact: Any, full: Any, vocab_ids: torch.Tensor, seed: int = 0) -> tuple[float, float]:
     """(max |full - compact| logit on the kept ids, softmax mass of the other ids) on a seeded
-    probe batch of kept ids (:data:`PROBE_SHAPE`)."""
+    probe batch of kept ids (:data:`PROBE_SHAPE`).
+
+    Example::
+
+        error, mass = probe_kept_logits(loaded.model, full, loaded.vocab_ids)   # mass == 0.0
+    """
     n_pos = int(getattr(compact.config, "n_positions", PROBE_SHAPE[1]))
     rows = torch.randint(len(vocab_ids), (PROBE_SHAPE[0], min(PROBE_SHAPE[1], n_pos)),
                          generator=torch.Generator().manual_seed(seed))  # (B, T) compact rows
@@ -229,7 +249,13 @@ def export_hf(loaded: LoadedModel, out: Path) -> Export:
     model in safetensors (a GGUF model dequantised, a compact vocabulary as the full one: see
     the module docstring) and the tokenizer. Written into a sibling folder and renamed, so a
     failure leaves nothing; one-line UserError for what cannot be written. A GGUF model loses
-    its (inert) quantizer in place (:func:`release_gguf`)."""
+    its (inert) quantizer in place (:func:`release_gguf`).
+
+    Example::
+
+        written = export_hf(loaded, Path("gpt2-reduced"))
+        AutoModelForCausalLM.from_pretrained("gpt2-reduced")   # the edited model, reloaded
+    """
     check_exportable(loaded)
     model, kept, other_logit, error = loaded.model, None, None, None
     if loaded.vocab_ids is not None:

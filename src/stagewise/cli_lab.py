@@ -1,0 +1,107 @@
+"""The commands labs declare (``Lab.commands``: name -> :class:`~stagewise.labs.contract.LabCommand`)
+as commands of the `stagewise` app: ``stagewise NAME LAB [--preset P] [--config FILE] [--set
+a.b=v ...] [--seeds K] [--json FILE]``, one per name whichever labs declare it.
+
+The app (:mod:`stagewise.cli`, a :class:`WithLabCommands` group) asks for them only when a
+command name is not its own or when it lists every command (``--help``), so the labs are
+imported then and only then. A lab without the named command is a one-line error naming the
+labs that have it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from .errors import UserError
+
+out_console = Console()
+
+
+class WithLabCommands(TyperGroup):
+    """A group of the app's own commands and, found at first need, the commands labs declare
+    (:func:`lab_commands`), listed after the command :attr:`listed_after`."""
+
+    listed_after = "claims"
+    _lab_commands_added = False
+
+    def _add_lab_commands(self) -> None:
+        if self._lab_commands_added:
+            return
+        self._lab_commands_added = True
+        items = list(self.commands.items())
+        at = next((i + 1 for i, (name, _) in enumerate(items) if name == self.listed_after), len(items))
+        self.commands = dict(items[:at] + list(lab_commands(set(self.commands)).items()) + items[at:])
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands:
+            self._add_lab_commands()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        self._add_lab_commands()
+        return super().list_commands(ctx)
+
+
+def lab_commands(taken: set[str]) -> dict[str, Any]:
+    """Name -> click command of every command the registered labs declare, in registry
+    order, the help of the first lab that declares it; names in ``taken`` (the app's own)
+    are left out."""
+    from .labs import REGISTRY
+
+    out: dict[str, Any] = {}
+    for lab in REGISTRY.values():
+        for name, command in lab.commands.items():
+            if name not in taken and name not in out:
+                out[name] = _click_command(name, command.help)
+    return out
+
+
+def _click_command(name: str, help_text: str) -> Any:
+    """The click command ``stagewise NAME LAB ...`` (built by Typer, as the app's own are)."""
+
+    def command(
+        lab: str = typer.Argument(..., help="lab name, see `stagewise labs`"),
+        preset: Optional[str] = typer.Option(None, "--preset", "-p", help="named preset, see `stagewise labs`"),
+        config_file: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file of config values"),
+        sets: Optional[List[str]] = typer.Option(None, "--set", "-s", help="override one value: a.b=value (repeatable)"),
+        seeds: Optional[int] = typer.Option(None, "--seeds", help="number of seeds (seed..seed+K-1)"),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="also write the rows to this JSON file"),
+    ) -> None:
+        run_lab_command(name, lab, preset, config_file, sets or [], seeds, json_out)
+
+    one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    one.command(name, help=help_text)(command)
+    return typer.main.get_command(one)
+
+
+def run_lab_command(name: str, lab: str, preset: str | None, config_file: Path | None, sets: list[str],
+                    seeds: int | None, json_out: Path | None) -> None:
+    """Lab ``lab``'s command ``name`` on the resolved, checked config: its ``text()`` lines
+    printed, its ``rows`` written to ``json_out`` when given. UserError (one line) for a lab
+    without the command, ``--seeds`` below 1, or what the config checks refuse."""
+    from .config import resolve
+    from .labs import REGISTRY, get_lab
+    from .orchestrate.runner import available_memory
+
+    value = get_lab(lab)
+    command = value.commands.get(name)
+    if command is None:
+        having = [n for n, v in REGISTRY.items() if name in v.commands]
+        what = REGISTRY[having[0]].commands[name].what if having else name
+        raise UserError(f"lab '{lab}' declares no {what}; labs with {name}: {', '.join(having) or 'none'}")
+    if seeds is not None and seeds < 1:
+        raise UserError(f"--seeds {seeds}: must be >= 1")
+    config = resolve(value.Config, value.preset_overrides(preset), config_file, sets,
+                     {"n_seeds": seeds} if seeds is not None else None)
+    value.check(config)
+    report = command.run(config, available_memory())
+    for line in report.text():
+        out_console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if json_out is not None:
+        json_out.write_text(json.dumps({"lab": lab, "preset": preset, "rows": report.rows}, indent=1, default=str) + "\n")
