@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from stagewise.config import deep_merge, resolve
 from stagewise.labs.lm.batching import dataset_batches
 from stagewise.labs.lm.config import Config
-from stagewise.labs.lm.finetune import batch_loss, evaluate_answers, make_optimizer, prediction_records
+from stagewise.labs.lm.train import batch_loss, evaluate_answers, make_optimizer, prediction_records
 from stagewise.labs.lm.lab import PRESETS
 from stagewise.labs.lm.prepare import prepare
 from stagewise.lmkit.spectra import spectra_hook

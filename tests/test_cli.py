@@ -119,7 +119,7 @@ def test_stages_command_any_lab(cli, tmp_path):
     out = tmp_path / "r"
     code, _, _ = cli("run", "ntp", "--preset", "example1", "--set", "train.steps_stage2=300", "--out", str(out), "-q")
     assert code == 0
-    code, stdout, _ = cli("stages", str(out), "attn=opt_attn_min>=0.9", "s2=stage>=2", "--sustain", "2")
+    code, stdout, _ = cli("stages", str(out), "attn=train.opt_attn.min>=0.9", "s2=stage>=2", "--sustain", "2")
     assert code == 0 and "1/1" in stdout and "order (by median step): s2 -> attn" in stdout and "201" in stdout
     code, _, stderr = cli("stages", str(out), "x=no_such_metric>=1")
     assert code == 2 and "no_such_metric" in stderr

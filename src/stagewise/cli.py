@@ -11,7 +11,7 @@ import importlib
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional
 
 import typer
 from rich.console import Console
@@ -21,7 +21,7 @@ from .cli_claims import claims_cmd, print_verdicts
 from .cli_lab import WithLabCommands
 from .cli_lm import eval_app, lm_app
 from .cli_sweep import report_cmd, reproduce_cmd, sweep_app
-from .errors import UserError
+from .errors import UserError, finite_number
 
 if TYPE_CHECKING:
     from typer._click.exceptions import ClickException
@@ -186,9 +186,22 @@ def _summary_table(table: SummaryTable) -> Table:
     return out
 
 
+def _metric_aliases(run_dir: Path) -> Mapping[str, str]:
+    """The old metric names of the lab a run folder's manifest names (``Lab.metric_aliases``);
+    none without a readable manifest or for a lab this installation does not have."""
+    from .labs import metric_aliases
+    from .runs import read_manifest
+
+    try:
+        return metric_aliases(read_manifest(run_dir).get("lab"))
+    except UserError:
+        return {}
+
+
 def _print_summary(run_dir: Path) -> None:
     from .report.claims import read_summary
     from .runs import read_manifest
+    from .runs.names import rename_keys
 
     manifest = read_manifest(run_dir)
     summary_path = Path(run_dir) / "summary.json"
@@ -213,7 +226,7 @@ def _print_summary(run_dir: Path) -> None:
     if summary.final:
         table = Table("metric (last step)", "mean", "min", "max", header_style="bold")
         fmt = lambda v: "-" if v is None else f"{v:.6g}"  # noqa: E731
-        for name, stats in summary.final.items():
+        for name, stats in rename_keys(summary.final, lab.metric_aliases if lab else {}).items():  # an old run: current names
             table.add_row(name, fmt(stats.mean), fmt(stats.min), fmt(stats.max))
         out_console.print(table)
     if summary.claims:
@@ -232,14 +245,19 @@ def stages_cmd(
     criteria: List[str] = typer.Argument(..., help="NAME=METRIC>=THRESHOLD or NAME=METRIC<=THRESHOLD, e.g. 'Q=test.acc.q_only>=0.85'"),
     sustain: int = typer.Option(1, "--sustain", help="the value must stay past the threshold for this many logged points"),
 ) -> None:
-    """Detect when each metric crosses its threshold, per seed, with the spread over seeds."""
+    """Detect when each metric crosses its threshold, per seed, with the spread over seeds. A
+    metric's old name (the lab's ``metric_aliases``) is read as its current one, with a note."""
     from .measure import detect_stages
+    from .runs.names import current_names, rename_metrics
 
     if sustain < 1:
         raise UserError(f"--sustain {sustain}: must be >= 1 (the number of consecutive logged points)")
     parsed = _parse_criteria(criteria)
     path = Path(run_dir) / "metrics.parquet"
-    frame = _read_metrics(run_dir, path)
+    aliases = _metric_aliases(run_dir)
+    frame = rename_metrics(_read_metrics(run_dir, path), aliases)
+    metrics = current_names([m for m, _, _ in parsed.values()], aliases)  # one note per old name
+    parsed = {name: (metric, threshold, direction) for (name, (_, threshold, direction)), metric in zip(parsed.items(), metrics)}
     missing = sorted({m for m, _, _ in parsed.values()} - set(frame["metric"].unique()))
     if missing:
         raise UserError(f"metric(s) {', '.join(missing)} not in {path}")
@@ -274,7 +292,6 @@ def _parse_criteria(criteria: List[str]) -> dict[str, tuple[str, float, str]]:
     """{name: (metric, threshold, "above" | "below")} of the `stages` criteria; one-line
     UserError for a malformed item, an empty name or metric, a non-finite threshold or a
     name used twice."""
-    import math
 
     parsed: dict[str, tuple[str, float, str]] = {}
     for item in criteria:
@@ -287,12 +304,7 @@ def _parse_criteria(criteria: List[str]) -> dict[str, tuple[str, float, str]]:
         metric = metric.strip()
         if not name or not metric:
             raise UserError(f"criterion {item!r}: empty {'NAME' if not name else 'METRIC'}; expected {CRITERION_FORMAT}")
-        try:
-            threshold = float(value)
-        except ValueError:
-            raise UserError(f"criterion {item!r}: threshold {value!r} is not a number") from None
-        if not math.isfinite(threshold):
-            raise UserError(f"criterion {item!r}: threshold {value.strip()!r} is not finite; give a finite number")
+        threshold = finite_number(value, f"criterion {item!r}: threshold")
         if name in parsed:
             raise UserError(f"criterion {item!r}: stage name {name!r} is given twice; give each criterion its own NAME")
         parsed[name] = (metric, threshold, "above" if op == ">=" else "below")

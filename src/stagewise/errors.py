@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 from collections import Counter
 from functools import cached_property
+from pathlib import Path
+from typing import Any
 
 MAX_LINES = 20
 """At most this many problems of one UserError are shown one per line; the rest become one
@@ -96,3 +100,58 @@ def problem_kind(message: str, prefix: str = "") -> str:
 
 class RenamedOption(FutureWarning):
     """A config key given under its old name (still accepted): the CLI prints it as one note line."""
+
+
+class RenamedMetric(RenamedOption):
+    """A metric named by its old name (a ``stages`` criterion, a sweep report entry; still
+    accepted through the lab's ``metric_aliases``): the CLI prints it as one note line."""
+
+
+def readable_file(path: Path, limit: int, *, kind: str, label: str = "", folder: str = "folder") -> int:
+    """The size in bytes of ``path``, a regular file of at most ``limit`` bytes; one-line
+    UserError otherwise (``label`` prefixes the path, e.g. ``"--config "``; ``kind`` says what
+    was expected, e.g. ``"a YAML file"``; ``folder`` what a folder is called there).
+
+    Example::
+
+        readable_file(Path("sick/SICK.txt"), 2**30, kind="a data file")   # its size, or UserError
+    """
+    if path.is_dir():
+        raise UserError(f"{label}{path}: is a {folder}, expected {kind}")
+    if not path.is_file():
+        raise UserError(f"{label}{path}: file not found")
+    try:
+        size = path.stat().st_size
+    except OSError as err:
+        raise UserError(f"{label}{path}: cannot be read ({err.strerror or err})") from None
+    if size > limit:
+        raise UserError(f"{label}{path}: file too large ({size} bytes; at most {limit} bytes)")
+    return size
+
+
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in ``path`` (UTF-8); one-line UserError naming ``what`` (e.g. "sweep
+    index") when the file cannot be read, is not JSON, or holds something else than an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        first = str(err).splitlines()[0] if str(err) else ""
+        raise UserError(f"{path}: unreadable {what} ({type(err).__name__}{': ' + first if first else ''})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a {what} (expected an object, got {type(data).__name__})")
+    return data
+
+
+def finite_number(text: str, message: str, hint: str = "") -> float:
+    """``float(text)`` when it is a finite number; otherwise UserError ``message`` followed by
+    the text and why (``"threshold 'x' is not a number"``, ``"threshold 'nan' is not finite;
+    give a finite number"``), then ``; hint`` when given."""
+    try:
+        value = float(text)
+    except ValueError:
+        why = "is not a number"
+    else:
+        if math.isfinite(value):
+            return value
+        why = "is not finite; give a finite number"
+    raise UserError(f"{message} {text.strip()!r} {why}" + (f"; {hint}" if hint else ""))

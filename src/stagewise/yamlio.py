@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from .errors import UserError
+from .errors import UserError, readable_file
 
 MAX_YAML_BYTES = 1 << 20
 """Largest ``--config`` file read (1 MiB)."""
@@ -77,14 +77,8 @@ def safe_yaml(text: str) -> Any:
 
 def _read_text(path: Path) -> str:
     """The text of a --config file; one-line UserError when it is not a readable text file."""
-    if path.is_dir():
-        raise UserError(f"--config {path}: is a directory, not a YAML file")
-    if not path.is_file():
-        raise UserError(f"--config {path}: file not found")
+    readable_file(path, MAX_YAML_BYTES, kind="a YAML file", label="--config ", folder="directory")
     try:
-        size = path.stat().st_size
-        if size > MAX_YAML_BYTES:
-            raise UserError(f"--config {path}: file too large ({size} bytes; at most {MAX_YAML_BYTES} bytes)")
         raw = path.read_bytes()
     except OSError as err:
         raise UserError(f"--config {path}: cannot be read ({err.strerror or err})") from None

@@ -14,7 +14,8 @@ Default tier (seconds): the first steps of each default preset, figures not draw
 Slow tier: the full-length runs (`stagewise run ntp` / `stagewise run disentangled` with no
 preset and no overrides), recorded before the lab-contract refactor: the first and last
 logged losses and the final weight norms. A change of any digit means a change of results,
-not of code layout.
+not of code layout. Keys are today's metric names (the NTP lab's were renamed into the run
+store's grammar, e.g. ``norm_wov`` -> ``W_ov.fro``); the values are those recorded.
 """
 
 from __future__ import annotations
@@ -38,17 +39,17 @@ SHORT_SPECS = {  # lab -> the default tier's run (see the module docstring)
 }
 SHORT = {
     "ntp": {
-        "loss@0": [2.99573227355],
-        "loss@100": [2.58843951477],
-        "loss@200": [2.54127424542],
-        "loss_stage1@100": [2.05546469934],
-        "loss_stage1@200": [2.05546469934],
-        "norm_wov@100": [4.472135955],
-        "norm_wov@200": [4.472135955],
-        "norm_wkq@100": [0.0],
-        "norm_wkq@200": [1.1178331753],
-        "cos_wov@100": [1.0],
-        "cos_wkq@200": [0.870453232929],
+        "train.loss@0": [2.99573227355],
+        "train.loss@100": [2.58843951477],
+        "train.loss@200": [2.54127424542],
+        "train.loss.stage1@100": [2.05546469934],
+        "train.loss.stage1@200": [2.05546469934],
+        "W_ov.fro@100": [4.472135955],
+        "W_ov.fro@200": [4.472135955],
+        "W_kq.fro@100": [0.0],
+        "W_kq.fro@200": [1.1178331753],
+        "W_ov.cos_target@100": [1.0],
+        "W_kq.cos_target@200": [0.870453232929],
     },
     "disentangled": {
         "train.loss@0": [0.693255979548, 0.69036580072],
@@ -74,14 +75,14 @@ SHORT = {
 
 GOLDEN = {
     "ntp": {
-        "loss@0": [2.99573227355],
-        "loss@1800": [0.0160176160087],
-        "loss_stage1@0": [2.99573227355],
-        "loss_stage1@1800": [0.00185421576458],
-        "norm_wov@0": [0.0],
-        "norm_wov@1800": [40.249223595],
-        "norm_wkq@0": [0.0],
-        "norm_wkq@1800": [9.81204004313],
+        "train.loss@0": [2.99573227355],
+        "train.loss@1800": [0.0160176160087],
+        "train.loss.stage1@0": [2.99573227355],
+        "train.loss.stage1@1800": [0.00185421576458],
+        "W_ov.fro@0": [0.0],
+        "W_ov.fro@1800": [40.249223595],
+        "W_kq.fro@0": [0.0],
+        "W_kq.fro@1800": [9.81204004313],
     },
     "disentangled": {
         "train.loss@0": [0.693255979548, 0.69036580072, 0.693550946497, 0.693690255264, 0.692855175005, 0.695685434601, 0.694929773952, 0.695879897265],

@@ -15,8 +15,10 @@ import shutil
 import pandas as pd
 import pytest
 
-from stagewise.errors import UserError
+from stagewise.errors import RenamedMetric, UserError
 from stagewise.labs import registry
+from stagewise.labs.ntp.lab import METRIC_ALIASES
+from stagewise.labs.ntp.summary import ALIGNED
 from stagewise.orchestrate.collect import check_report_spec, collect, collect_frame, stage_columns
 from stagewise.orchestrate.sweepplot import figure_plan
 from stagewise.orchestrate.sweep import run_local
@@ -28,7 +30,7 @@ from stagewise.report.sweepfigs import condition, metric_vs_axis, onset_vs_axis,
 BASE = {"lab": "ntp", "preset": "example1",
         "set": {"train.steps_stage1": 6, "train.steps_stage2": 10, "train.optimizer": "gd", "n_seeds": 2}}
 AXES = {"axes": {"train.lr_stage1": [1.0, 1.0e308], "train.lr_stage2": [0.5, 1.0e308]}, "zip": [["train.lr_stage1", "train.lr_stage2"]]}
-REPORT = {"metrics": ["loss"], "phase": [{"x": "train.lr_stage1", "y": "train.lr_stage2", "value": "claims_all_hold"}],
+REPORT = {"metrics": ["train.loss"], "phase": [{"x": "train.lr_stage1", "y": "train.lr_stage2", "value": "claims_all_hold"}],
           "onsets": [{"stage": "wov_aligned", "axis": "train.lr_stage1"}]}
 
 
@@ -115,15 +117,15 @@ def test_parquet_round_trip_and_recollect_is_idempotent(swept):
 def test_figures_are_written_and_stale_ones_removed(swept):
     out, got = swept
     names = sorted(p.name for p in got.figures)
-    assert names == sorted(["final.loss_vs_train.lr_stage1.png",  # lr_stage2 is zipped with lr_stage1: not drawn again
+    assert names == sorted(["final.train.loss_vs_train.lr_stage1.png",  # lr_stage2 is zipped with lr_stage1: not drawn again
                             "phase_claims_all_hold_over_train.lr_stage1_x_train.lr_stage2.png",
                             "onset_stage.wov_aligned_vs_train.lr_stage1.png"])
     for png in got.figures:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.with_suffix(".pdf").read_bytes()[:4] == b"%PDF"
     assert got.warnings == []
-    set_report(out, {"metrics": ["loss", "no_such_metric"], "phase": [], "onsets": []})
+    set_report(out, {"metrics": ["train.loss", "no_such_metric"], "phase": [], "onsets": []})
     fewer = collect(out)
-    assert [p.name for p in fewer.figures] == ["final.loss_vs_train.lr_stage1.png"]
+    assert [p.name for p in fewer.figures] == ["final.train.loss_vs_train.lr_stage1.png"]
     assert sorted(p.name for p in (out / "collect" / "figures").iterdir()) == sorted(
         [p.name for p in fewer.figures] + [p.with_suffix(".pdf").name for p in fewer.figures])
     assert len(fewer.warnings) == 1 and "no_such_metric" in fewer.warnings[0]
@@ -293,7 +295,7 @@ def test_default_figure_plan(swept):
     out, got = swept
     index = {**json.loads((out / "sweep.json").read_text()), "report": {}}
     names = [name for name, _ in figure_plan(got.frame, index)[0]]
-    metrics = ["final.loss", "final.gen_acc", "final.cos_wkq", "final.cos_wov", "claims_holding_fraction"]
+    metrics = ["final.train.loss", "final.test.acc.covered", "final.W_kq.cos_target", "final.W_ov.cos_target", "claims_holding_fraction"]
     stages = [s for s in ("stage2_start", "wov_aligned", "wkq_aligned") if got.frame[f"stage.{s}"].notna().any()]
     # lr_stage2 is zipped one-to-one with lr_stage1: one axis to draw, so no phase diagram by default
     assert names == [f"{m}_vs_train.lr_stage1" for m in metrics] + [f"onset_stage.{s}_vs_train.lr_stage1" for s in stages]
@@ -301,3 +303,39 @@ def test_default_figure_plan(swept):
     names = [name for name, _ in figure_plan(grid, index)[0]]
     assert "phase_claims_all_hold_over_train.lr_stage1_x_train.lr_stage2" in names
     assert {f"{m}_vs_{a}" for m in metrics for a in ("train.lr_stage1", "train.lr_stage2")} <= set(names)
+
+
+# ------------------------------------------------------------------ old metric names (Lab.metric_aliases)
+OLD_NAMES = {new: old for old, new in METRIC_ALIASES.items()}  # the NTP lab's names today -> before the rename
+
+
+def test_runs_summarized_before_a_metric_rename_collect_as_new_ones(swept, tmp_path):
+    """A sweep whose summaries carry the NTP lab's old metric names (``per_seed`` and ``final``
+    keys) gives the table a sweep of today's runs gives: ``final.*`` under the current names."""
+    out, _ = swept
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    summaries = sorted(old.rglob("summary.json"))
+    for path in summaries:
+        summary = json.loads(path.read_text())
+        summary["final"] = {OLD_NAMES.get(k, k): v for k, v in summary["final"].items()}
+        summary["per_seed"] = {s: {OLD_NAMES.get(k, k): v for k, v in row.items()} for s, row in summary["per_seed"].items()}
+        path.write_text(json.dumps(summary))
+    assert summaries and "cos_wkq" in json.loads(summaries[0].read_text())["per_seed"]["0"]  # the case this test is about
+    pd.testing.assert_frame_equal(collect_frame(old)[0], collect_frame(out)[0], check_exact=True)
+
+
+def test_old_metric_names_in_a_sweep_report_are_read_with_a_note(swept):
+    out, got = swept
+    index = json.loads((out / "sweep.json").read_text())
+
+    def report(loss: str, cos: str) -> dict:
+        return {"metrics": [loss, f"final.{cos}"], "onsets": [],
+                "phase": [{"x": "train.lr_stage1", "y": "train.lr_stage2", "value": f"final.{cos}>={ALIGNED}"}]}
+
+    want, warnings = figure_plan(got.frame, {**index, "report": report("train.loss", "W_kq.cos_target")})
+    assert warnings == [] and len(want) == 3
+    with pytest.warns(RenamedMetric) as notes:
+        plan_, warnings = figure_plan(got.frame, {**index, "report": report("loss", "cos_wkq")})
+    assert [name for name, _ in plan_] == [name for name, _ in want] and warnings == []
+    assert {str(n.message).split(" (")[0] for n in notes} == {"loss is now train.loss", "cos_wkq is now W_kq.cos_target"}

@@ -32,7 +32,7 @@ LABS = sorted(REGISTRY)
 SWEEP = {"lab": "ntp", "preset": "example1",
          "set": {"train.steps_stage1": 6, "train.steps_stage2": 10, "train.optimizer": "gd", "n_seeds": 2},
          "axes": {"train.lr_stage2": {"logrange": [0.1, 1.0, 3]}},  # one decade: log because it is a logrange
-         "report": {"metrics": ["loss"], "claims": ["cos_wkq_to_one"]}}
+         "report": {"metrics": ["train.loss"], "claims": ["cos_wkq_to_one"]}}
 CLAIM = "cos_wkq_to_one"
 EXPERIMENTS = {  # (lab, preset, overrides on its smoke settings): the other figure sets the labs make
     "grid": ("disentangled", None, {"experiment": {"kind": "grid", "grid": {"lr_stage1": [0.5, 1.0], "noise": [0.0, 0.05]}}}),
@@ -121,8 +121,8 @@ def test_ntp_figures_gap_undefined_cosines_and_say_slope_only(lab_figures):
         pytest.skip("NTP lab figures only")
     metrics = pd.read_parquet(root / "metrics.parquet")
     figure2 = next(f for f in figures if "two-stage dynamics" in f._suptitle.get_text())
-    for cosine, norm in (("cos_wov", "norm_wov"), ("cos_wkq", "norm_wkq")):
-        ax = next(a for a in figure2.axes if a.get_title().startswith(f"cos($W_{{{cosine[-2:]}}}"))
+    for weight, norm in (("ov", "W_ov.fro"), ("kq", "W_kq.fro")):  # the panel of cos(W, W*) and the norm of W
+        ax = next(a for a in figure2.axes if a.get_title().startswith(f"cos($W_{{{weight}}}"))
         zero = metrics[(metrics["metric"] == norm) & (metrics["value"] == 0)]
         assert len(zero), f"{norm} is 0 somewhere in this run (zero init)"
         for line in (ln for ln in ax.lines if ln.get_transform().contains_branch(ax.transData) and len(ln.get_xdata())):

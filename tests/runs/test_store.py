@@ -56,7 +56,8 @@ def test_layout_and_schema(tmp_path):
     stage = frame[frame["metric"] == "stage"].set_index(["step", "seed"])["value"]
     assert stage.loc[(20, 5)] == 1 and stage.loc[(21, 5)] == 2
     summary = json.loads(paths.summary.read_text())
-    assert {"schema_version", "lab", "seeds", "claims", "final", "per_seed", "details"} == set(summary)
+    assert {"schema_version", "lab", "seeds", "claims", "final", "per_seed", "details", "sources"} == set(summary)
+    assert {c["source"]["paper"] for c in summary["claims"] if c["source"]["kind"] == "paper"} <= set(summary["sources"])
     assert {"rates", "wkq_star_norm_sq"} <= set(summary["details"])
     assert manifest["tables"]["generalization"]["path"] == "tables/generalization.parquet"
     assert (paths.tables / "generalization.parquet").exists()
@@ -157,10 +158,10 @@ def test_real_divergence_with_huge_gd_step(tmp_path):
     assert manifest["status"] == "diverged" and manifest["diverged"]["step"] == err.value.step
     frame = pd.read_parquet(paths.metrics)
     # the weight norms logged are inf exactly when the finite check finds the weights overflowing
-    at = frame[(frame["step"] == err.value.step) & frame["metric"].isin(["loss", "loss_stage1", "norm_wov", "norm_wkq"])]
+    at = frame[(frame["step"] == err.value.step) & frame["metric"].isin(["train.loss", "train.loss.stage1", "W_ov.fro", "W_kq.fro"])]
     bad = at[~at["value"].apply(math.isfinite)]
     assert err.value.seed == int(bad["seed"].min())  # the first seed whose loss or weights broke, not just any seed
-    earlier = frame[(frame["step"] < err.value.step) & (frame["metric"] == "loss")]
+    earlier = frame[(frame["step"] < err.value.step) & (frame["metric"] == "train.loss")]
     assert earlier["value"].apply(math.isfinite).all()
 
 

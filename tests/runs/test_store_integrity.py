@@ -48,11 +48,11 @@ def checkpoint_records(paths) -> list[dict]:
 
 
 def alter_line(paths, index: int) -> None:
-    """Rename the metric ``loss`` to ``lpss`` in line ``index`` of metrics.jsonl (one
-    character; the line stays valid JSON)."""
+    """Rename the metric ``train.loss`` to ``train.lpss`` in line ``index`` of metrics.jsonl
+    (one character; the line stays valid JSON)."""
     lines = paths.metrics_jsonl.read_bytes().splitlines(keepends=True)
-    assert b'"loss"' in lines[index]
-    lines[index] = lines[index].replace(b'"loss"', b'"lpss"', 1)
+    assert b'"train.loss"' in lines[index]
+    lines[index] = lines[index].replace(b'"train.loss"', b'"train.lpss"', 1)
     paths.metrics_jsonl.write_bytes(b"".join(lines))
 
 
@@ -128,7 +128,7 @@ def test_torn_stream_after_the_newest_range_resumes_from_it(tmp_path, monkeypatc
     blob = paths.metrics_jsonl.read_bytes()
     lines = blob.splitlines(keepends=True)
     assert len(lines) > newest["_lines"] + 1  # steps logged after the newest checkpoint
-    torn = blob[:newest["_bytes"]] + lines[newest["_lines"]].replace(b'"loss"', b'"lpss"', 1) + b'{"step": 99, "na'
+    torn = blob[:newest["_bytes"]] + lines[newest["_lines"]].replace(b'"train.loss"', b'"train.lpss"', 1) + b'{"step": 99, "na'
     paths.metrics_jsonl.write_bytes(torn)
     ctx = RunDirContext(paths, small_config().seed_list(), 7, False)
     state = ctx.prepare_resume()
@@ -292,7 +292,7 @@ def test_disk_estimate_covers_what_a_run_writes(tmp_path, monkeypatch, lab_name,
 
 
 def test_ntp_estimate_names_the_logged_metrics(tmp_path):
-    """The names the NTP estimate counts are those a run logs (gen_acc at suite steps)."""
+    """The names the NTP estimate counts are those a run logs (test.acc.covered at suite steps)."""
     from stagewise.labs.ntp.resources import LOGGED_METRICS, SUITE_METRICS
 
     frame = pd.read_parquet(run_to_end(tmp_path / "r", small_config()).metrics)

@@ -18,7 +18,8 @@ Life of a run::
 
 Beside these, a lab declares data the layers above use generically: its claims and the
 papers they cite (``claims``, ``sources``), extra commands (``commands``: ``stagewise NAME
-LAB ...``) and tables ``stagewise show`` prints from its summary (``summary_tables``).
+LAB ...``), tables ``stagewise show`` prints from its summary (``summary_tables``) and the
+old names of renamed metrics (``metric_aliases``).
 """
 
 from __future__ import annotations
@@ -221,6 +222,14 @@ class Lab:
     summary_tables: Mapping[str, Callable[[Summary], SummaryTable | None]] = field(default_factory=dict)
     """Tables ``stagewise show`` prints after the summary's scalars: name -> a function of the
     run's Summary giving a :class:`SummaryTable`, or None when the summary holds nothing for it."""
+    metric_aliases: Mapping[str, str] = field(default_factory=dict)
+    """Old metric names the lab no longer logs -> their current names (``{"opt_attn_min":
+    "train.opt_attn.min"}``). Run folders written before a rename read with the current names:
+    the runner applies them to the stream when it writes ``metrics.parquet`` (a run resumed
+    across the rename holds only current names), ``stages`` and ``show`` to an old run's
+    metrics and summary, ``stages`` criteria and sweep report entries to the names a user
+    gives (with a note). An alias covers every variant (``{variant}/{old}``). Not config: no
+    config hash changes (:mod:`stagewise.runs.names`)."""
 
     def summary(self, config: Any, metrics: pd.DataFrame, tables: Tables, result: RunResult) -> Summary:
         """``summarize``'s Summary carrying the lab's ``sources`` (what ``summary.json`` holds)."""

@@ -1,6 +1,10 @@
 """The lab registry: name -> :class:`~stagewise.labs.contract.Lab`.
 
-Each lab module defines ``LAB = Lab(...)``; adding a lab takes one line in ``_MODULES``.
+Each lab module defines ``LAB = Lab(...)``; adding a lab takes one line in ``_MODULES``. A lab
+outside the package is registered for the CLI by the environment variable ``STAGEWISE_LABS``:
+``NAME=MODULE`` pairs separated by commas (e.g. ``linear_modes=linear_modes.lab``, the module
+importable from ``sys.path``/``PYTHONPATH``); a malformed pair or a built-in name is one
+UserError line.
 Lab modules are imported on first use (so `stagewise labs` does not import every lab's
 dependencies), and the registry checks that what it imported is a ``Lab``.
 """
@@ -9,6 +13,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -73,7 +79,25 @@ class Registry(Mapping[str, Lab]):
                 self._labs[lab.name] = previous
 
 
-REGISTRY = Registry(_MODULES)
+LABS_ENV = "STAGEWISE_LABS"
+_PAIR = re.compile(r"^([a-z][a-z0-9_-]*)=([A-Za-z_][\w.]*)$")
+
+
+def env_modules(value: str | None) -> dict[str, str]:
+    """The labs ``STAGEWISE_LABS`` names: ``"a=pkg.lab, b=other.lab"`` -> {"a": "pkg.lab", ...}."""
+    out: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in (value or "").split(","))):
+        match = _PAIR.match(pair)
+        if match is None:
+            raise UserError(f"{LABS_ENV}: {pair!r} is not NAME=MODULE (a lab name, then an importable module path)")
+        name, module = match.groups()
+        if name in _MODULES or name in out:
+            raise UserError(f"{LABS_ENV}: lab name {name!r} is already registered; give the outside lab another name")
+        out[name] = module
+    return out
+
+
+REGISTRY = Registry({**_MODULES, **env_modules(os.environ.get(LABS_ENV))})
 
 
 def get_lab(name: str) -> Lab:
@@ -83,3 +107,11 @@ def get_lab(name: str) -> Lab:
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise UserError(f"unknown lab '{name}'{hint}; available: {', '.join(REGISTRY)}")
     return REGISTRY[name]
+
+
+def metric_aliases(name: object) -> Mapping[str, str]:
+    """The old metric names of the lab registered as ``name`` (``Lab.metric_aliases``, old ->
+    current): what a reader of a run folder of that lab (its manifest's ``lab``) passes to
+    :mod:`stagewise.runs.names`; none for a name that is not a registered lab (a folder of
+    another installation reads as written)."""
+    return REGISTRY[name].metric_aliases if isinstance(name, str) and name in REGISTRY else {}

@@ -343,6 +343,33 @@ def skeleton(cfg: ModelConfig, tok: Any, *, seed: int, dtype: torch.dtype, keep:
     return model
 
 
+@contextlib.contextmanager
+def _one_gguf_parse() -> Iterator[None]:
+    """Inside the block a GGUF file is parsed once: transformers reads the same file's header
+    three times (config, tokenizer, weights; ~5 s each for SmolLM2's 49k-token vocabulary), so
+    ``gguf.GGUFReader`` returns one read-only reader per (path, mode) here."""
+    try:
+        import gguf
+    except ImportError:  # load_pretrained says what is missing
+        yield
+        return
+
+    original = gguf.GGUFReader
+    readers: dict[tuple[str, str], Any] = {}
+
+    def reader(path: Any, mode: str = "r") -> Any:
+        key = (os.path.realpath(os.fspath(path)), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)  # type: ignore[arg-type]
+        return readers[key]
+
+    gguf.GGUFReader = reader  # type: ignore[assignment,misc]
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original  # type: ignore[misc]
+
+
 def build(cfg: ModelConfig, *, seed: int, dtype: torch.dtype, used_ids: torch.Tensor | None = None,
           tokenizer: Any | None = None) -> LoadedModel:
     """The run's model and tokenizer (``tokenizer``: one already loaded for ``cfg``).
@@ -354,13 +381,14 @@ def build(cfg: ModelConfig, *, seed: int, dtype: torch.dtype, used_ids: torch.Te
         loaded = build(ModelConfig(name="path/to/hf-folder"), seed=0, dtype=torch.float32)
         loaded.model, loaded.tokenizer, loaded.vocab_ids   # vocab_ids None: the full vocabulary
     """
-    tok = tokenizer if tokenizer is not None else load_tokenizer(cfg)
-    keep = None
-    if cfg.compact_vocab:
-        if used_ids is None:
-            raise ValueError("compact_vocab needs the data's token ids")
-        specials = [i for i in (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) if i is not None]
-        keep = torch.unique(torch.cat([used_ids.to(torch.long), torch.tensor(specials, dtype=torch.long)]))  # (V',) sorted
-    model = skeleton(cfg, tok, seed=seed, dtype=dtype, keep=keep)
+    with _one_gguf_parse() if cfg.gguf_file is not None else contextlib.nullcontext():
+        tok = tokenizer if tokenizer is not None else load_tokenizer(cfg)
+        keep = None
+        if cfg.compact_vocab:
+            if used_ids is None:
+                raise ValueError("compact_vocab needs the data's token ids")
+            specials = [i for i in (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) if i is not None]
+            keep = torch.unique(torch.cat([used_ids.to(torch.long), torch.tensor(specials, dtype=torch.long)]))  # (V',) sorted
+        model = skeleton(cfg, tok, seed=seed, dtype=dtype, keep=keep)
     return LoadedModel(model=model, tokenizer=tok, name=cfg.name if cfg.gguf_file is None else f"{cfg.name}:{cfg.gguf_file}",
                        vocab_ids=keep)

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from stagewise.errors import NotAvailable, UserError
+from stagewise.errors import NotAvailable, UserError, readable_file
 from stagewise.lmkit import hub
 
 MAX_DATA_BYTES = 1 << 30
@@ -52,17 +52,7 @@ def check_file(path: Path) -> int:
 
         check_file(Path("sick/SICK.txt"))           # its size in bytes; UserError when missing or over 1 GiB
     """
-    if path.is_dir():
-        raise UserError(f"{path}: is a folder, expected a data file")
-    if not path.is_file():
-        raise UserError(f"{path}: data file not found")
-    try:
-        size = path.stat().st_size
-    except OSError as err:
-        raise UserError(f"{path}: cannot be read ({err.strerror or err})") from None
-    if size > MAX_DATA_BYTES:
-        raise UserError(f"{path}: file too large ({size} bytes; at most {MAX_DATA_BYTES} bytes)")
-    return size
+    return readable_file(path, MAX_DATA_BYTES, kind="a data file")
 
 
 def check_folder(path: Path) -> None:

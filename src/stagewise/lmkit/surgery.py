@@ -113,10 +113,7 @@ class Reduction:
     items: tuple[ReducedMatrix, ...]
 
     def __getitem__(self, name: str) -> ReducedMatrix:
-        for item in self.items:
-            if item.name == name:
-                return item
-        raise KeyError(name)
+        return {item.name: item for item in self.items}[name]  # KeyError for an unknown name
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -16,7 +16,8 @@ points folded into one batched run each get their own seeds of it), else the run
 * ``claims_over_seeds`` (Int64): how many seeds the run's claims were computed over;
 * ``final.NAME``: every numeric scalar of ``summary.per_seed[seed]`` (booleans as 0/1;
   a one-seed run with an empty ``per_seed``, as the LM lab writes, takes ``summary.final``'s
-  means, which are that seed's values);
+  means, which are that seed's values); an old metric name is read as its current one (the
+  lab's ``metric_aliases``);
 * ``stage.NAME``: the step at which the seed enters each stage (NaN: never), from every
   StageReport-shaped dict (``{"order", "stages": {name: {"per_seed": {seed: step}}}}``) in
   ``summary.details``, searched through nested dicts. A report's own key is dropped and the
@@ -49,15 +50,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import pandas as pd
 
 from ..errors import UserError
-from ..labs import get_lab
+from ..labs import get_lab, metric_aliases
 from ..report.claims import Summary, read_summary
 from ..report.sweepfigs import CLAIM_VALUE, DONE
 from ..runs import read_manifest, write_parquet
+from ..runs.names import rename_keys
 from ..yamlio import load_yaml
 from .sweep import index
 from .sweepplot import ALL_HOLD, HOLDING, SEED_AXIS, figure_plan, file_name, save_figure
@@ -164,8 +166,10 @@ def _scalar(value: Any) -> float | None:
     return None
 
 
-def _values(run: _Run, seed: int | None) -> dict[str, Any]:
-    """The metric columns of one seed of a finished run (empty for others)."""
+def _values(run: _Run, seed: int | None, aliases: Mapping[str, str]) -> dict[str, Any]:
+    """The metric columns of one seed of a finished run (empty for others); ``aliases``: the
+    lab's old metric names -> current ones (a run summarized before a rename gets the
+    columns a new run gets)."""
     summary = run.summary
     if summary is None or seed is None:
         return {}
@@ -173,7 +177,7 @@ def _values(run: _Run, seed: int | None) -> dict[str, Any]:
     per_seed = summary.per_seed.get(str(seed))
     if per_seed is None and not summary.per_seed and len(summary.seeds) == 1:
         per_seed = {name: stats.mean for name, stats in summary.final.items()}
-    for name, value in (per_seed or {}).items():
+    for name, value in rename_keys(per_seed or {}, aliases).items():
         if value is None or _scalar(value) is not None:
             row[f"final.{name}"] = float("nan") if value is None else _scalar(value)
     for column, steps in stage_columns(summary.details).items():
@@ -257,6 +261,7 @@ def collect_frame(folder: str | Path) -> tuple[pd.DataFrame, dict[str, Any], int
     axes = list(sweep.get("axes") or dict.fromkeys(k for p in points for k in p.get("values", {})))
     runs: dict[str, _Run] = {}
     rows: list[dict[str, Any]] = []
+    aliases = metric_aliases(sweep.get("lab"))
     for point in points:
         run_dir = str(point["run_dir"])
         if run_dir not in runs:
@@ -270,7 +275,7 @@ def collect_frame(folder: str | Path) -> tuple[pd.DataFrame, dict[str, Any], int
                    "error": error, "seed": seed}
             row.update({k: v for k, v in point.get("values", {}).items() if k != SEED_AXIS})
             if error is None:
-                row.update(_values(run, seed))
+                row.update(_values(run, seed, aliases))
             rows.append(row)
     n_failed = sum(r.status != DONE for r in runs.values())
     records = claim_records(list(runs.values()))

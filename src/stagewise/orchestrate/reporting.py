@@ -35,7 +35,6 @@ point, hash, run_dir, status, error, seed, axes, final.*, stage.*, claim.*), ``.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from ..errors import UserError
+from ..errors import UserError, read_json_object
 from ..report.claims import Claim, read_summary
 from ..report.html import FigureEntry, inside_folder
 from ..report.pages import Page, SweepPointView, reproduce_html_page, run_page, sweep_page
@@ -146,6 +145,8 @@ def write_run_report(run_dir: str | Path, *, preset: str | None = None,
                      back: tuple[Path, str] | None = None) -> ReportResult:
     """``run_dir/report.html``; ``back``: (page, words) of the report that holds this run
     (linked when the run lies inside that page's folder)."""
+    from ..labs import metric_aliases
+
     run_dir = Path(run_dir)
     link, depth = None, 0
     if back:
@@ -154,7 +155,8 @@ def write_run_report(run_dir: str | Path, *, preset: str | None = None,
             link = (_href(back[0], run_dir), back[1])
         except ValueError:
             link = None
-    page = run_page(run_dir, preset=preset, back=link, depth=depth, sources=declared_sources(_run_lab(run_dir)))
+    lab = _run_lab(run_dir)
+    page = run_page(run_dir, preset=preset, back=link, depth=depth, sources=declared_sources(lab), metric_aliases=metric_aliases(lab))
     return _result(page, run_dir / REPORT, "run")
 
 
@@ -188,16 +190,6 @@ def _run_reports(folder: Path, run_dirs: dict[str, str | None], back: str) -> tu
 
 
 # ---------------------------------------------------------------------------- sweep
-def _read_json(path: Path, what: str) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserError(f"{path}: unreadable {what} ({type(err).__name__})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: not a {what} (expected an object, got {type(data).__name__})")
-    return data
-
-
 def _default_collect(folder: Path) -> Any:
     from .collect import collect
 
@@ -226,7 +218,7 @@ def _figure_entries(folder: Path, pngs: list[Path]) -> list[FigureEntry]:
 
 
 def _write_sweep(folder: Path, collect_fn: Callable[[Path], Any] | None) -> ReportResult:
-    index = _read_json(folder / "sweep.json", "sweep index")
+    index = read_json_object(folder / "sweep.json", "sweep index")
     points = index.get("points")
     if not isinstance(points, list) or not all(isinstance(p, dict) and {"label", "hash", "run_dir"} <= p.keys()
                                                for p in points):
@@ -285,10 +277,10 @@ def _reproduce_report(folder: Path) -> dict[str, Any]:
     the run folders (an interrupted reproduce), ``sources`` from their summaries."""
     claims = folder / "claims.json"
     if claims.is_file():
-        report = _read_json(claims, "reproduce report")
+        report = read_json_object(claims, "reproduce report")
         if isinstance(report.get("runs"), list) and "lab" in report:
             return report
-    plan = _read_json(folder / "reproduce.json", "reproduce plan")
+    plan = read_json_object(folder / "reproduce.json", "reproduce plan")
     runs, sources = [], {}
     for spec in plan.get("specs", []):
         name = str(spec.get("name", ""))

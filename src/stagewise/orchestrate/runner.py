@@ -23,7 +23,7 @@ import threading
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import yaml
 
@@ -32,8 +32,12 @@ from ..engine import Diverged
 from ..errors import UserError
 from ..labs import Lab, RunSpec, get_lab, spec_config, spec_lab
 from ..runs import Interrupted, RunDirContext, RunLock, RunPaths, read_manifest, update_manifest
+from ..runs.names import rename_metrics
 from ..runs.sinks import resolve_sinks
 from ..runs.store import atomic_write_json, atomic_write_text, git_sha, now_iso, package_versions, write_parquet
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SIZE_MARGIN = 0.9  # refuse runs estimated above this fraction of the available memory
 
@@ -208,11 +212,18 @@ def _annotate(err: BaseException, **notes: Any) -> None:
         setattr(err, name, value)
 
 
-def _keep_metrics(ctx: RunDirContext, paths: RunPaths) -> None:
+def _metrics_frame(lab: Lab, ctx: RunDirContext) -> pd.DataFrame:
+    """The run's stream as one long-form frame under the current metric names: a run resumed
+    across a rename of the lab's metrics has old names before the checkpoint
+    (``Lab.metric_aliases``)."""
+    return rename_metrics(ctx.sink.to_frame(), lab.metric_aliases)
+
+
+def _keep_metrics(lab: Lab, ctx: RunDirContext, paths: RunPaths) -> None:
     """Keep what was logged: compact the stream so far to Parquet (never masks the error)."""
     try:
         ctx.sink.close()
-        write_parquet(ctx.sink.to_frame(), paths.metrics)
+        write_parquet(_metrics_frame(lab, ctx), paths.metrics)
     except Exception:
         pass
 
@@ -250,20 +261,20 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
             with _stop_requests(ctx):
                 result = lab.run(config, ctx)
                 ctx.sink.close()
-                frame = ctx.sink.to_frame()
+                frame = _metrics_frame(lab, ctx)
                 write_parquet(frame, paths.metrics)
                 summary = lab.summary(config, frame, ctx.tables, result)
                 atomic_write_json(paths.summary, summary.to_json())
                 lab.make_figures(config, frame, ctx.tables, summary, paths.figures)
             return update_manifest(paths.root, status="done", ended=now_iso())
         except Diverged as err:
-            _keep_metrics(ctx, paths)
+            _keep_metrics(lab, ctx, paths)
             _annotate(err, stagewise_note=_record(paths, status="diverged", ended=now_iso(), error=str(err),
                                                   diverged={"step": err.step, "seed": err.seed, "what": err.what}))
             raise
         except KeyboardInterrupt as err:
             signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
-            _keep_metrics(ctx, paths)
+            _keep_metrics(lab, ctx, paths)
             name = signal.Signals(signum).name
             note = _record(paths, status="interrupted", ended=now_iso(),
                            error=f"interrupted by {name}; resume with: stagewise run --resume {paths.root}")
@@ -271,13 +282,13 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
             _annotate(stop, stagewise_note=note)
             raise stop from None
         except SystemExit as err:  # a scheduler's requeue (submitit exits on SLURM's timeout signal)
-            _keep_metrics(ctx, paths)
+            _keep_metrics(lab, ctx, paths)
             _annotate(err, stagewise_note=_record(paths, status="interrupted", ended=now_iso(),
                                                   error=f"stopped by SystemExit({err.code}) (a requeue or timeout); it resumes "
                                                         f"from its last checkpoint with: stagewise run --resume {paths.root}"))
             raise
         except BaseException as err:
-            _keep_metrics(ctx, paths)
+            _keep_metrics(lab, ctx, paths)
             message = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
             log_note = None
             try:

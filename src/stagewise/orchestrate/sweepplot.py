@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import pandas as pd
 
 from ..errors import UserError
-from ..labs import get_lab
+from ..labs import get_lab, metric_aliases
 from ..report.plots import save
+from ..runs.names import current_names
 from ..report.sweepfigs import CLAIM_VALUE, claim_value_vs_axis, metric_vs_axis, onset_vs_axis, parse_condition, phase_diagram
 
 DPI = 150
@@ -40,10 +41,18 @@ def _resolve(frame: pd.DataFrame, name: str, prefixes: tuple[str, ...] = ("", "f
     return None
 
 
-def _resolve_value(frame: pd.DataFrame, value: str) -> str | None:
-    """A phase value with its column resolved (``loss<=0.3`` -> ``final.loss<=0.3``)."""
+def _current(name: str, aliases: Mapping[str, str]) -> str:
+    """A metric a sweep file names (``final.`` prefix or none) under its current name: an old
+    one (the lab's ``metric_aliases``) warns :class:`~stagewise.errors.RenamedMetric`."""
+    prefix = "final." if name.startswith("final.") else ""
+    return prefix + current_names([name.removeprefix(prefix)], aliases)[0]
+
+
+def _resolve_value(frame: pd.DataFrame, value: str, aliases: Mapping[str, str]) -> str | None:
+    """A phase value with its column resolved (``loss<=0.3`` -> ``final.loss<=0.3``; an old
+    metric name -> its current one)."""
     column, op, number = parse_condition(value)
-    found = _resolve(frame, column)
+    found = _resolve(frame, _current(column, aliases))
     if found is None or op is None:
         return found
     return f"{found}{op}{number:g}"
@@ -80,6 +89,7 @@ def figure_plan(frame: pd.DataFrame, sweep: dict[str, Any]) -> tuple[list[tuple[
     the onset figures' titles); ``claims`` asks for :func:`claim_value_vs_axis` of each id
     against every such axis (threshold and relation from ``sweep["claim_records"]``)."""
     report, axes, warnings = sweep.get("report") or {}, sweep["axes"], []
+    aliases = metric_aliases(sweep.get("lab"))
     logs = log_axes(sweep)
     varying = [a for a in axes if a != SEED_AXIS and a in frame]
     plot_axes: list[str] = []
@@ -91,7 +101,7 @@ def figure_plan(frame: pd.DataFrame, sweep: dict[str, Any]) -> tuple[list[tuple[
     if "metrics" in report:
         metrics = []
         for name in report["metrics"]:
-            found = _resolve(frame, name)
+            found = _resolve(frame, _current(name, aliases))
             if found is None:
                 examples = ", ".join(c for c in frame.columns if c.startswith("final."))[:200] or "no final.* columns"
                 warnings.append(f"report metrics: {name!r} is not a column of the table (e.g. {examples})")
@@ -120,7 +130,7 @@ def figure_plan(frame: pd.DataFrame, sweep: dict[str, Any]) -> tuple[list[tuple[
     if "phase" in report:
         phases = []
         for item in report["phase"]:
-            value = _resolve_value(frame, item["value"])
+            value = _resolve_value(frame, item["value"], aliases)
             if value is None:
                 warnings.append(f"report phase: value {item['value']!r} names no column of the table")
             else:

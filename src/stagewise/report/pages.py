@@ -37,6 +37,7 @@ from markupsafe import Markup
 
 from ..errors import UserError
 from ..runs import read_manifest
+from ..runs.names import rename_keys
 from .claims import Claim, Summary, read_summary
 from .html import FigureEntry, figures, inside_folder, render, reproduce_matrix
 from .matrix import Column, RunClaims, as_claim, element_id, number, runs_matrix, sweep_matrix
@@ -206,13 +207,15 @@ def run_figures(run_dir: Path) -> list[FigureEntry]:
 
 
 def run_page(run_dir: str | Path, *, preset: str | None = None, back: tuple[str, str] | None = None,
-             depth: int = 0, sources: Mapping[str, str] | None = None) -> Page:
+             depth: int = 0, sources: Mapping[str, str] | None = None, metric_aliases: Mapping[str, str] | None = None) -> Page:
     """The report of one run directory: its claims as a one-column matrix, then the
     details. ``back``: (href, text) of a link to the page that holds this run (a sweep or
     reproduce report), ``depth`` folders above the run (the link may climb that many, no
     more: :func:`~stagewise.report.html.safe_href`); ``sources``: paper key -> heading for
     the papers the summary itself does not name (its lab's declaration: older summaries
-    have none). UserError when the manifest is unreadable."""
+    have none); ``metric_aliases``: its lab's old metric names -> current ones, so an old
+    summary's final values show under the current names. UserError when the manifest is
+    unreadable."""
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
     preset = preset or manifest.get("preset")
@@ -231,7 +234,7 @@ def run_page(run_dir: str | Path, *, preset: str | None = None, back: tuple[str,
                          headings)
     stages = [(where, StageView(element_id("stages", where), stage_table(report)))
               for where, report in stage_reports(summary.details if summary else {})]
-    final = [[name, s.mean, s.min, s.max] for name, s in (summary.final.items() if summary else ())]
+    final = [[name, s.mean, s.min, s.max] for name, s in rename_keys(summary.final if summary else {}, metric_aliases or {}).items()]
     tables = list(detail_tables(summary.details)) if summary else []
     block = figures(run_figures(run_dir), run_dir)
     try:

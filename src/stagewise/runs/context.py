@@ -17,7 +17,7 @@ import signal
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence, overload
 
 import pandas as pd
 import torch
@@ -35,49 +35,36 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(signal.Signals(signum).name)
 
 
+class _Entry:
+    """A fixed entry of the run directory: ``RunPaths.NAME`` is ``root / file``."""
+
+    def __init__(self, file: str):
+        self.file = file
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> "_Entry": ...
+    @overload
+    def __get__(self, obj: "RunPaths", owner: type) -> Path: ...
+    def __get__(self, obj: "RunPaths | None", owner: type) -> "Path | _Entry":
+        return self if obj is None else obj.root / self.file
+
+
 @dataclass(frozen=True)
 class RunPaths:
+    """The layout of a run directory (docs/run-store.md): each attribute is ``root / name``."""
+
     root: Path
 
-    @property
-    def config(self) -> Path:
-        return self.root / "config.yaml"
-
-    @property
-    def manifest(self) -> Path:
-        return self.root / "manifest.json"
-
-    @property
-    def metrics_jsonl(self) -> Path:
-        return self.root / "metrics.jsonl"
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / "metrics.parquet"
-
-    @property
-    def summary(self) -> Path:
-        return self.root / "summary.json"
-
-    @property
-    def figures(self) -> Path:
-        return self.root / "figures"
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def tables(self) -> Path:
-        return self.root / "tables"
-
-    @property
-    def error_log(self) -> Path:
-        return self.root / "error.log"
-
-    @property
-    def snapshots(self) -> Path:
-        return self.root / "snapshots"
+    config = _Entry("config.yaml")
+    manifest = _Entry("manifest.json")
+    metrics_jsonl = _Entry("metrics.jsonl")
+    metrics = _Entry("metrics.parquet")
+    summary = _Entry("summary.json")
+    figures = _Entry("figures")
+    checkpoints = _Entry("checkpoints")
+    tables = _Entry("tables")
+    error_log = _Entry("error.log")
+    snapshots = _Entry("snapshots")
 
 
 @dataclass(frozen=True)
@@ -124,7 +111,7 @@ class RunDirContext:
     def log(self, step: int, values: Mapping[str, torch.Tensor], *, variant: str = "") -> None:
         """Log per-seed values, each a tensor of shape (S,), for one step (one device copy)."""
         names = list(values)
-        stacked = torch.stack([values[n].detach().reshape(-1).to(torch.float64) for n in names])  # (M, S)
+        stacked = torch.stack([values[n].detach().reshape(-1).to(torch.float64) for n in names])  # (K, S)
         self.sink.log_array(step, names, stacked.cpu().numpy(), variant)
 
     # tables ------------------------------------------------------------------------

@@ -5,7 +5,7 @@ ablation or d value). Its training loop sees a :class:`GroupContext` instead of 
 context, which
 
 * tags its records with the group's variant: a fixed name (metric names ``{variant}/{name}``),
-  or one name per ensemble member, which splits each (M,) vector of member values into one
+  or one name per ensemble member, which splits each (S,) vector of member values into one
   record per variant, of that variant's members in their order (e.g. (K * S,) seeds x
   ablations -> K records of (S,));
 * saves its checkpoints with the group's index (the checkpoint's ``group`` field), its
@@ -62,7 +62,7 @@ class GroupContext:
         ctx: the run's context.
         index: the group's index (0, 1, ... in training order), saved as the checkpoints' ``group``.
         variant: the records' variant: one name for all of them, or one name per ensemble
-            member (M,) (values logged are then (M,) member vectors; one record per variant).
+            member (S,) (values logged are then (S,) member vectors; one record per variant).
         meta: entries added to every checkpoint's metadata (after the loop's own).
 
     Attributes:
@@ -80,13 +80,13 @@ class GroupContext:
 
     def log(self, step: int, values: Mapping[str, torch.Tensor], *, variant: str = "") -> None:
         """Log one step's values under the group's variant(s); the caller's ``variant`` is
-        not used (the group decides). Per-member variants: each value is (M,), and each
+        not used (the group decides). Per-member variants: each value is (S,), and each
         variant's record holds its members' entries, (M_v,)."""
         if isinstance(self.variant, str):
             self._ctx.log(step, values, variant=self.variant)
             return
         names = list(values)
-        stacked = torch.stack([values[n] for n in names])  # (K, M)
+        stacked = torch.stack([values[n] for n in names])  # (K, S)
         for name, members in self._members.items():
             block = stacked[:, torch.tensor(members)]  # (K, M_v)
             self._ctx.log(step, dict(zip(names, block.unbind(0))), variant=name)

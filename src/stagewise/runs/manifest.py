@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..errors import UserError, read_json_object
 from .store import atomic_write_json
 
 REQUIRED = ("lab", "status", "config_hash", "seeds")
@@ -20,12 +20,7 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
         raise UserError(f"{run_dir}: not a run directory (no such directory)")
     if not path.is_file():
         raise UserError(f"{run_dir}: not a run directory (no manifest.json)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserError(f"{path}: unreadable manifest ({type(err).__name__}: {str(err).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: not a stagewise manifest (expected an object, got {type(data).__name__})")
+    data = read_json_object(path, "manifest")
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise UserError(f"{path}: not a stagewise manifest (missing {', '.join(missing)})")

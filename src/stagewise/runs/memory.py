@@ -20,7 +20,7 @@ class MemoryContext:
 
         ctx = MemoryContext(seeds=[0, 1])
         train_two_stage(config, problem, ctx)
-        ctx.series("cos_wkq", member=0)  # (n_logged,)
+        ctx.series("W_kq.cos_target", member=0)  # (n_logged,)
     """
 
     def __init__(self, seeds: list[int] | None = None) -> None:

@@ -6,7 +6,7 @@ Selection: the environment variable ``STAGEWISE_SINKS`` (comma list, e.g.
 ``tensorboard,wandb``) read when a run directory context starts, plus the ``sinks``
 parameter of :class:`~stagewise.runs.RunDirContext`; the union of both is used.
 
-Every record ``(step, variant, names, values (M, S))`` becomes one scalar per metric and
+Every record ``(step, variant, names, values (K, S))`` becomes one scalar per metric and
 seed, named ``{metric}/seed{seed}`` where ``metric`` is the ``metric`` column of
 ``metrics.parquet`` (``{variant}/{name}`` when a variant is set). Sinks open on their first
 record (a resumed run that replays steps writes a new event file / a new W&B offline run),
@@ -88,7 +88,7 @@ def scalar_tag(metric: str, seed: int) -> str:
 
 
 def _scalar_tags(variant: str, names: Sequence[str], seeds: Sequence[int]) -> list[str]:
-    """Tags of a (M, S) record, metric-major (the order of ``values.ravel()``)."""
+    """Tags of a (K, S) record, metric-major (the order of ``values.ravel()``)."""
     return [scalar_tag(f"{variant}/{n}" if variant else n, s) for n in names for s in seeds]
 
 
@@ -111,7 +111,7 @@ class SinkFanout:
                         sink.close()
 
     def write(self, step: int, variant: str, names: Sequence[str], values: np.ndarray) -> None:
-        """One record: ``values`` (M, S) float64 for the M ``names`` and the run's S seeds."""
+        """One record: ``values`` (K, S) float64 for the K ``names`` and the run's S seeds."""
         self._each("write", step, variant, names, values)
 
     def flush(self) -> None:
@@ -128,7 +128,7 @@ class TensorBoardSink:
     frames the records and their checksums through tensorboard's own ``RecordWriter``).
 
     One ``Event`` per record, its ``Summary`` holding one ``Value(tag="{metric}/seed{seed}",
-    simple_value=float32)`` per metric and seed (M x S values, metric-major). The messages of
+    simple_value=float32)`` per metric and seed (K x S values, metric-major). The messages of
     a record shape are built once and their values refilled per record (the writer
     serializes each event as it is added; a fresh Summary of 24 x 64 values costs about 10
     times more). A file's name starts ``events.out.tfevents.{stamp}`` (seconds, the
@@ -164,7 +164,7 @@ class TensorBoardSink:
         return self._writer
 
     def _record_event(self, variant: str, names: Sequence[str]) -> tuple[Any, list[Any]]:
-        """The Event of a record shape and its M x S Values (metric-major), built at first use."""
+        """The Event of a record shape and its K x S Values (metric-major), built at first use."""
         key = (variant, tuple(names))
         if key not in self._events:
             from tensorboard.compat.proto import event_pb2, summary_pb2

@@ -2,8 +2,8 @@
 estimates are built from (the whole run folder, :class:`DiskBudget`).
 
 * ``metrics.jsonl``: exact. A line is the stream's own encoding
-  (:meth:`~.stream.MetricSink.encode`): JSON framing + the names + ``4 ceil(8 M S / 3)``
-  base64 characters for M metrics of S seeds + the step's digits.
+  (:meth:`~.stream.MetricSink.encode`): JSON framing + the names + ``4 ceil(8 K S / 3)``
+  base64 characters for K metrics of S seeds + the step's digits.
 * ``metrics.parquet``: ``PARQUET_BASE_BYTES + PARQUET_BYTES_PER_VALUE * values`` (long form:
   one row per step, seed and metric).
 * safetensors files (checkpoints, snapshots): the tensor bytes + a JSON header of
@@ -50,7 +50,7 @@ def stream_bytes(names: Sequence[str], n_seeds: int, steps: Iterable[int], varia
 def line_bytes(names: Sequence[str], n_seeds: int, variant: str = "") -> int:
     """Bytes of one stream line at a one-digit step, from lengths alone (no line is built, so
     a 100,000-metric line costs microseconds per name): the JSON framing of an empty line,
-    each name's JSON string and its ``", "`` separator, ``4 ceil(8 M S / 3)`` base64 characters."""
+    each name's JSON string and its ``", "`` separator, ``4 ceil(8 K S / 3)`` base64 characters."""
     empty = len(MetricSink.encode(0, [], np.zeros((0, n_seeds)), variant))
     listed = len(json.dumps([str(name) for name in names])) - 2  # the names, quoted and ", "-separated, less "[]"
     return empty + listed + 4 * math.ceil(8 * len(names) * n_seeds / 3)

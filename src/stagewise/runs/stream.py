@@ -60,7 +60,7 @@ class MetricSink:
 
     One line per logged step and variant::
 
-        {"step": t, "variant": "", "names": ["loss", ...], "f8": "<base64 of (M, S) float64>"}
+        {"step": t, "variant": "", "names": ["loss", ...], "f8": "<base64 of (K, S) float64>"}
 
     ``f8`` holds the values, metric-major, seeds in run order, as little-endian float64
     (exact, and ~100x cheaper to write than decimal text). Parquet columns: step (int64),
@@ -91,13 +91,13 @@ class MetricSink:
 
     @staticmethod
     def encode(step: int, names: Sequence[str], values: np.ndarray, variant: str = "") -> bytes:
-        """The stream line of one step, newline included: ``values`` (M, S) little-endian float64."""
+        """The stream line of one step, newline included: ``values`` (K, S) little-endian float64."""
         line = json.dumps({"step": int(step), "variant": variant, "names": list(names),
                            "f8": base64.b64encode(values.tobytes()).decode("ascii")})
         return line.encode("ascii") + NEWLINE  # json.dumps escapes non-ASCII names
 
     def log_array(self, step: int, names: Sequence[str], values: np.ndarray, variant: str = "") -> None:
-        """Append one step: ``values`` (M, S) float64 for the M ``names``."""
+        """Append one step: ``values`` (K, S) float64 for the K ``names``."""
         values = np.ascontiguousarray(values, dtype="<f8")
         if values.shape != (len(names), len(self.seeds)):
             raise ValueError(f"metrics {list(names)[:3]}...: values of shape {values.shape}, "

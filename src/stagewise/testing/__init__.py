@@ -78,10 +78,7 @@ class ConformanceReport:
     results: tuple[CheckResult, ...]
 
     def __getitem__(self, name: str) -> CheckResult:
-        for result in self.results:
-            if result.name == name:
-                return result
-        raise KeyError(name)
+        return {result.name: result for result in self.results}[name]  # KeyError for an unknown name
 
     def _with(self, outcome: str) -> tuple[CheckResult, ...]:
         return tuple(r for r in self.results if r.outcome == outcome)

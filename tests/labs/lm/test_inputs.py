@@ -77,10 +77,10 @@ def test_rank_curve_grid_is_bounded_before_any_list(cli, tmp_path):
 
 @pytest.mark.parametrize("text,fragment", [
     ("0.1:1:0", "STEP=0 must be > 0"), ("0.1:1:-0.1", "STEP=-0.1 must be > 0"),
-    ("nan:1:0.1", "START must be a finite number"), ("0.1:inf:0.1", "STOP must be a finite number"),
-    ("0.1:1:nan", "STEP must be a finite number"), ("0.1:1:1e-320", "inf grid points"),
+    ("nan:1:0.1", "START 'nan' is not finite"), ("0.1:inf:0.1", "STOP 'inf' is not finite"),
+    ("0.1:1:nan", "STEP 'nan' is not finite"), ("0.1:1:1e-320", "inf grid points"),
     ("0.9:0.1:0.1", "START=0.9 is above STOP=0.1"), ("0:1:0.1", "START=0 must be in (0, 1]"),
-    ("0.1:1", "2 fields"), ("0.1,nan", "must be a finite number"), ("0.1,1.5", "got 1.5"),
+    ("0.1:1", "2 fields"), ("0.1,nan", "'nan' is not finite"), ("0.1,1.5", "got 1.5"),
     (",".join(["0.5"] * (MAX_P_POINTS + 1)), f"at most {MAX_P_POINTS}"),
 ])
 def test_bad_grids_are_one_line(text, fragment):

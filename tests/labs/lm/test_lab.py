@@ -191,7 +191,7 @@ def test_epoch_metrics_are_the_aggregates_of_the_records(small_run):
 
 
 def test_snapshot_reloads_to_the_recorded_epoch(small_run):
-    from stagewise.labs.lm.finetune import evaluate_answers
+    from stagewise.labs.lm.train import evaluate_answers
     from stagewise.labs.lm.prepare import encode, tokenize_data
     from stagewise.labs.lm.refs import load_ref
 

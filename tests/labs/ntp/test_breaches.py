@@ -107,4 +107,4 @@ def test_run_warns_notes_and_nulls_the_theory_claims(tmp_path, capsys):
             assert c["verdict"] == "not testable" and "data outside the theory's assumptions" in c["reason"], c
     assert any("measured (would" in c["evidence"] for c in claims)
     frame = pd.read_parquet(paths.metrics)
-    assert np.isfinite(frame[frame["metric"] == "cos_wkq"]["value"]).all()  # a target still exists
+    assert np.isfinite(frame[frame["metric"] == "W_kq.cos_target"]["value"]).all()  # a target still exists

@@ -60,6 +60,6 @@ def test_ntp_preset_with_undefined_cos_wkq_runs_without_runtime_warnings(tmp_pat
         manifest = execute_spec(spec, tmp_path / "run", raise_on_failure=True)
     assert manifest["status"] == "done"
     frame = pd.read_parquet(tmp_path / "run" / "metrics.parquet")
-    cos = frame[(frame["metric"] == "cos_wkq") & (frame["step"] > 10)]["value"]
+    cos = frame[(frame["metric"] == "W_kq.cos_target") & (frame["step"] > 10)]["value"]
     assert len(cos) and cos.isna().all()  # the case this test is about: no value in stage 2
     assert {p.stem for p in (tmp_path / "run" / "figures").glob("*.png")} >= {"figure2", "rate_fits", "attention"}

@@ -45,7 +45,7 @@ def test_example1_late_rates_match_the_margin_growth(example1):
     fits = summary["details"]["late_rates"]
     eta, star = summary["details"]["eta"], summary["details"]["wkq_star_norm_sq"] ** 0.5
     assert fits["predicted_rate"][0] == pytest.approx(-eta / star, rel=1e-12)  # -0.025 / sqrt(13/6)
-    assert fits["loss_gap_rate"][0] == pytest.approx(-eta / star, rel=RATE_RTOL)
+    assert fits["train.loss.gap.rate"][0] == pytest.approx(-eta / star, rel=RATE_RTOL)
     assert fits["margin_at_start"][0] >= LATE_MIN_MARGIN
     # Proposition 2 is exact on Example 1: the comparison is not applicable
     assert claims["closer_to_qp_than_prop2"]["holds"] is None and "coincide" in claims["closer_to_qp_than_prop2"]["reason"]
@@ -56,13 +56,13 @@ def test_late_fit_recovers_an_exact_exponential(example1):
     config, frame, summary, _ = example1
     T = config.train.steps_stage1
     synthetic = frame.copy()
-    rows = synthetic["metric"].isin(["loss_gap", "opt_attn_min"])
+    rows = synthetic["metric"].isin(["train.loss.gap", "train.opt_attn.min"])
     t = synthetic.loc[rows, "step"].to_numpy() - T
     gap = 3.0 * np.exp(-0.0123 * t)
-    synthetic.loc[rows, "value"] = np.where(synthetic.loc[rows, "metric"] == "loss_gap", gap, 1 - gap)
+    synthetic.loc[rows, "value"] = np.where(synthetic.loc[rows, "metric"] == "train.loss.gap", gap, 1 - gap)
     fits = late_fits(config, synthetic, [0], summary["details"]["eta"], np.array([1.0]))
-    assert fits["loss_gap_rate"][0] == pytest.approx(-0.0123, rel=1e-9)
-    assert fits["attn_gap_rate"][0] == pytest.approx(-0.0123, rel=1e-6)
+    assert fits["train.loss.gap.rate"][0] == pytest.approx(-0.0123, rel=1e-9)
+    assert fits["train.opt_attn.min.gap.rate"][0] == pytest.approx(-0.0123, rel=1e-6)
 
 
 def test_claims_fail_on_tampered_metrics(example1):
@@ -77,10 +77,10 @@ def test_claims_fail_on_tampered_metrics(example1):
               "targets": [{k: d[k] for k in ("wov_star_norm", "wkq_star_norm_sq", "prop2_wkq_norm_sq", "prop2_gap")}],
               "named_cases": [], "orthonormal": True}
     slow = frame.copy()
-    rows = (slow["metric"] == "loss_gap") & (slow["step"] > T)
+    rows = (slow["metric"] == "train.loss.gap") & (slow["step"] > T)
     slow.loc[rows, "value"] *= np.exp(0.2 * 0.01698 * (slow.loc[rows, "step"] - T))  # rate 20% slower
     big = frame.copy()
-    big.loc[(big["metric"] == "norm_wkq") & (big["step"] == T + 5), "value"] *= 1.5
+    big.loc[(big["metric"] == "W_kq.fro") & (big["step"] == T + 5), "value"] *= 1.5
     empty = pd.DataFrame(columns=["seed", "category", "covered", "correct"])
     for tampered, cid in ((slow, "late_rate_margin"), (big, "norm_band_theorem1")):
         out = {c.id: c for c in ntp_claims(config, tampered, RunResult(extras).extras, rate_fits(config, tampered, [0], d["eta0"], d["eta"]), empty)}
@@ -108,4 +108,4 @@ def test_iterates_end_closer_to_the_qp_than_to_prop2(tmp_path):
     c = claims["closer_to_qp_than_prop2"]
     assert c["holds"] is True and "1/1 seeds differ" in c["evidence"]
     end = frame[frame["step"] == frame["step"].max()].set_index("metric")["value"]
-    assert 1 - end["cos_wkq"] < 1 - end["cos_wkq_prop2"] and end["dist_wkq"] < end["dist_wkq_prop2"]
+    assert 1 - end["W_kq.cos_target"] < 1 - end["W_kq.cos_prop2"] and end["W_kq.dist_target"] < end["W_kq.dist_prop2"]

@@ -37,13 +37,13 @@ def test_example1_acceptance(example1_run):
     T, total = config.train.steps_stage1, config.train.steps_stage1 + config.train.steps_stage2
     wide = frame.pivot_table(index="step", columns="metric", values="value")
     stage1 = wide.loc[1:T]
-    assert np.abs(stage1["cos_wov"] - 1).max() <= 1e-9
-    assert np.abs(stage1["norm_wov"] - stage1.index.to_numpy() * eta0).max() <= 1e-12
+    assert np.abs(stage1["W_ov.cos_target"] - 1).max() <= 1e-9
+    assert np.abs(stage1["W_ov.fro"] - stage1.index.to_numpy() * eta0).max() <= 1e-12
     details = summary["details"]
     assert details["wkq_star_norm_sq"] == pytest.approx(13 / 6, abs=1e-6)
     assert details["wov_star_norm"] == pytest.approx(math.sqrt(3), abs=1e-6)
     assert details["prop2_gap"] <= 1e-9
-    assert wide.loc[total, "cos_wkq"] >= 0.99
+    assert wide.loc[total, "W_kq.cos_target"] >= 0.99
     named = {row["input"]: row["predicted"] for row in details["named_cases"]}
     assert named == {"S P": "V", "O S P": "P"}
     by_id = {c["id"]: c for c in summary["claims"]}
@@ -65,8 +65,8 @@ def test_claims_are_computed_from_metrics(example1_run):
     assert [c.holds for c in again.claims] == [c["holds"] for c in summary["claims"]]
     total = config.train.steps_stage1 + config.train.steps_stage2
     broken = frame.copy()
-    broken.loc[(broken["metric"] == "cos_wkq") & (broken["step"] == total), "value"] = 0.5
-    broken.loc[(broken["metric"] == "cos_wov") & (broken["step"] == 3), "value"] = 0.9
+    broken.loc[(broken["metric"] == "W_kq.cos_target") & (broken["step"] == total), "value"] = 0.5
+    broken.loc[(broken["metric"] == "W_ov.cos_target") & (broken["step"] == 3), "value"] = 0.9
     claims = {c.id: c for c in summarize(config, broken, tables, extras).claims}
     assert not claims["cos_wkq_to_one"].holds and "0.5" in claims["cos_wkq_to_one"].evidence
     assert not claims["stage1_exact"].holds
@@ -165,4 +165,4 @@ def test_every_option_runs_end_to_end(tmp_path, monkeypatch, name):
     assert summary["claims"] and all(c["holds"] is not None or any(r in c["reason"] for r in by_design)
                                      for c in summary["claims"]), [c for c in summary["claims"] if c["holds"] is None]
     frame = pd.read_parquet(paths.metrics)
-    assert frame["step"].max() == 50 and np.isfinite(frame[frame["metric"] == "loss"]["value"]).all()
+    assert frame["step"].max() == 50 and np.isfinite(frame[frame["metric"] == "train.loss"]["value"]).all()

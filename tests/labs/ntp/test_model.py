@@ -271,16 +271,16 @@ def test_zero_init_stage1_is_exactly_max_margin_direction():
     config = make_config(data={"source": "example1"}, train={"steps_stage1": 6, "steps_stage2": 0})
     _, rec, _ = run_logged(config)
     for t in range(1, 7):
-        assert abs(rec.records[t]["cos_wov"][0].item() - 1.0) <= 1e-12
-        assert abs(rec.records[t]["norm_wov"][0].item() - t * eta0) <= 1e-12 * t * eta0
+        assert abs(rec.records[t]["W_ov.cos_target"][0].item() - 1.0) <= 1e-12
+        assert abs(rec.records[t]["W_ov.fro"][0].item() - t * eta0) <= 1e-12 * t * eta0
 
 
 # --------------------------------------------------------------------------- invariances
 
-# continuous metrics only: train_acc is an argmax over logits that tie exactly under zero init,
+# continuous metrics only: train.acc is an argmax over logits that tie exactly under zero init,
 # so round-off (which differs between embeddings) legitimately decides it early on
-TRAJECTORY_METRICS = ("loss_stage1", "loss", "loss_floor", "cos_wov", "cos_wkq", "norm_wov", "norm_wkq",
-                      "opt_attn_min", "opt_attn_mean")
+TRAJECTORY_METRICS = ("train.loss.stage1", "train.loss", "train.loss.floor", "W_ov.cos_target", "W_kq.cos_target", "W_ov.fro",
+                      "W_kq.fro", "train.opt_attn.min", "train.opt_attn.mean")
 
 
 def test_rotated_embeddings_give_identical_trajectories():
@@ -294,7 +294,7 @@ def test_rotated_embeddings_give_identical_trajectories():
     for member in range(2):
         for name in TRAJECTORY_METRICS:
             assert_rel_close(rec_b.series(name, member), rec_a.series(name, member), 1e-9, f"{name}[{member}]")
-    assert rec_a.records[65]["cos_wkq"].min() > 0.5  # the run got somewhere
+    assert rec_a.records[65]["W_kq.cos_target"].min() > 0.5  # the run got somewhere
 
 
 @pytest.mark.parametrize("embedding", ["onehot", "rotated"])
@@ -316,7 +316,7 @@ def test_extra_embedding_dimensions_change_nothing(embedding):
 #   make_config(data={"source": "example1"}, train={"steps_stage1": 5, "steps_stage2": 10})
 # (example 1, zero init, eta0 = 0.1, eta = 0.025, float64; torch 2.13.0 CPU) and printed with
 # repr(float(rec.records[t][name][0])).
-GOLDEN = {  # step: (loss_stage1 L0, loss L)
+GOLDEN = {  # step: (train.loss.stage1 L0, train.loss L)
     0: (1.3862943611198906, 1.3862943611198906),
     1: (1.3433085864823402, 1.3602901261428597),
     2: (1.300965683106617, 1.3346718234214627),
@@ -328,19 +328,19 @@ def test_golden_losses_example1():
     config = make_config(data={"source": "example1"}, train={"steps_stage1": 5, "steps_stage2": 10})
     _, rec, _ = run_logged(config)
     for step, (l0, loss) in GOLDEN.items():
-        assert abs(rec.records[step]["loss_stage1"][0].item() - l0) <= 1e-12 * l0, (step, "L0")
-        assert abs(rec.records[step]["loss"][0].item() - loss) <= 1e-12 * loss, (step, "L")
+        assert abs(rec.records[step]["train.loss.stage1"][0].item() - l0) <= 1e-12 * l0, (step, "L0")
+        assert abs(rec.records[step]["train.loss"][0].item() - loss) <= 1e-12 * loss, (step, "L")
 
 
 def test_first_losses_analytic_example1():
     """Zero init gives uniform logits (loss log 4); one stage-1 step gives L0 = log(1 + 3 e^{-c})."""
     config = make_config(data={"source": "example1"}, train={"steps_stage1": 1, "steps_stage2": 0})
     _, rec, problem = run_logged(config)
-    assert abs(rec.records[0]["loss_stage1"][0].item() - math.log(4)) <= 1e-15
-    assert abs(rec.records[0]["loss"][0].item() - math.log(4)) <= 1e-15
+    assert abs(rec.records[0]["train.loss.stage1"][0].item() - math.log(4)) <= 1e-15
+    assert abs(rec.records[0]["train.loss"][0].item() - math.log(4)) <= 1e-15
     # W_ov = eta0 W*/||W*|| with ||W*|| = sqrt(3): the logit margin of every token is c = eta0/sqrt(3)
     c = 0.1 / math.sqrt(3)
-    assert abs(rec.records[1]["loss_stage1"][0].item() - math.log1p(3 * math.exp(-c))) <= 1e-14
+    assert abs(rec.records[1]["train.loss.stage1"][0].item() - math.log1p(3 * math.exp(-c))) <= 1e-14
     assert abs(problem.wov_star[0].norm().item() - math.sqrt(3)) <= 1e-14
 
 

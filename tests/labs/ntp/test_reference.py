@@ -54,8 +54,8 @@ def mismatches(ctx: StageEndContext, member: int, ref: ReferenceRun) -> list[str
             gap = (saved[f"p.{name}"][member] - value).abs().max().item()
             if not gap <= WEIGHT_ATOL:
                 out.append(f"step {end.step} {name}: {gap:.2e}")
-        for name in ("loss_stage1", "loss"):
-            gap = abs(logged[name][member].item() - getattr(end, name))
+        for name, field in (("train.loss.stage1", "loss_stage1"), ("train.loss", "loss")):
+            gap = abs(logged[name][member].item() - getattr(end, field))
             if not gap <= LOSS_ATOL:
                 out.append(f"step {end.step} {name}: {gap:.2e}")
     return out

@@ -23,14 +23,25 @@ _SHUFFLED = "the shuffled-label control (variant 'control', experiment.control=t
 _FLOOR_K = ("the branch's noise-free L2 optimum (table floors; spec section 5): K2* = 0.685 nats (0.99 log 2) at the default, "
             "so there the claim is not testable (below the attainable floor), never a failure of the paper")
 
+
+
+def _loss_level(id: str, statement: str, quantity: str, *, floor: str, control: str = _SHUFFLED) -> ClaimSpec:
+    """A loss-level stage criterion of the abstract: ``quantity`` (a K in units of log 2) <= 0.5."""
+    return ClaimSpec(id=id, statement=f"{statement} (loss level)", source=paper("paper1", _ABSTRACT), quantity=quantity,
+                     relation="<=", threshold=0.5, unit="log 2", floor=floor, control=control)
+
+
+def _p_accuracy(id: str, statement: str, when: str) -> ClaimSpec:
+    """The accuracy part of a P criterion: the P-only test accuracy at ``when`` >= 0.95."""
+    return ClaimSpec(id=id, statement=f"{statement} (accuracy level, where P-only test queries exist)",
+                     source=paper("paper1", _ABSTRACT), quantity=f"P-only test accuracy at {when}", relation=">=",
+                     threshold=0.95, control=_SHUFFLED)
+
+
 # --- stage claims (claims.py: stage_claims), per seed -----------------------------------------------------------------
-P_LEARNED_STAGE1 = ClaimSpec(
-    id="p_learned_stage1", statement="P is learned in stage 1 (loss level)", source=paper("paper1", _ABSTRACT),
-    quantity="K1 on P-bearing test queries at t1", relation="<=", threshold=0.5, unit="log 2",
-    floor="softplus(-m_P*) of the L2 fixed point (0.01-0.025 below the measured K1)", control=_SHUFFLED)
-P_LEARNED_STAGE1_ACC = ClaimSpec(
-    id="p_learned_stage1_acc", statement="P is learned in stage 1 (accuracy level, where P-only test queries exist)",
-    source=paper("paper1", _ABSTRACT), quantity="P-only test accuracy at t1", relation=">=", threshold=0.95, control=_SHUFFLED)
+P_LEARNED_STAGE1 = _loss_level("p_learned_stage1", "P is learned in stage 1", "K1 on P-bearing test queries at t1",
+                               floor="softplus(-m_P*) of the L2 fixed point (0.01-0.025 below the measured K1)")
+P_LEARNED_STAGE1_ACC = _p_accuracy("p_learned_stage1_acc", "P is learned in stage 1", "t1")
 Q_NOT_LEARNED_STAGE1 = ClaimSpec(
     id="q_not_learned_stage1", statement="Q is not learned in stage 1 (loss level): K2 stays at log 2",
     source=paper("paper1", _ABSTRACT), quantity="|K2 on Q-bearing test queries at t1 - log 2|", relation="<=", threshold=0.05,
@@ -40,17 +51,11 @@ Q_NOT_LEARNED_STAGE1_ACC = ClaimSpec(
     "no farther from 1/2 than the shuffled-label control's 0.95 quantile of |acc - 1/2|",
     source=paper("paper1", _ABSTRACT), quantity="|Q-part test accuracy at t1 - 1/2| minus the control's quantile of it",
     relation="<=", threshold=0.0, control="ablation no-noise (the Q-part accuracy at t1 leaves the control's band)")
-Q_LEARNED_STAGE2 = ClaimSpec(
-    id="q_learned_stage2", statement="Q is learned in stage 2 (loss level)", source=paper("paper1", _ABSTRACT),
-    quantity="K2 on Q-bearing test queries at the end", relation="<=", threshold=0.5, unit="log 2", floor=_FLOOR_K,
-    control="ablation no-anneal (constant eta1) and " + _SHUFFLED)
-P_KEPT_STAGE2 = ClaimSpec(
-    id="p_kept_stage2", statement="P is kept in stage 2 (loss level)", source=paper("paper1", _ABSTRACT),
-    quantity="K1 on P-bearing test queries at the end", relation="<=", threshold=0.5, unit="log 2",
-    floor="softplus(-m_P*) of the L2 fixed point", control=_SHUFFLED)
-P_KEPT_STAGE2_ACC = ClaimSpec(
-    id="p_kept_stage2_acc", statement="P is kept in stage 2 (accuracy level, where P-only test queries exist)",
-    source=paper("paper1", _ABSTRACT), quantity="P-only test accuracy at the end", relation=">=", threshold=0.95, control=_SHUFFLED)
+Q_LEARNED_STAGE2 = _loss_level("q_learned_stage2", "Q is learned in stage 2", "K2 on Q-bearing test queries at the end",
+                               floor=_FLOOR_K, control="ablation no-anneal (constant eta1) and " + _SHUFFLED)
+P_KEPT_STAGE2 = _loss_level("p_kept_stage2", "P is kept in stage 2", "K1 on P-bearing test queries at the end",
+                            floor="softplus(-m_P*) of the L2 fixed point")
+P_KEPT_STAGE2_ACC = _p_accuracy("p_kept_stage2_acc", "P is kept in stage 2", "the end")
 Q_ACCURACY_STAGE2 = ClaimSpec(
     id="q_accuracy_stage2", statement="Q is learned in stage 2 at the accuracy level", source=paper("paper1", _ABSTRACT),
     quantity="Q-part test accuracy at the end", relation=">=", threshold=0.85,
@@ -74,26 +79,27 @@ CONTROL_NOT_STAGED = ClaimSpec(
 # --- relative forms against the attainable floors (floor_claims.py: relative_claims), per seed -------------------------
 _FLOOR_NUM = ("the noise-free L2 optimum of the member's own objective on its training prompts (table floors; "
               "numerical, with the two-scalar fixed point as a cross-check)")
-P_DROP_STAGE1 = ClaimSpec(
-    id="p_drop_stage1", statement="P is learned in stage 1, relative to what it can attain: at least half of the attainable "
-    "drop log 2 - K1* is realised at t1", source=paper("paper1", _ABSTRACT),
-    quantity="(log 2 - K1(t1)) / (log 2 - K1*) on P-bearing test queries", relation=">=", threshold=0.5,
-    floor="K1*: " + _FLOOR_NUM, control=_SHUFFLED)
-Q_FLAT_DROP_STAGE1 = ClaimSpec(
-    id="q_not_learned_stage1_drop", statement="Q is not learned in stage 1, relative to what it can attain: at most a fifth "
-    "of the attainable drop log 2 - K2* is realised at t1", source=paper("paper1", _ABSTRACT),
-    quantity="(log 2 - K2(t1)) / (log 2 - K2*) on Q-bearing test queries", relation="<=", threshold=0.2,
-    floor="K2*: " + _FLOOR_NUM, control="ablation no-noise (Q picked up in the large-LR stage)")
-Q_DROP_STAGE2 = ClaimSpec(
-    id="q_drop_stage2", statement="Q is learned in stage 2, relative to what it can attain: at least half of the attainable "
-    "drop log 2 - K2* is realised between t1 and the end", source=paper("paper1", _ABSTRACT),
-    quantity="(K2(t1) - K2(end)) / (log 2 - K2*) on Q-bearing test queries", relation=">=", threshold=0.5,
-    floor="K2*: " + _FLOOR_NUM, control="ablation no-anneal (constant eta1) and " + _SHUFFLED)
-P_KEPT_DROP_STAGE2 = ClaimSpec(
-    id="p_kept_drop_stage2", statement="P is kept in stage 2, relative to what it can attain: at least half of the attainable "
-    "drop log 2 - K1* is still realised at the end", source=paper("paper1", _ABSTRACT),
-    quantity="(log 2 - K1(end)) / (log 2 - K1*) on P-bearing test queries", relation=">=", threshold=0.5,
-    floor="K1*: " + _FLOOR_NUM, control=_SHUFFLED)
+
+
+def _relative(id: str, head: str, k: int, share: str, realised: str, numerator: str, relation: str, threshold: float,
+              control: str = _SHUFFLED) -> ClaimSpec:
+    """A stage criterion relative to the floor K{k}*: the share of the attainable drop log 2 - K{k}* realised."""
+    feature = "PQ"[k - 1]
+    return ClaimSpec(
+        id=id, statement=f"{head}, relative to what it can attain: {share} of the attainable drop log 2 - K{k}* is {realised}",
+        source=paper("paper1", _ABSTRACT), quantity=f"{numerator} / (log 2 - K{k}*) on {feature}-bearing test queries",
+        relation=relation, threshold=threshold, floor=f"K{k}*: " + _FLOOR_NUM, control=control)
+
+
+P_DROP_STAGE1 = _relative("p_drop_stage1", "P is learned in stage 1", 1, "at least half", "realised at t1",
+                          "(log 2 - K1(t1))", ">=", 0.5)
+Q_FLAT_DROP_STAGE1 = _relative("q_not_learned_stage1_drop", "Q is not learned in stage 1", 2, "at most a fifth",
+                               "realised at t1", "(log 2 - K2(t1))", "<=", 0.2,
+                               control="ablation no-noise (Q picked up in the large-LR stage)")
+Q_DROP_STAGE2 = _relative("q_drop_stage2", "Q is learned in stage 2", 2, "at least half", "realised between t1 and the end",
+                          "(K2(t1) - K2(end))", ">=", 0.5, control="ablation no-anneal (constant eta1) and " + _SHUFFLED)
+P_KEPT_DROP_STAGE2 = _relative("p_kept_drop_stage2", "P is kept in stage 2", 1, "at least half", "still realised at the end",
+                               "(log 2 - K1(end))", ">=", 0.5)
 
 # --- the causal accuracy-level claim (floor_claims.py: anneal_gain_claims), per seed ---------------------------------
 ANNEAL_GAIN_Q_ACC = ClaimSpec(

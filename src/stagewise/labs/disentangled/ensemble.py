@@ -3,7 +3,7 @@
 A member is (seed, variant): its own data (drawn from its seed and its mixture), its own
 hyper-parameters (lr_stage1, lr_stage2, t1, update noise, L2 lambda: the config's names) and
 its own random streams (init, update noise, minibatches). Everything that keeps tensor
-shapes is a per-member tensor (:attr:`Ensemble.hyper`, (M,) each), so seeds x ablations
+shapes is a per-member tensor (:attr:`Ensemble.hyper`, (S,) each), so seeds x ablations
 train as one computation (:mod:`.train`); member i equals a single run of it.
 
 Members that share a dataset (same seed and data fields) are stored once: :func:`data_major`
@@ -88,16 +88,16 @@ def data_spec(config: Config, member: Member | None = None) -> DataSpec:
 
 @dataclass
 class Ensemble:
-    """Data and per-member settings of one batched group (M members)."""
+    """Data and per-member settings of one batched group (S members)."""
 
     config: Config
     members: list[Member]
     train: Batch
     test: Batch
-    hyper: dict[str, torch.Tensor]  # lr_stage1, lr_stage2, t1, noise, l2, noise_constant, noise_stage1: (M,)
+    hyper: dict[str, torch.Tensor]  # lr_stage1, lr_stage2, t1, noise, l2, noise_constant, noise_stage1: (S,)
     rngs: dict[str, list[torch.Generator]] = field(default_factory=dict)
-    w_star: torch.Tensor | None = None  # (M, d) each member's P direction
-    zeta_basis: torch.Tensor | None = None  # (M, 2, d) orthonormal basis of its span(zeta1, zeta2)
+    w_star: torch.Tensor | None = None  # (S, d) each member's P direction
+    zeta_basis: torch.Tensor | None = None  # (S, 2, d) orthonormal basis of its span(zeta1, zeta2)
 
     @property
     def size(self) -> int:
@@ -172,8 +172,8 @@ def _prompts(config: Config, members: list[Member], n: int, split: str, dtype: t
         ys.append(drawn.y)
         kinds.append(drawn.kind)
     y = torch.stack(ys).to(dtype)  # (U, N, L)
-    expand = lambda t: t.repeat_interleave(per_data, dim=0).contiguous()  # noqa: E731  (M, ...)
-    target = expand(y[:, :, -1])  # (M, N)
+    expand = lambda t: t.repeat_interleave(per_data, dim=0).contiguous()  # noqa: E731  (S, ...)
+    target = expand(y[:, :, -1])  # (S, N)
     if split == "train":
         for i, m in enumerate(members):
             if m.control:
@@ -197,17 +197,17 @@ def control_permutation(seed: int, n: int) -> torch.Tensor:
 
 def build_ensemble(config: Config, members: list[Member]) -> Ensemble:
     """The group's data (training and test prompts, each dataset drawn once), its per-member
-    settings ``hyper`` ((M,) each, named as the Member fields) and random streams, on the CPU."""
+    settings ``hyper`` ((S,) each, named as the Member fields) and random streams, on the CPU."""
     dtype = resolve_dtype(config.model.dtype)
     hyper = {k: torch.tensor([float(getattr(m, k)) for m in members], dtype=dtype)
              for k in ("lr_stage1", "lr_stage2", "t1", "noise", "l2")}
-    for mode in NOISE_MODES[1:]:  # (M,) 1.0 where the member's noise follows that mode
+    for mode in NOISE_MODES[1:]:  # (S,) 1.0 where the member's noise follows that mode
         hyper[f"noise_{mode}"] = torch.tensor([float(m.noise_mode == mode) for m in members], dtype=dtype)
     ens = Ensemble(config, members, _prompts(config, members, config.data.n_train, "train", dtype),
                    _prompts(config, members, config.data.n_test, "test", dtype), hyper)
     ens.rngs = {name: [STREAMS.torch(m.seed, name) for m in members] for name in ("noise", "batch")}
     dirs = [geometry(data_spec(config, m), [m.seed]) for m in members]
-    ens.w_star = torch.cat([w for w, _ in dirs]).to(dtype)  # (M, d)
-    ens.zeta_basis = torch.cat([z for _, z in dirs]).to(dtype)  # (M, 2, d)
+    ens.w_star = torch.cat([w for w, _ in dirs]).to(dtype)  # (S, d)
+    ens.zeta_basis = torch.cat([z for _, z in dirs]).to(dtype)  # (S, 2, d)
     return ens
 

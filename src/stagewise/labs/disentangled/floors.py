@@ -25,14 +25,14 @@ minimum-norm Clarke subgradient over the kinks Z the iterate sits on (|s_a| <= Z
 member is converged when max |r| < GRAD_TOL (incl. the L2 term).
 
 Solver: a semismooth Newton (SQP) method, batched over members as a tensor dimension. At X
-the scores near their kink (candidates S: c_a > 0, |s_a| <= NEAR_REL rms, at most MAX_NEAR
+the scores near their kink (candidates A: c_a > 0, |s_a| <= NEAR_REL rms, at most MAX_NEAR
 per member) are modelled as hinges, the rest of J by its second-order model with the exact
 Gauss-Newton Hessian H = lambda I + Phi^T Phi (Phi: the rows sqrt(l''_n / N) d(drive_n)/dX;
 exact for the 1/L and 1/(L-1) normalisers, where f is linear in X between kinks)::
 
-    min_v  g^T v + v^T H v / 2 + sum_{a in S} c_a max(0, s_a + dS_a v)
+    min_v  g^T v + v^T H v / 2 + sum_{a in A} c_a max(0, s_a + dS_a v)
 
-solved through its dual, a box QP in theta in [0, 1]^S (Q = D G H^-1 G^T D, b = D (G H^-1 g - s),
+solved through its dual, a box QP in theta in [0, 1]^A (Q = D G H^-1 G^T D, b = D (G H^-1 g - s),
 D = diag(c)), with H^-1 by Woodbury in prompt space (a Cholesky of lambda I + Phi Phi^T per
 member: no P x P matrix); v = -H^-1 (g + G^T D theta), then a backtracking line search on the
 true J. The kinks the step lands on are hit exactly (s is linear in X). lambda = 0 has no
@@ -41,9 +41,9 @@ finite optimum: that floor is absent with the reason.
 Analytic floor (the cross-check): :func:`.theory.analytic_floor`, the two-scalar fixed point,
 applicable only to the family it was derived for (:func:`.theory.analytic_reason`).
 
-Shapes: M members (unique problems), B branches of k x k (W, V; B = 1, k = 2d for full
+Shapes: S members (unique problems), B branches of k x k (W, V; B = 1, k = 2d for full
 weights), U ReLU units (split: B; joint, full: 1), R drives (loss terms: 1 for total, 2 for
-branches), N train prompts, C = L - 1 context tokens, S candidate kinks, P = B k^2.
+branches), N train prompts, C = L - 1 context tokens, A candidate kinks, P = B k^2.
 """
 
 from __future__ import annotations
@@ -107,28 +107,28 @@ class _Problem:
     def __init__(self, config: Config, batch: Batch, l2: torch.Tensor):
         self.config, self.batch, self.l2 = config, batch, l2
         self.split = config.model.output == "split" or batch.ctx.shape[1] == 1
-        self.live = self._nonzero_features()  # (M, U, N, C)
+        self.live = self._nonzero_features()  # (S, U, N, C)
 
     def _nonzero_features(self) -> torch.Tensor:
-        """(M, U, N, C): the scores that move with X (context and query features of the unit nonzero)."""
+        """(S, U, N, C): the scores that move with X (context and query features of the unit nonzero)."""
         batch = self.batch
         live = (batch.ctx.pow(2).sum(-1) > 0) & (batch.query.pow(2).sum(-1) > 0).unsqueeze(-1)  # (D, B, N, C)
         live = live if self.split else live.any(1, keepdim=True)  # (D, U, N, C)
-        return live.repeat_interleave(batch.per_data, dim=0)  # (M, U, N, C)
+        return live.repeat_interleave(batch.per_data, dim=0)  # (S, U, N, C)
 
     def forward(self, x: torch.Tensor) -> Forward:
-        """model.forward (split, joint or full) of X (M, B, k, k)."""
-        scores = all_scores(tuple(x.unbind(1)), self.batch)  # (M, B, N, C)
-        units = scores if self.split else scores.sum(1, keepdim=True)  # (M, U, N, C)
+        """model.forward (split, joint or full) of X (S, B, k, k)."""
+        scores = all_scores(tuple(x.unbind(1)), self.batch)  # (S, B, N, C)
+        units = scores if self.split else scores.sum(1, keepdim=True)  # (S, U, N, C)
         outs = tuple(normalize(self.batch.labels, F.relu(s), self.config.model.normalizer) for s in units.unbind(1))
         return Forward(tuple(units.unbind(1)), outs, sum(outs[1:], outs[0]))
 
     def value(self, fwd: Forward, x: torch.Tensor) -> torch.Tensor:
-        """J (M,)."""
+        """J (S,)."""
         return objective_loss(fwd, self.batch.target, self.config.train.objective).mean(-1) + 0.5 * self.l2 * x.pow(2).flatten(1).sum(-1)
 
     def grad(self, fwd: Forward, x: torch.Tensor, kinks: "_Kinks | None" = None, coef: torch.Tensor | None = None) -> torch.Tensor:
-        """grad J (M, B, k, k); with ``kinks`` (and their c, (M, A)) grad J_A: without the
+        """grad J (S, B, k, k); with ``kinks`` (and their c, (S, A)) grad J_A: without the
         contributions c_a [s_a > 0] dS_a of those gates (J_A: their ReLU terms taken out)."""
         grads = gradients(fwd, self.batch, self.config.model.normalizer, None, self.config.train.objective)
         grad = torch.stack(grads, 1) + self.l2.view(-1, 1, 1, 1) * x
@@ -137,69 +137,69 @@ class _Problem:
         return grad - kinks.adjoint(coef * (kinks.gather(torch.stack(fwd.score, 1)) > 0))
 
     def drives(self, fwd: Forward) -> tuple[torch.Tensor, ...]:
-        """The outputs the loss terms are taken of, (M, N) each: (f,) or (f^1, f^2)."""
+        """The outputs the loss terms are taken of, (S, N) each: (f,) or (f^1, f^2)."""
         return (fwd.f,) if self.config.train.objective == "total" else fwd.out
 
     def relu_coefficients(self, fwd: Forward) -> torch.Tensor:
-        """c = dJ / dReLU(s) per unit, prompt and context token, (M, U, N, C)."""
+        """c = dJ / dReLU(s) per unit, prompt and context token, (S, U, N, C)."""
         drives = self.drives(fwd) * (len(fwd.out) if self.config.train.objective == "total" else 1)
         y, out = self.batch.target, []
         for s, unit_out, g in zip(fwd.score, fwd.out, drives):
-            dloss = -y * torch.sigmoid(-y * g) / y.shape[1]  # (M, N)
+            dloss = -y * torch.sigmoid(-y * g) / y.shape[1]  # (S, N)
             out.append(dloss.unsqueeze(-1) * _norm_grad(self.batch.labels, F.relu(s), unit_out, self.config.model.normalizer))
         return torch.stack(out, 1)
 
     def newton_rows(self, fwd: Forward, hinges: torch.Tensor) -> torch.Tensor:
-        """Phi (M, R, N, B, k): row (r, n) is sqrt(l''_rn / N) d drive_rn / dX = sum_b e_b w_rnb q_nb^T
-        without the gates of ``hinges`` (M, U, N, C) (only w is stored; q is the prompt's query)."""
-        batch, M = self.batch, self.batch.target.shape[0]
+        """Phi (S, R, N, B, k): row (r, n) is sqrt(l''_rn / N) d drive_rn / dX = sum_b e_b w_rnb q_nb^T
+        without the gates of ``hinges`` (S, U, N, C) (only w is stored; q is the prompt's query)."""
+        batch, S = self.batch, self.batch.target.shape[0]
         D, B, N, _, k = batch.ctx.shape
         y, drives = batch.target, self.drives(fwd)
-        rows = torch.zeros(M, len(drives), N, B, k, dtype=batch.ctx.dtype, device=batch.ctx.device)
+        rows = torch.zeros(S, len(drives), N, B, k, dtype=batch.ctx.dtype, device=batch.ctx.device)
         for u, (s, unit_out) in enumerate(zip(fwd.score, fwd.out)):
-            alpha = _norm_grad(batch.labels, F.relu(s), unit_out, self.config.model.normalizer) * ((s > 0) & ~hinges[:, u])  # (M, N, C)
+            alpha = _norm_grad(batch.labels, F.relu(s), unit_out, self.config.model.normalizer) * ((s > 0) & ~hinges[:, u])  # (S, N, C)
             alpha = alpha.view(D, -1, N, alpha.shape[-1])  # (D, K, N, C)
             r = 0 if len(drives) == 1 else u
             for b in ([u] if self.split and B > 1 else range(B)):
-                rows[:, r, :, b] += torch.einsum("dknc,dncq->dknq", alpha, batch.ctx[:, b]).reshape(M, N, k)  # (M, N, k)
-        curvature = torch.stack([torch.sigmoid(y * g) * torch.sigmoid(-y * g) for g in drives], 1) / N  # (M, R, N) l''
+                rows[:, r, :, b] += torch.einsum("dknc,dncq->dknq", alpha, batch.ctx[:, b]).reshape(S, N, k)  # (S, N, k)
+        curvature = torch.stack([torch.sigmoid(y * g) * torch.sigmoid(-y * g) for g in drives], 1) / N  # (S, R, N) l''
         return rows * curvature.sqrt()[..., None, None]
 
 
 class _Kinks:
-    """Rows dS_a of a padded kink set: idx (M, A) into the flattened (U, N, C) grid, valid
-    (M, A); dS_a = sum_b e_b x_{a,b} q_{a,b}^T, kept as ctx, query (M, A, B, k)."""
+    """Rows dS_a of a padded kink set: idx (S, A) into the flattened (U, N, C) grid, valid
+    (S, A); dS_a = sum_b e_b x_{a,b} q_{a,b}^T, kept as ctx, query (S, A, B, k)."""
 
     def __init__(self, problem: _Problem, mask: torch.Tensor):
-        batch, M = problem.batch, mask.shape[0]
-        counts = mask.flatten(1).sum(-1)  # (M,)
+        batch, S = problem.batch, mask.shape[0]
+        counts = mask.flatten(1).sum(-1)  # (S,)
         width = max(1, int(counts.max()))
-        order = torch.sort(mask.flatten(1).to(torch.int8), dim=1, descending=True, stable=True).indices[:, :width]  # (M, A)
-        self.valid = torch.arange(width, device=mask.device).unsqueeze(0) < counts.unsqueeze(1)  # (M, A)
+        order = torch.sort(mask.flatten(1).to(torch.int8), dim=1, descending=True, stable=True).indices[:, :width]  # (S, A)
+        self.valid = torch.arange(width, device=mask.device).unsqueeze(0) < counts.unsqueeze(1)  # (S, A)
         self.idx = order
         n_units, N, C = mask.shape[1:]
-        unit, n, c = order // (N * C), (order // C) % N, order % C  # (M, A) each
-        data = torch.arange(M, device=mask.device) // batch.per_data  # (M,) dataset of each member
-        ctx = batch.ctx[data.unsqueeze(1), :, n, c]  # (M, A, B, k)
+        unit, n, c = order // (N * C), (order // C) % N, order % C  # (S, A) each
+        data = torch.arange(S, device=mask.device) // batch.per_data  # (S,) dataset of each member
+        ctx = batch.ctx[data.unsqueeze(1), :, n, c]  # (S, A, B, k)
         if n_units > 1:  # split: unit a's score reads its own branch only
-            ctx = ctx * F.one_hot(unit, ctx.shape[2]).to(ctx.dtype).unsqueeze(-1)  # (M, A, B, k)
+            ctx = ctx * F.one_hot(unit, ctx.shape[2]).to(ctx.dtype).unsqueeze(-1)  # (S, A, B, k)
         self.ctx = ctx * self.valid.to(ctx.dtype)[..., None, None]
-        self.query = batch.query[data.unsqueeze(1), :, n]  # (M, A, B, k)
+        self.query = batch.query[data.unsqueeze(1), :, n]  # (S, A, B, k)
 
     def gather(self, values: torch.Tensor) -> torch.Tensor:
-        """(M, U, N, C) -> (M, A), 0 on padding."""
+        """(S, U, N, C) -> (S, A), 0 on padding."""
         return values.flatten(1).gather(1, self.idx) * self.valid
 
     def gram(self) -> torch.Tensor:
-        """G G^T (M, A, A)."""
+        """G G^T (S, A, A)."""
         return (torch.einsum("mabk,mcbk->mbac", self.ctx, self.ctx) * torch.einsum("mabl,mcbl->mbac", self.query, self.query)).sum(1)
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
-        """G x = (s_a)_a: (M, B, k, k) -> (M, A)."""
+        """G x = (s_a)_a: (S, B, k, k) -> (S, A)."""
         return torch.einsum("mabk,mbkl,mabl->ma", self.ctx, x, self.query)
 
     def adjoint(self, u: torch.Tensor) -> torch.Tensor:
-        """G^T u: (M, A) -> (M, B, k, k)."""
+        """G^T u: (S, A) -> (S, B, k, k)."""
         return torch.einsum("ma,mabk,mabl->mbkl", u * self.valid, self.ctx, self.query)
 
     def columns(self, m: int, coef: torch.Tensor) -> torch.Tensor:
@@ -210,25 +210,25 @@ class _Kinks:
 
 def _box_qp(q: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """argmin theta^T q theta / 2 + b^T theta over [0, 1]^A, batched over members (q PSD,
-    (M, A, A); padding fixed at 0): Bertsekas' projected Newton method. Each iteration fixes
+    (S, A, A); padding fixed at 0): Bertsekas' projected Newton method. Each iteration fixes
     the bound variables the gradient pushes outwards, takes the Newton step on the others
     (batched Cholesky, JITTER added to the scaled matrix) and backtracks along the projection
     arc; it stops when the projected gradient is below QP_TOL of the scale (finite once the
     bound set is right)."""
-    scale = q.diagonal(dim1=1, dim2=2).amax(-1).clamp_min(1e-300)  # (M,)
+    scale = q.diagonal(dim1=1, dim2=2).amax(-1).clamp_min(1e-300)  # (S,)
     q, b = q / scale[:, None, None], b / scale[:, None]
     eye = torch.eye(q.shape[-1], dtype=q.dtype, device=q.device)
-    value = lambda th: 0.5 * (th * (q @ th.unsqueeze(-1)).squeeze(-1)).sum(-1) + (b * th).sum(-1)  # noqa: E731  (M,)
+    value = lambda th: 0.5 * (th * (q @ th.unsqueeze(-1)).squeeze(-1)).sum(-1) + (b * th).sum(-1)  # noqa: E731  (S,)
     theta = torch.zeros_like(b)
     for _ in range(QP_ITER):
-        grad = (q @ theta.unsqueeze(-1)).squeeze(-1) + b  # (M, A)
+        grad = (q @ theta.unsqueeze(-1)).squeeze(-1) + b  # (S, A)
         projected = (theta - (theta - grad).clamp(0.0, 1.0)) * valid
         if float(projected.abs().max()) <= QP_TOL:
             break
-        fixed = ~valid | ((theta <= 0) & (grad > 0)) | ((theta >= 1) & (grad < 0))  # (M, A)
+        fixed = ~valid | ((theta <= 0) & (grad > 0)) | ((theta >= 1) & (grad < 0))  # (S, A)
         free = (~fixed).to(q.dtype)
         reduced = q * free.unsqueeze(-1) * free.unsqueeze(-2) + torch.diag_embed(1.0 - free) + JITTER * eye
-        step = torch.cholesky_solve((-grad * free).unsqueeze(-1), torch.linalg.cholesky(reduced)).squeeze(-1)  # (M, A)
+        step = torch.cholesky_solve((-grad * free).unsqueeze(-1), torch.linalg.cholesky(reduced)).squeeze(-1)  # (S, A)
         t, current = torch.ones_like(scale), value(theta)
         searching, new = valid.any(-1), theta.clone()
         for _ in range(MAX_HALVINGS):
@@ -244,31 +244,31 @@ def _box_qp(q: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> torch.Tens
 
 
 def _newton_step(problem: _Problem, x: torch.Tensor, near: torch.Tensor) -> torch.Tensor:
-    """The SQP step v (M, B, k, k) at x with the kinks ``near`` (M, U, N, C) as hinges."""
+    """The SQP step v (S, B, k, k) at x with the kinks ``near`` (S, U, N, C) as hinges."""
     fwd = problem.forward(x)
     kinks = _Kinks(problem, near)
-    coef = kinks.gather(problem.relu_coefficients(fwd))  # (M, A)
+    coef = kinks.gather(problem.relu_coefficients(fwd))  # (S, A)
     grad = problem.grad(fwd, x, kinks, coef)  # grad J_S: the hinges' terms out
-    rows = problem.newton_rows(fwd, near)  # (M, R, N, B, k)
-    M, R, N, B, _ = rows.shape
-    query = problem.batch.query.repeat_interleave(problem.batch.per_data, dim=0)  # (M, B, N, k)
+    rows = problem.newton_rows(fwd, near)  # (S, R, N, B, k)
+    S, R, N, B, _ = rows.shape
+    query = problem.batch.query.repeat_interleave(problem.batch.per_data, dim=0)  # (S, B, N, k)
     lam = problem.l2.view(-1, 1, 1)
-    inner = lam * torch.eye(R * N, dtype=x.dtype, device=x.device)  # (M, RN, RN): lambda I + Phi Phi^T
+    inner = lam * torch.eye(R * N, dtype=x.dtype, device=x.device)  # (S, RN, RN): lambda I + Phi Phi^T
     for b in range(B):
-        w = rows[:, :, :, b].reshape(M, R * N, -1)  # (M, RN, k)
+        w = rows[:, :, :, b].reshape(S, R * N, -1)  # (S, RN, k)
         inner = inner + (w @ w.transpose(1, 2)) * (query[:, b] @ query[:, b].transpose(1, 2)).repeat(1, R, R)
     chol = torch.linalg.cholesky(inner)
     phi = lambda u: torch.stack([torch.einsum("mrnk,mkl,mnl->mrn", rows[:, :, :, b], u[:, b], query[:, b])  # noqa: E731
-                                 for b in range(B)]).sum(0).reshape(M, R * N)  # Phi u: (M, B, k, k) -> (M, RN)
-    phi_t = lambda z: torch.stack([torch.einsum("mrn,mrnk,mnl->mkl", z.view(M, R, N), rows[:, :, :, b], query[:, b])  # noqa: E731
-                                   for b in range(B)], 1)  # Phi^T z: (M, RN) -> (M, B, k, k)
+                                 for b in range(B)]).sum(0).reshape(S, R * N)  # Phi u: (S, B, k, k) -> (S, RN)
+    phi_t = lambda z: torch.stack([torch.einsum("mrn,mrnk,mnl->mkl", z.view(S, R, N), rows[:, :, :, b], query[:, b])  # noqa: E731
+                                   for b in range(B)], 1)  # Phi^T z: (S, RN) -> (S, B, k, k)
     solve = lambda z: torch.cholesky_solve(z, chol)  # noqa: E731
     if bool(near.any()):  # the dual box QP of the hinges
-        scores = kinks.apply(x)  # (M, A) the hinges' true scores
+        scores = kinks.apply(x)  # (S, A) the hinges' true scores
         phi_g = torch.stack([torch.einsum("mrnk,mak->mrna", rows[:, :, :, b], kinks.ctx[:, :, b])
                              * torch.einsum("mnk,mak->mna", query[:, b], kinks.query[:, :, b]).unsqueeze(1) for b in range(B)]).sum(0)
-        phi_g = phi_g.reshape(M, R * N, -1)  # (M, RN, A) Phi G^T
-        g_hinv_gt = (kinks.gram() - phi_g.transpose(1, 2) @ solve(phi_g)) / lam  # (M, A, A) G H^-1 G^T
+        phi_g = phi_g.reshape(S, R * N, -1)  # (S, RN, A) Phi G^T
+        g_hinv_gt = (kinks.gram() - phi_g.transpose(1, 2) @ solve(phi_g)) / lam  # (S, A, A) G H^-1 G^T
         g_hinv_g = (kinks.apply(grad) - (phi_g.transpose(1, 2) @ solve(phi(grad).unsqueeze(-1))).squeeze(-1)) / lam.view(-1, 1)
         theta = _box_qp(coef.unsqueeze(-1) * g_hinv_gt * coef.unsqueeze(1), coef * (g_hinv_g - scores), kinks.valid)
         grad = grad + kinks.adjoint(coef * theta)
@@ -276,33 +276,33 @@ def _newton_step(problem: _Problem, x: torch.Tensor, near: torch.Tensor) -> torc
 
 
 def _rms_masks(problem: _Problem, fwd: Forward) -> tuple[torch.Tensor, torch.Tensor]:
-    """(|s| (M, U, N, C), rms (M, U, 1, 1)) of the live scores of ``fwd`` (true gates)."""
-    scores = torch.stack(fwd.score, 1).abs() * problem.live  # (M, U, N, C)
-    rms = (scores.pow(2).flatten(2).sum(-1) / problem.live.flatten(2).sum(-1).clamp_min(1)).sqrt()  # (M, U)
+    """(|s| (S, U, N, C), rms (S, U, 1, 1)) of the live scores of ``fwd`` (true gates)."""
+    scores = torch.stack(fwd.score, 1).abs() * problem.live  # (S, U, N, C)
+    rms = (scores.pow(2).flatten(2).sum(-1) / problem.live.flatten(2).sum(-1).clamp_min(1)).sqrt()  # (S, U)
     return scores, rms[..., None, None]
 
 
 def _near_kinks(problem: _Problem, fwd: Forward) -> torch.Tensor:
-    """The hinge candidates (M, U, N, C): live, c > 0, |s| <= NEAR_REL rms, the MAX_NEAR closest."""
+    """The hinge candidates (S, U, N, C): live, c > 0, |s| <= NEAR_REL rms, the MAX_NEAR closest."""
     scores, rms = _rms_masks(problem, fwd)
     near = problem.live & (problem.relu_coefficients(fwd) > 0) & (scores <= NEAR_REL * rms)
     if int(near.flatten(1).sum(-1).max()) > MAX_NEAR:
-        ratio = torch.where(near, scores / rms.clamp_min(1e-300), torch.inf).flatten(1)  # (M, UNC)
-        cut = ratio.kthvalue(MAX_NEAR, dim=1, keepdim=True).values  # (M, 1)
+        ratio = torch.where(near, scores / rms.clamp_min(1e-300), torch.inf).flatten(1)  # (S, UNC)
+        cut = ratio.kthvalue(MAX_NEAR, dim=1, keepdim=True).values  # (S, 1)
         near = near & (ratio <= cut).view_as(near)
     return near
 
 
 def certificate(problem: _Problem, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(max |r| (M,), |Z| (M,)): the minimum-norm Clarke subgradient over the kinks Z the
+    """(max |r| (S,), |Z| (S,)): the minimum-norm Clarke subgradient over the kinks Z the
     iterate sits on (module docstring); BVLS per member on its (P, |Z|) columns."""
     from scipy.optimize import lsq_linear
 
     fwd = problem.forward(x)
     scores, rms = _rms_masks(problem, fwd)
-    zero = problem.live & (scores <= ZERO_REL * rms)  # (M, U, N, C)
+    zero = problem.live & (scores <= ZERO_REL * rms)  # (S, U, N, C)
     kinks = _Kinks(problem, zero)
-    coef = kinks.gather(problem.relu_coefficients(fwd))  # (M, A)
+    coef = kinks.gather(problem.relu_coefficients(fwd))  # (S, A)
     grad = problem.grad(fwd, x, kinks, coef)  # grad J_Z
     residual = grad.abs().flatten(1).amax(-1)
     if bool(zero.any()):
@@ -320,13 +320,13 @@ def solve(config: Config, members: list[Member]) -> list[Solution]:
     config = config.model_copy(update={"model": config.model.model_copy(update={"dtype": "float64"})})
     device = resolve_device(config.device)
     ens = build_ensemble(config, members).to(device)
-    x = torch.stack(init_weights(config, members, resolve_dtype(config.model.dtype)), 1).to(device)  # (M, B, k, k)
+    x = torch.stack(init_weights(config, members, resolve_dtype(config.model.dtype)), 1).to(device)  # (S, B, k, k)
     problem = _Problem(config, ens.train, ens.hyper["l2"])
-    M = len(members)
-    expand = lambda t: t.view(-1, 1, 1, 1)  # noqa: E731  (M,) -> (M, 1, 1, 1)
-    with training_threads(config.thread_count(M)):
-        iters = torch.zeros(M, dtype=torch.long, device=device)
-        stalls = torch.zeros(M, dtype=torch.long, device=device)
+    S = len(members)
+    expand = lambda t: t.view(-1, 1, 1, 1)  # noqa: E731  (S,) -> (S, 1, 1, 1)
+    with training_threads(config.thread_count(S)):
+        iters = torch.zeros(S, dtype=torch.long, device=device)
+        stalls = torch.zeros(S, dtype=torch.long, device=device)
         residual, _ = certificate(problem, x)
         todo = ~(residual < SOLVE_TOL)
         for _ in range(MAX_ITER):
@@ -335,7 +335,7 @@ def solve(config: Config, members: list[Member]) -> list[Solution]:
             fwd = problem.forward(x)
             value = problem.value(fwd, x)
             step = _newton_step(problem, x, _near_kinks(problem, fwd)) * expand(todo)
-            t = torch.ones(M, dtype=x.dtype, device=device)
+            t = torch.ones(S, dtype=x.dtype, device=device)
             searching, new_x = todo.clone(), x.clone()
             for _ in range(MAX_HALVINGS):
                 trial = x + expand(t) * step
@@ -357,12 +357,12 @@ def solve(config: Config, members: list[Member]) -> list[Solution]:
         weights = tuple(x.unbind(1))
         test = evaluate(weights, ens.test, ens.hyper["l2"], config.model.output, config.model.normalizer, config.data.d, "test")
         f1, f2 = branch_outputs(weights, ens.test, config.model.normalizer, config.data.d)
-        margin = lambda f, mask: ((ens.test.target * f) * mask).sum(-1) / mask.sum(-1)  # noqa: E731  (M,)
+        margin = lambda f, mask: ((ens.test.target * f) * mask).sum(-1) / mask.sum(-1)  # noqa: E731  (S,)
         test["m_P"] = margin(f1, ens.test.kind != KINDS["q_only"])
         test["m_Q"] = margin(f2, ens.test.kind != KINDS["p_only"])
     return [Solution(x[i].cpu(), float(value[i]), float(residual[i]), int(iters[i]), int(zeros[i]),
                      bool(residual[i] < GRAD_TOL) and math.isfinite(float(value[i])), {k: float(v[i]) for k, v in test.items()})
-            for i in range(M)]
+            for i in range(S)]
 
 
 # --- rows, report -------------------------------------------------------------------------------------------------

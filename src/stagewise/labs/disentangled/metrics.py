@@ -1,4 +1,4 @@
-"""Metrics of the disentangled lab (spec section 3), per member, shape (M,) each.
+"""Metrics of the disentangled lab (spec section 3), per member, shape (S,) each.
 
 Names: ``{split}.{quantity}`` with split in train/test, e.g. ``test.acc.q_only``,
 ``train.K1``, ``test.loss.label_neg``; weight norms ``W.fro``; spectra ``W.sv.3`` etc.
@@ -18,19 +18,19 @@ P_FLIPPED = 3  # composite labels: both features, P carries -y (data.KIND_P_FLIP
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over prompts where mask holds: (M, N) -> (M,); NaN where no prompt qualifies."""
+    """Mean over prompts where mask holds: (S, N) -> (S,); NaN where no prompt qualifies."""
     mask = mask.to(values.dtype)
     return (values * mask).sum(-1) / mask.sum(-1)
 
 
 def _sign_score(f: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """1 where sign(f) = y, 1/2 where f = 0 (a tie), 0 otherwise: (M, N)."""
+    """1 where sign(f) = y, 1/2 where f = 0 (a tie), 0 otherwise: (S, N)."""
     return 0.5 * (1.0 + torch.sign(f) * target)
 
 
 def block_matrices(weights: tuple[torch.Tensor, ...], d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(W, V, blockdiag(W, V)) of block weights, or the P-P block, Q-Q block and the whole
-    matrix of full weights; (M, d, d), (M, d, d), (M, 2d, 2d)."""
+    matrix of full weights; (S, d, d), (S, d, d), (S, 2d, 2d)."""
     if len(weights) == 1:
         full = weights[0]
         return full[:, :d, :d], full[:, d:, d:], full
@@ -43,15 +43,15 @@ def block_matrices(weights: tuple[torch.Tensor, ...], d: int) -> tuple[torch.Ten
 def evaluate(weights: tuple[torch.Tensor, ...], batch: Batch, l2: torch.Tensor, output: str, normalizer: str,
              d: int, split: str) -> dict[str, torch.Tensor]:
     """Losses and accuracies of one split, overall, by query kind and by label."""
-    scores = all_scores(weights, batch)  # (M, B, N, C): one contraction for the output and both parts
+    scores = all_scores(weights, batch)  # (S, B, N, C): one contraction for the output and both parts
     fwd = forward(weights, batch, output, normalizer, scores)
-    loss = logistic(fwd.f, batch.target)  # (M, N)
+    loss = logistic(fwd.f, batch.target)  # (S, N)
     correct = (torch.sign(fwd.f) == batch.target).to(loss.dtype)  # f = 0 counts as wrong
     f1, f2 = branch_outputs(weights, batch, normalizer, d, scores if len(weights) == 2 else None)
     w, v, _ = block_matrices(weights, d)
     half_l2 = 0.5 * l2
     sq = [m.pow(2).flatten(1).sum(-1) for m in weights]
-    part1, part2 = logistic(f1, batch.target), logistic(f2, batch.target)  # (M, N)
+    part1, part2 = logistic(f1, batch.target), logistic(f2, batch.target)  # (S, N)
     k1, k2 = part1.mean(-1), part2.mean(-1)
     out = {
         f"{split}.loss": loss.mean(-1),
@@ -86,15 +86,15 @@ def evaluate(weights: tuple[torch.Tensor, ...], batch: Batch, l2: torch.Tensor, 
 
 
 def signal_metrics(w: torch.Tensor, v: torch.Tensor, w_star: torch.Tensor, zeta_basis: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The signal parts of the weights, (M,) each: the P signal a = w*^T W w* (W projected on
+    """The signal parts of the weights, (S,) each: the P signal a = w*^T W w* (W projected on
     w* w*^T), the singular values of the Q signal Z^T V Z (V projected on span zeta, Z the
     (d, 2) orthonormal basis), and the share of ||.||_F^2 each signal part holds.
 
-    w, v (M, d, d); w_star (M, d); zeta_basis (M, 2, d). What is not signal is what the
+    w, v (S, d, d); w_star (S, d); zeta_basis (S, 2, d). What is not signal is what the
     noise (update noise, minibatches, init) put there."""
-    a = torch.einsum("md,mde,me->m", w_star, w, w_star)  # (M,)
-    core = torch.einsum("mid,mde,mje->mij", zeta_basis, v, zeta_basis)  # (M, 2, 2) Z^T V Z
-    sv = torch.linalg.svdvals(core)  # (M, 2), descending
+    a = torch.einsum("md,mde,me->m", w_star, w, w_star)  # (S,)
+    core = torch.einsum("mid,mde,mje->mij", zeta_basis, v, zeta_basis)  # (S, 2, 2) Z^T V Z
+    sv = torch.linalg.svdvals(core)  # (S, 2), descending
     w_sq, v_sq = w.pow(2).flatten(1).sum(-1), v.pow(2).flatten(1).sum(-1)
     tiny = torch.finfo(w.dtype).tiny
     return {"W.signal": a, "W.signal_share": a.pow(2) / w_sq.clamp_min(tiny),
@@ -124,26 +124,26 @@ def weight_metrics(weights: tuple[torch.Tensor, ...], d: int, spectra: bool, w_s
 
 def review_metrics(weights: tuple[torch.Tensor, ...], w_star: torch.Tensor, batch: Batch, normalizer: str,
                    d: int) -> dict[str, torch.Tensor]:
-    """K1 at the reference W* = c w* w*^T on the P-bearing queries of ``batch``, (M,) each.
+    """K1 at the reference W* = c w* w*^T on the P-bearing queries of ``batch``, (S,) each.
 
     f^1 is positively homogeneous in W (ReLU(c s) = c ReLU(s), c > 0), so with m the margins
     y f^1 of W = w* w*^T, the reference with mean margin 1 is c = 1 / mean(m):
     ``review.K1_ref`` = mean softplus(-c m), ``review.ref_scale`` = c, and
     ``review.K1_ref_at_norm`` the same at c = ||W||_F of the trained W (||w* w*^T||_F = 1).
-    By Jensen K1_ref >= log(1 + e^-1), the reviewer's floor. w_star (M, d)."""
+    By Jensen K1_ref >= log(1 + e^-1), the reviewer's floor. w_star (S, d)."""
     w, _, _ = block_matrices(weights, d)
-    ref = torch.einsum("md,me->mde", w_star, w_star)  # (M, d, d) w* w*^T
+    ref = torch.einsum("md,me->mde", w_star, w_star)  # (S, d, d) w* w*^T
     zero = torch.zeros_like(ref)
     matrices: tuple[torch.Tensor, ...]
     if len(weights) == 1:  # full weights: the reference sits in the P-P block
-        ref = torch.cat([torch.cat([ref, zero], -1), torch.cat([zero, zero], -1)], -2)  # (M, 2d, 2d)
+        ref = torch.cat([torch.cat([ref, zero], -1), torch.cat([zero, zero], -1)], -2)  # (S, 2d, 2d)
         matrices = (ref,)
     else:
         matrices = (ref, zero)
-    f1, _ = branch_outputs(matrices, batch, normalizer, d)  # (M, N)
-    margin = batch.target * f1  # (M, N)
+    f1, _ = branch_outputs(matrices, batch, normalizer, d)  # (S, N)
+    margin = batch.target * f1  # (S, N)
     p_bearing = batch.kind != KINDS["q_only"]
-    mean_margin = _masked_mean(margin, p_bearing)  # (M,)
+    mean_margin = _masked_mean(margin, p_bearing)  # (S,)
     scale = 1.0 / mean_margin
     at_norm = w.pow(2).flatten(1).sum(-1).sqrt()
     k1 = lambda c: _masked_mean(logistic(c.unsqueeze(-1) * f1, batch.target), p_bearing)  # noqa: E731

@@ -3,16 +3,16 @@ alone, before any prompt is drawn.
 
 Memory, group by group (:func:`~.experiments.groups`; groups run one after another, so the
 peak is the largest group's), U datasets as :func:`.train.data_layout` stores them (a
-dataset once for the K members that share it), M members, N train / T test prompts, L
+dataset once for the K members that share it), S members, N train / T test prompts, L
 tokens, C = L - 1, d the block dimension, w the run dtype's bytes:
 
 - features: (U_train N + U_test T) L 2d w, the only (U, N, L, 2d)-sized arrays (the sampler
   writes straight into them);
-- labels: M (N + T)(C + 1) w + M (N + T) 8, the per-member context labels, targets, kinds;
+- labels: S (N + T)(C + 1) w + S (N + T) 8, the per-member context labels, targets, kinds;
 - the larger of the sampler's temporaries (SAMPLER_CHUNKS float64 chunks of
   :data:`.data.CHUNK_ELEMENTS` values and SAMPLER_ROWS (N, L) float64 draws) and a step's or
-  an evaluation's arrays: STEP_ARRAYS arrays of (M, 2, max(N, T), C) w;
-- weights and their updates: WEIGHT_COPIES arrays of (M, 2d, 2d) w;
+  an evaluation's arrays: STEP_ARRAYS arrays of (S, 2, max(N, T), C) w;
+- weights and their updates: WEIGHT_COPIES arrays of (S, 2d, 2d) w;
 - with ``experiment.floors``: the floors' solver on the group's unique problems
   (:func:`.floors.floors_bytes`), alive beside the training ensemble;
 - PROCESS_BASE: the interpreter, torch, pandas and the run store.
@@ -42,10 +42,10 @@ from ..contract import Resources
 from .config import Config
 
 PROCESS_BASE = 400 << 20  # measured: see the module docstring
-STEP_ARRAYS = 10  # (M, 2, N, C) arrays alive at a step's or an evaluation's peak (measured)
+STEP_ARRAYS = 10  # (S, 2, N, C) arrays alive at a step's or an evaluation's peak (measured)
 SAMPLER_CHUNKS = 5  # float64 chunks alive while drawing (noise draw, its correction, centre, block, cast)
 SAMPLER_ROWS = 8  # (N, L) float64-sized draws of one member (y, u, kind, side, flip, masks)
-WEIGHT_COPIES = 8  # (M, 2d, 2d) arrays: weights, gradients, L2 term, noise draws, optimizer moments
+WEIGHT_COPIES = 8  # (S, 2d, 2d) arrays: weights, gradients, L2 term, noise draws, optimizer moments
 
 EXACT_LINES = 200_000  # up to this many logged steps a group's stream is counted line by line
 PROBE_PROMPTS = 8  # prompts of the one-member ensemble whose metric names are read off ...
@@ -91,16 +91,16 @@ def _group_memory(group, chunk_elements: int, prompt_chunks) -> dict[str, int]:
 
     cfg = group.config
     dc = cfg.data
-    M, L, d, N, T = len(group.members), dc.prompt_len, dc.d, dc.n_train, dc.n_test
+    S, L, d, N, T = len(group.members), dc.prompt_len, dc.d, dc.n_train, dc.n_test
     width = 8 if cfg.model.dtype == "float64" else 4
     test_members = [replace(m, p0=dc.p0, q0=dc.q0, control=False) for m in group.members]
     u_train, u_test = len(data_layout(group.members)[0]), len(data_layout(test_members)[0])
     chunk = max(b - a for a, b in prompt_chunks(max(N, T), L, d, chunk_elements)) * L * d
     parts = {
         "features": (u_train * N + u_test * T) * L * 2 * d * width,
-        "labels": M * (N + T) * (L * width + 8),
-        "work": max(SAMPLER_CHUNKS * chunk * 8 + SAMPLER_ROWS * max(N, T) * L * 8, STEP_ARRAYS * M * 2 * max(N, T) * (L - 1) * width),
-        "weights": WEIGHT_COPIES * M * (2 * d) ** 2 * width,
+        "labels": S * (N + T) * (L * width + 8),
+        "work": max(SAMPLER_CHUNKS * chunk * 8 + SAMPLER_ROWS * max(N, T) * L * 8, STEP_ARRAYS * S * 2 * max(N, T) * (L - 1) * width),
+        "weights": WEIGHT_COPIES * S * (2 * d) ** 2 * width,
     }
     if cfg.experiment.floors:
         parts["floors"] = _floors_memory(group)
@@ -224,14 +224,14 @@ def _group_stream(group, names: dict[str, list[str]]) -> tuple[int, int, int]:
 def _checkpoint_bytes(group, rows: int) -> int:
     """One checkpoint of ``group``: weights, optimizer moments, generator states, ``rows`` stage rows."""
     cfg = group.config
-    M, d = len(group.members), cfg.data.d
+    S, d = len(group.members), cfg.data.d
     width = 8 if cfg.model.dtype == "float64" else 4
     n_weights = 1 if cfg.model.weights == "full" else 2
-    weights = M * (2 * d) ** 2 * width if n_weights == 1 else 2 * M * d * d * width
+    weights = S * (2 * d) ** 2 * width if n_weights == 1 else 2 * S * d * d * width
     adam = cfg.train.optimizer in ("adam", "adamw")
-    moments = 2 * weights + n_weights * M * width if adam else 0
+    moments = 2 * weights + n_weights * S * width if adam else 0
     tensors = n_weights * (4 if adam else 1) + 2
-    return safetensors_bytes(weights + moments + 2 * M * RNG_STATE_BYTES, tensors, 400 + rows * STAGE_ROW_BYTES)
+    return safetensors_bytes(weights + moments + 2 * S * RNG_STATE_BYTES, tensors, 400 + rows * STAGE_ROW_BYTES)
 
 
 def disk_budget(config: Config) -> DiskBudget:
@@ -247,12 +247,12 @@ def disk_budget(config: Config) -> DiskBudget:
         names = line_names(group)
         g_stream, g_values, g_logged = _group_stream(group, names)
         stream, values, logged = stream + g_stream, values + g_values, max(logged, g_logged)
-        M, tc = len(group.members), group.config.train
-        members += M
+        S, tc = len(group.members), group.config.train
+        members += S
         variants |= {group.variant_of(m) for m in group.members}
         every = tc.checkpoint_every
         saved = (tc.steps // every if every > 0 else 0) + (0 if every > 0 and tc.steps % every == 0 else 1)
-        checkpoints.append((saved, _checkpoint_bytes(group, 2 * M)))
+        checkpoints.append((saved, _checkpoint_bytes(group, 2 * S)))
     budget.add_metrics(stream, values)
     budget.add_checkpoint_runs(checkpoints)
     stages = STAGES_BYTES + 2 * members * STAGES_BYTES_PER_ROW

@@ -42,7 +42,7 @@ from .model import forward, gradients
 
 @dataclass(frozen=True)
 class Group:
-    """One batched training of a run: its config (shapes, model), its members (M) and how
+    """One batched training of a run: its config (shapes, model), its members (S) and how
     their records are named (:meth:`variant_of`; :mod:`.experiments` builds the groups)."""
 
     name: str
@@ -63,7 +63,7 @@ class Group:
 
 
 def learning_rate(config: Config, hyper: Mapping[str, torch.Tensor], step: int) -> torch.Tensor:
-    """Per-member learning rate ``lr`` of update ``step`` (1-based), (M,): ``train.schedule``
+    """Per-member learning rate ``lr`` of update ``step`` (1-based), (S,): ``train.schedule``
     on :mod:`stagewise.engine.schedules` with each member's ``lr_stage1``, ``lr_stage2``, ``t1``.
 
     step: lr_stage1 up to t1, then lr_stage2 (``two_stage``); constant: lr_stage1; cosine:
@@ -82,7 +82,7 @@ def learning_rate(config: Config, hyper: Mapping[str, torch.Tensor], step: int) 
 
 
 def noise_std(hyper: Mapping[str, torch.Tensor], lr: torch.Tensor, step: int) -> torch.Tensor:
-    """Per-member update-noise std per entry at update ``step``, (M,): noise * lr, or
+    """Per-member update-noise std per entry at update ``step``, (S,): noise * lr, or
     noise * lr_stage1 ("constant"), or noise * lr until t1 and 0 after ("stage1")."""
     rate = torch.where(hyper["noise_constant"] > 0, hyper["lr_stage1"], lr)
     on = torch.where((hyper["noise_stage1"] > 0) & (step > hyper["t1"]), 0.0, 1.0)
@@ -90,7 +90,7 @@ def noise_std(hyper: Mapping[str, torch.Tensor], lr: torch.Tensor, step: int) ->
 
 
 def init_weights(config: Config, members: list[Member], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """(W, V) each (M, d, d), or (A,) (M, 2d, 2d) for full weights; i.i.d. N(0, sigma0^2)."""
+    """(W, V) each (S, d, d), or (A,) (S, 2d, 2d) for full weights; i.i.d. N(0, sigma0^2)."""
     d = config.data.d
     shapes = [(2 * d, 2 * d)] if config.model.weights == "full" else [(d, d), (d, d)]
     out = []
@@ -102,12 +102,12 @@ def init_weights(config: Config, members: list[Member], dtype: torch.dtype) -> t
 
 def _gaussian(rngs: list[torch.Generator], shape: tuple[int, ...], dtype: torch.dtype,
               device: torch.device | None = None) -> torch.Tensor:
-    """One standard-normal draw per member from its own stream: (M, *shape)."""
+    """One standard-normal draw per member from its own stream: (S, *shape)."""
     return torch.stack([torch.randn(shape, generator=g, dtype=torch.float64) for g in rngs]).to(device=device, dtype=dtype)
 
 
 def _minibatch(ens: Ensemble) -> torch.Tensor:
-    """(M, N) prompt weights of one SGD step: 1/B_i on B_i prompts drawn per member i
+    """(S, N) prompt weights of one SGD step: 1/B_i on B_i prompts drawn per member i
     (B_i = its batch size, at most N; B_i = N is full-batch GD)."""
     n = ens.config.data.n_train
     weight = torch.zeros(ens.size, n, dtype=ens.hyper["l2"].dtype)
@@ -153,7 +153,7 @@ def update(ens: Ensemble, state: State, step: int) -> None:
     objective plus lambda w, the optimizer's step at each member's rate ``lr``, then the
     update noise N(0, :func:`noise_std`^2) per entry."""
     config, tc = ens.config, ens.config.train
-    lr = learning_rate(config, ens.hyper, step)  # (M,)
+    lr = learning_rate(config, ens.hyper, step)  # (S,)
     weight = _minibatch(ens) if tc.optimizer == "sgd" else None
     fwd = forward(tuple(state.weights), ens.train, config.model.output, config.model.normalizer)
     grads = gradients(fwd, ens.train, config.model.normalizer, weight, config.train.objective)
@@ -203,7 +203,7 @@ class UpdateLoop:
         return StepOutput()
 
     def weights(self) -> dict[str, torch.Tensor]:
-        """The matrices, (M, d, d) each (W, V), or (M, 2d, 2d) (full weights)."""
+        """The matrices, (S, d, d) each (W, V), or (S, 2d, 2d) (full weights)."""
         names = ("W", "V") if len(self.current.weights) == 2 else ("blockdiag(W, V)",)
         return dict(zip(names, self.current.weights))
 
@@ -252,10 +252,10 @@ def truncation_metrics(config: Config, ens: Ensemble, weights: tuple[torch.Tenso
     _, _, whole = block_matrices(weights, d)
     ks = config.experiment.truncation_ks or sorted({round(2 * d * i / 8) for i in range(9)})
     out = {}
-    svd = torch.linalg.svd(whole.to(torch.float64))  # (M, 2d, 2d), (M, 2d), (M, 2d, 2d): once for every k
+    svd = torch.linalg.svd(whole.to(torch.float64))  # (S, 2d, 2d), (S, 2d), (S, 2d, 2d): once for every k
     for keep in ("top", "bottom"):
         for k in ks:
-            cut = truncate_svd(svd, min(k, 2 * d), keep).to(whole.dtype)  # (M, 2d, 2d); in float64
+            cut = truncate_svd(svd, min(k, 2 * d), keep).to(whole.dtype)  # (S, 2d, 2d); in float64
             cut_weights = (cut,) if len(weights) == 1 else (cut[:, :d, :d], cut[:, d:, d:])
             m = evaluate(cut_weights, ens.test, ens.hyper["l2"], config.model.output, config.model.normalizer, d, "test")
             for kind in ("p_only", "q_only", "both"):
@@ -294,12 +294,12 @@ class GroupLoop(UpdateLoop):
         return StepOutput(deferred=lambda: self.measure(t, log))
 
     def stage(self, t: int) -> dict[str, torch.Tensor]:
-        """The stage of step t (1.0 up to t1, then 2.0), (M,)."""
+        """The stage of step t (1.0 up to t1, then 2.0), (S,)."""
         t1, dtype = self.group.config.train.t1, self.ens.hyper["l2"].dtype
         return {"stage": torch.full((self.ens.size,), 1.0 if t <= t1 else 2.0, dtype=dtype, device=self.ens.device)}
 
     def evaluate_splits(self, weights: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
-        """Loss, accuracies and K metrics on the training and the test prompts, each (M,)."""
+        """Loss, accuracies and K metrics on the training and the test prompts, each (S,)."""
         cfg, ens = self.group.config, self.ens
         out = {}
         for split, batch in (("train", ens.train), ("test", ens.test)):
@@ -350,7 +350,7 @@ class GroupLoop(UpdateLoop):
 def train_group(index: int, group: Group, ctx: RunContext, end_tables: EndTables = None) -> None:
     """Train group number ``index`` of the run with logging and checkpoints through the
     engine's :class:`~stagewise.engine.driver.TrainingDriver`, as one group of the run: a
-    :class:`~stagewise.runs.groups.GroupContext` splits the (M,) member records into one per
+    :class:`~stagewise.runs.groups.GroupContext` splits the (S,) member records into one per
     variant, saves the checkpoints with the group's index and resumes from the run's checkpoint
     when it is this group's. Weights are checked at every step (a diverged step's evaluation
     is logged before raising), losses at logged steps; a checkpoint at

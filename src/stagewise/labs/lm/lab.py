@@ -94,7 +94,7 @@ def run(config: Config, ctx: RunContext) -> RunResult:
     """Prepare the model and data, fine-tune (resuming if ``ctx`` holds a checkpoint), note
     the dropped and kept examples; returns the extras the summary needs."""
     from ...engine.perf import training_threads
-    from .finetune import train
+    from .train import train
     from .prepare import prepare
 
     prep = prepare(config)

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import pandas as pd
 import torch
 
-from ...errors import UserError
+from ...errors import UserError, finite_number
 from ...lmkit.adapters import adapter_for
 from ...lmkit.surgery import RankReducer
 from ...report.plots import figure, save
@@ -24,7 +24,7 @@ from ...runs import atomic_write_json, safe_csv, write_parquet
 from ...runs.store import atomic_write_text
 from .categories import CATEGORIES, SEMANTIC, TYPE_CORRECT, TYPE_WRONG
 from .config import Config
-from .finetune import evaluate_answers
+from .train import evaluate_answers
 from .prepare import encode, tokenize_data
 from .refs import ModelRef
 
@@ -47,13 +47,7 @@ def default_selector(model: Any) -> str:
 
 def _p_number(text: str, part: str, what: str) -> float:
     """One finite number of ``--p`` (``what`` names it in the message)."""
-    try:
-        value = float(part)
-    except ValueError:
-        raise UserError(f"--p {text}: {what} {part.strip()!r} is not a number; {_P_HELP}") from None
-    if not math.isfinite(value):
-        raise UserError(f"--p {text}: {what} must be a finite number, got {part.strip()}")
-    return value
+    return finite_number(part, f"--p {text}: {what}", _P_HELP)
 
 
 def parse_p_range(text: str) -> list[float]:

@@ -1,7 +1,7 @@
 """Memory and disk estimate of an LM-lab run (what the runner refuses on).
 
 Disk (:class:`~stagewise.runs.sizes.DiskBudget`, the peak of the run folder) follows the
-training loop of :mod:`.finetune` from the data's size: the examples (and, for a tiny model
+training loop of :mod:`.train` from the data's size: the examples (and, for a tiny model
 with ``compact_vocab``, the vocabulary rows V') are counted by reading and tokenizing the
 data as the run will (:func:`data_stats`; ~ms for the tiny sets, cached), the weights are
 tiny-gpt2's parameter count with V' rows or the files of a local model. Then

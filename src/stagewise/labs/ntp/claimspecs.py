@@ -16,7 +16,7 @@ SOURCES = {"paper2": "paper 2: Huang, Liang, Yang, NeurIPS 2024 (next-token pred
 """The paper the claims cite (``Lab.sources``): key -> heading; ``paper("paper2", where)`` names it."""
 
 _NO_CONTROL_EXACT = ("none in the lab: exact algebra under its preconditions (normalized GD, zero init, orthonormal "
-                     "embeddings); a tampered record (e.g. norm_wov off t*eta0 at one step) fails it")
+                     "embeddings); a tampered record (e.g. W_ov.fro off t*eta0 at one step) fails it")
 
 # --- stage 1 (summary.py) ---------------------------------------------------------------------------------------------
 STAGE1_DIRECTION = ClaimSpec(
@@ -38,7 +38,7 @@ LOSS_FLOOR_CLOSED_FORM = ClaimSpec(
     id="loss_floor_closed_form",
     statement="the stage-2 loss floor equals log(1 + (|V|-1) e^-Delta), Delta = T eta0 / sqrt(|V|-1)",
     source=own("derived: the floor set by stage 1"),
-    quantity="|loss_floor at t = T - log(1 + (|V|-1) e^-Delta)| / max(1, closed form)", relation="<=", threshold=1e-9,
+    quantity="|train.loss.floor at t = T - log(1 + (|V|-1) e^-Delta)| / max(1, closed form)", relation="<=", threshold=1e-9,
     control=_NO_CONTROL_EXACT)
 
 # --- stage 2 (summary.py) ---------------------------------------------------------------------------------------------
@@ -116,16 +116,19 @@ CLOSER_TO_QP = ClaimSpec(
     relation="<", threshold=0.0, control="none run: tracking Proposition 2's closed form instead of the QP would fail it")
 
 # --- the comparison experiment (compare.py) ---------------------------------------------------------------------------
-COMPARE_WKQ_JOINT = ClaimSpec(
-    id="compare_wkq_two_stage_vs_joint", statement="two-stage NGD ends closer to W_kq* than joint NGD",
-    source=reviewer("review: why a two-stage algorithm, and is it worth anything against single-stage training?"),
-    quantity="cos(W_kq, W_kq*) at the last step, two_stage minus joint", relation=">", threshold=0.0,
-    control="the joint and two_stage records swapped (tests); no run of the lab inverts it")
-COMPARE_WOV_JOINT = ClaimSpec(
-    id="compare_wov_two_stage_vs_joint", statement="two-stage NGD ends closer to W_ov* than joint NGD",
-    source=reviewer("review: why a two-stage algorithm, and is it worth anything against single-stage training?"),
-    quantity="cos(W_ov, W_ov*) at the last step, two_stage minus joint", relation=">", threshold=0.0,
-    control="the joint and two_stage records swapped (tests); no run of the lab inverts it")
+_WHY_TWO_STAGE = reviewer("review: why a two-stage algorithm, and is it worth anything against single-stage training?")
+
+
+def _two_stage_vs_joint(weight: str, symbol: str) -> ClaimSpec:
+    """The comparison claim "two-stage NGD ends closer to ``symbol``* than joint NGD" for one weight."""
+    return ClaimSpec(
+        id=f"compare_{weight}_two_stage_vs_joint", statement=f"two-stage NGD ends closer to {symbol}* than joint NGD",
+        source=_WHY_TWO_STAGE, quantity=f"cos({symbol}, {symbol}*) at the last step, two_stage minus joint",
+        relation=">", threshold=0.0, control="the joint and two_stage records swapped (tests); no run of the lab inverts it")
+
+
+COMPARE_WKQ_JOINT = _two_stage_vs_joint("wkq", "W_kq")
+COMPARE_WOV_JOINT = _two_stage_vs_joint("wov", "W_ov")
 COMPARE_WKQ_ADAM = ClaimSpec(
     id="compare_wkq_ngd_vs_adam", statement="normalized GD ends closer to W_kq* than Adam and AdamW",
     source=reviewer("review: normalized GD is rare in practice; AdamW is what people use"),

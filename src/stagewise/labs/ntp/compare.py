@@ -47,7 +47,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "adam": {"algorithm": "two_stage", "optimizer": "adam"},
     "adamw": {"algorithm": "two_stage", "optimizer": "adamw"},
 }
-REPORTED = ("loss", "loss_gap", "cos_wov", "cos_wkq", "norm_wov", "norm_wkq", "opt_attn_min", "opt_attn_mean", "train_acc")
+REPORTED = ("train.loss", "train.loss.gap", "W_ov.cos_target", "W_kq.cos_target", "W_ov.fro", "W_kq.fro", "train.opt_attn.min",
+            "train.opt_attn.mean", "train.acc")
 
 
 def variant_config(config: Config, name: str) -> Config:
@@ -90,7 +91,7 @@ def compare_claims(config: Config, frame: pd.DataFrame) -> tuple[list[Claim], di
     details: dict[str, Any] = {v: {m: [float(x) for x in vals] for m, vals in f.items()} for v, f in final.items()}
     for v in config.compare:
         steps_kq = total if VARIANTS[v]["algorithm"] == "joint" else config.train.steps_stage2
-        details[v]["norm_wkq_per_step"] = [x / max(1, steps_kq) for x in details[v]["norm_wkq"]]
+        details[v]["W_kq.fro.per_step"] = [x / max(1, steps_kq) for x in details[v]["W_kq.fro"]]
 
     seeds = sorted(int(s) for s in frame["seed"].unique()) if len(frame) else []
 
@@ -107,10 +108,10 @@ def compare_claims(config: Config, frame: pd.DataFrame) -> tuple[list[Claim], di
         return spec.result(gap, f"{metric} at t={total}: " + ", ".join(parts), seeds=seeds)
 
     claims = [
-        test(cs.COMPARE_WKQ_JOINT, "two_stage", ["joint"], "cos_wkq", True),
-        test(cs.COMPARE_WOV_JOINT, "two_stage", ["joint"], "cos_wov", True),
-        test(cs.COMPARE_WKQ_ADAM, "two_stage", ["adam", "adamw"], "cos_wkq", True),
-        test(cs.COMPARE_NORM_ADAMW, "adamw", ["adam"], "norm_wkq", False),
+        test(cs.COMPARE_WKQ_JOINT, "two_stage", ["joint"], "W_kq.cos_target", True),
+        test(cs.COMPARE_WOV_JOINT, "two_stage", ["joint"], "W_ov.cos_target", True),
+        test(cs.COMPARE_WKQ_ADAM, "two_stage", ["adam", "adamw"], "W_kq.cos_target", True),
+        test(cs.COMPARE_NORM_ADAMW, "adamw", ["adam"], "W_kq.fro", False),
     ]
     return claims, details
 

@@ -124,7 +124,7 @@ class TrainConfig(TrainBase):
 
 class GeneralizeConfig(ConfigModel):
     max_cases: int = Field(200, ge=1, description="at most this many unseen sentences per category and seed")
-    every: IntervalOrAuto = Field("auto", description="evaluate the suite's accuracy (gen_acc) every k steps (and at stage ends);\n"
+    every: IntervalOrAuto = Field("auto", description="evaluate the suite's accuracy (test.acc.covered) every k steps (and at stage ends);\n"
                                   "auto: about 30 times over the run. Logged at the logged steps that fall on it")
 
 

@@ -3,7 +3,7 @@ from the logged metrics with the conventions of :mod:`stagewise.report.plots`.
 
 The cosines to the max-margin directions are undefined while their matrix is all zero (zero
 init, or W_kq during stage 1; the run logs 0 there): the figures draw those steps as gaps
-(:func:`stagewise.report.plots.gap_where_zero` with ``norm_wov`` / ``norm_wkq``). The
+(:func:`stagewise.report.plots.gap_where_zero` with ``W_ov.fro`` / ``W_kq.fro``). The
 generalization cases are a table, not a figure: they are in ``tables/generalization``
 (seed, input, category, predicted, expected, covered, correct, ...) and, per category, in
 ``summary.details["generalization"]`` and ``summary.details["named_cases"]``.
@@ -24,13 +24,13 @@ from ..contract import Tables
 from .config import Config
 
 COSINE = "cosine (unitless)"
-FIG2_PANELS = [("loss_stage1", "$L_0$ (stage-1 loss)", "$L_0$ (nats)"),
-               ("cos_wov", r"cos($W_{ov}$, $W_{ov}^*$)", COSINE),
-               ("norm_wov", r"$\|W_{ov}\|_F$", "Frobenius norm (weight units)"),
-               ("loss", "$L$ (main loss)", "$L$ (nats)"),
-               ("cos_wkq", r"cos($W_{kq}$, $W_{kq}^*$)", COSINE),
-               ("norm_wkq", r"$\|W_{kq}\|_F$", "Frobenius norm (weight units)")]
-UNDEFINED_AT_ZERO = (("cos_wov", "norm_wov"), ("cos_wkq", "norm_wkq"))  # (cosine, the norm of its matrix)
+FIG2_PANELS = [("train.loss.stage1", "$L_0$ (stage-1 loss)", "$L_0$ (nats)"),
+               ("W_ov.cos_target", r"cos($W_{ov}$, $W_{ov}^*$)", COSINE),
+               ("W_ov.fro", r"$\|W_{ov}\|_F$", "Frobenius norm (weight units)"),
+               ("train.loss", "$L$ (main loss)", "$L$ (nats)"),
+               ("W_kq.cos_target", r"cos($W_{kq}$, $W_{kq}^*$)", COSINE),
+               ("W_kq.fro", r"$\|W_{kq}\|_F$", "Frobenius norm (weight units)")]
+UNDEFINED_AT_ZERO = (("W_ov.cos_target", "W_ov.fro"), ("W_kq.cos_target", "W_kq.fro"))  # (cosine, the norm of its matrix)
 EXACT = 1e-12  # |1 - cos| below this at every step: the direction is exact up to round-off (no log-log plot)
 LOG_FLOOR = 1e-17  # smallest value drawn on a log axis (an exact zero would have no place)
 SHAPE_FROM = 3  # theory shapes are drawn from this stage time on (log t / t is 0 at t = 1)
@@ -76,8 +76,8 @@ def _rate_panels(config: Config, frame: pd.DataFrame) -> tuple[list[tuple], list
     two_stage = config.train.algorithm == "two_stage"
     T = config.train.steps_stage1 if two_stage else 0
     total = config.train.steps_stage1 + config.train.steps_stage2
-    specs = [("cos_wov", 0, T if two_stage else total, r"$1-\cos(W_{ov})$", "log t/t", lambda t: np.log(t) / t),
-             ("cos_wkq", T, total, r"$1-\cos(W_{kq})$", r"log$^2$ t/t", lambda t: np.log(t) ** 2 / t)]
+    specs = [("W_ov.cos_target", 0, T if two_stage else total, r"$1-\cos(W_{ov})$", "log t/t", lambda t: np.log(t) / t),
+             ("W_kq.cos_target", T, total, r"$1-\cos(W_{kq})$", r"log$^2$ t/t", lambda t: np.log(t) ** 2 / t)]
     panels, notes = [], []
     for metric, origin, end, title, shape_name, shape in specs:
         steps, values = series(frame, metric)
@@ -100,11 +100,11 @@ def rate_fits(config: Config, frame: pd.DataFrame, summary: Summary, folder: Pat
     only"). A cosine with no value or an exact direction gets no panel (said in the title)."""
     T = config.train.steps_stage1 if config.train.algorithm == "two_stage" else 0
     panels, notes = _rate_panels(config, frame)
-    steps, loss_gap = series(frame, "loss_gap")
+    steps, loss_gap = series(frame, "train.loss.gap")
     sel = steps > T
     draw_loss = bool(np.isfinite(loss_gap[sel]).any()) if loss_gap.size else False
     if not draw_loss:
-        notes.append("loss_gap: no value")
+        notes.append("train.loss.gap: no value")
     if not panels and not draw_loss:
         return []
     fig, axes = panel_grid(len(panels) + draw_loss)
@@ -129,8 +129,8 @@ def rate_fits(config: Config, frame: pd.DataFrame, summary: Summary, folder: Pat
         ax = flat[len(panels)]
         ax.semilogy(steps[sel], np.clip(loss_gap[sel][:, :MAX_SEED_LINES], LOG_FLOOR, None), color=PALETTE[1], lw=0.8,
                     alpha=0.6)
-        series_gid(ax, "loss_gap")
-        rates = np.asarray([r for r in summary.details.get("rates", {}).get("loss_gap_rate", []) if r is not None],
+        series_gid(ax, "train.loss.gap")
+        rates = np.asarray([r for r in summary.details.get("rates", {}).get("train.loss.gap.rate", []) if r is not None],
                            dtype=float)  # (S',) seeds with a fit (JSON null: no fit)
         rates = rates[~np.isnan(rates)]
         ax.set_title(f"$L$ - floor (fitted rate {rates.mean():.3g}/step)" if rates.size else "$L$ - floor (no fitted rate)")
@@ -144,9 +144,10 @@ def attention_figure(config: Config, frame: pd.DataFrame, folder: Path) -> list[
     """Attention mass on the optimal positions (min and mean over samples) and the mean key
     score by token type, against the step; a panel none of whose metrics has a value is
     left out (no figure when neither has one)."""
-    mass = [("opt_attn_min", "min over samples", PALETTE[2]), ("opt_attn_mean", "mean over samples", PALETTE[0])]
-    scores = [(m, m.replace("score_", "").replace("_", "-"), c) for m, c in
-              (("score_optimal", PALETTE[2]), ("score_non_comparable", PALETTE[9]), ("score_non_optimal", PALETTE[1]))]
+    mass = [("train.opt_attn.min", "min over samples", PALETTE[2]), ("train.opt_attn.mean", "mean over samples", PALETTE[0])]
+    scores = [(m, m.removeprefix("train.score.").replace("_", "-"), c) for m, c in
+              (("train.score.optimal", PALETTE[2]), ("train.score.non_comparable", PALETTE[9]),
+               ("train.score.non_optimal", PALETTE[1]))]
     panels = [(curves, title, ylabel) for curves, title, ylabel in (
         (mass, "attention mass on optimal positions", "attention mass (fraction)"),
         (scores, r"mean key score $x^T W_{kq} x_q$ by token type", "key score (logit units)"))

@@ -39,6 +39,9 @@ RATE_RTOL = cs.LATE_RATE_MARGIN.threshold  # 0.05: |fitted rate / (-eta/||W*||) 
 GAP_FLOOR = 1e-12  # gap values at or below this are round-off and dropped from the fits
 BAND_RTOL = cs.NORM_BAND_THEOREM1.threshold  # 1e-9: round-off slack on Theorem 1's band (||W(1)|| = eta exactly)
 PROP2_DISTINCT_TOL = 1e-6  # the QP and Proposition-2 directions differ when 1 - cos(W_qp, W_p2) > this
+GAPS = {"train.loss.gap": "train.loss.gap", "train.opt_attn.min": "train.opt_attn.min.gap"}
+"""The metrics whose distance to their limit is fitted (L - floor, logged; 1 - min attention mass) -> the name of that
+gap in the fits' keys (``{gap}.rate``, ``{gap}.r2``, ``{gap}.points``)."""
 
 
 def _fmt(values) -> str:
@@ -56,23 +59,24 @@ def late_window(config: Config) -> tuple[int, int]:
 
 def late_fits(config: Config, frame: pd.DataFrame, seeds: list[int], eta: float,
               star_norms: np.ndarray) -> dict[str, Any]:
-    """Per-seed fitted slopes of log(L - floor) and log(1 - opt_attn_min) over the late
-    window, the predicted rate -eta/||W*|| and the margin at the window's start."""
+    """Per-seed fitted slopes of log(L - floor) and log(1 - train.opt_attn.min) over the late
+    window (keys ``{gap}.rate`` and ``{gap}.points``, :data:`GAPS`), the
+    predicted rate -eta/||W*|| and the margin at the window's start."""
     T = config.train.steps_stage1
     start, end = late_window(config)
     out: dict[str, Any] = {"window_stage_steps": [start, end], "min_margin": LATE_MIN_MARGIN,
                            "predicted_rate": list(-eta / star_norms),
                            "margin_at_start": list(start * eta / star_norms)}
-    for metric, key in (("loss_gap", "loss_gap"), ("opt_attn_min", "attn_gap")):
+    for metric, key in GAPS.items():
         steps, values = series(frame, metric)  # (T,), (T, S) seed order as in `seeds`
         sel = (steps - T >= start) & (steps - T <= end)
         rates, counts = [], []
         for i in range(len(seeds)):
-            gap = values[sel, i] if metric == "loss_gap" else 1 - values[sel, i]
+            gap = values[sel, i] if metric == "train.loss.gap" else 1 - values[sel, i]
             fit = log_linear_rate(steps[sel] - T, gap, floor=GAP_FLOOR)
             rates.append(fit.slope)
             counts.append(fit.n_points)
-        out[f"{key}_rate"], out[f"{key}_points"] = rates, counts
+        out[f"{key}.rate"], out[f"{key}.points"] = rates, counts
     return out
 
 
@@ -110,7 +114,7 @@ def horizon_claims(config: Config, frame: pd.DataFrame, extras: dict[str, Any]) 
         out += [spec.not_testable(reason) for spec in specs]
     else:
         pred = np.asarray(fits["predicted_rate"])
-        lr, ar = np.asarray(fits["loss_gap_rate"]), np.asarray(fits["attn_gap_rate"])
+        lr, ar = (np.asarray(fits[f"{key}.rate"]) for key in GAPS.values())
         lerr, aerr = lr / pred - 1, ar / pred - 1
         window = f"stage steps {fits['window_stage_steps'][0]}..{fits['window_stage_steps'][1]}"
         out.append(specs[0].result(np.maximum(np.abs(lerr), np.abs(aerr)),  # (S,) the worse of the two gaps
@@ -136,7 +140,7 @@ def _norm_band(config, frame, extras, star, l_max, no_target) -> Claim:
         return spec.not_testable("Theorem 1 starts W_kq at 0 (model.init=zero)")
     if no_target:
         return spec.not_testable("no max-margin target W_kq* exists for this data")
-    steps, norms = series(frame, "norm_wkq")  # (T,), (T, S)
+    steps, norms = series(frame, "W_kq.fro")  # (T,), (T, S)
     sel = steps > T
     if not sel.any():
         return spec.not_testable("no stage-2 step logged")
@@ -160,10 +164,10 @@ def _qp_vs_prop2(frame, extras, total) -> Claim:
     if not differ.any():
         return spec.not_testable(f"the QP solution and Proposition 2 coincide on every seed "
                                  f"(1 - cos <= {PROP2_DISTINCT_TOL}; max {np.nanmax(1 - mutual):.2g})")
-    qp = 1 - values_at(frame, "cos_wkq", total)[differ]
-    p2 = 1 - values_at(frame, "cos_wkq_prop2", total)[differ]
-    dq = values_at(frame, "dist_wkq", total)[differ]
-    dp = values_at(frame, "dist_wkq_prop2", total)[differ]
+    qp = 1 - values_at(frame, "W_kq.cos_target", total)[differ]
+    p2 = 1 - values_at(frame, "W_kq.cos_prop2", total)[differ]
+    dq = values_at(frame, "W_kq.dist_target", total)[differ]
+    dp = values_at(frame, "W_kq.dist_prop2", total)[differ]
     seeds = [s for s, d in zip(extras["seeds"], differ) if d]
     return spec.result(qp - p2,
                        f"{int(differ.sum())}/{len(differ)} seeds differ (1 - cos(W_qp, W_p2) {_fmt(1 - mutual[differ])}); "

@@ -68,6 +68,19 @@ _REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
 ]
 REPRODUCE = reproduction(NAME, _REPRODUCE)
 
+METRIC_ALIASES: dict[str, str] = {
+    "loss": "train.loss", "loss_stage1": "train.loss.stage1", "loss_floor": "train.loss.floor", "loss_gap": "train.loss.gap",
+    "cos_wov": "W_ov.cos_target", "cos_wkq": "W_kq.cos_target", "dist_wov": "W_ov.dist_target", "dist_wkq": "W_kq.dist_target",
+    "cos_wkq_prop2": "W_kq.cos_prop2", "dist_wkq_prop2": "W_kq.dist_prop2", "norm_wov": "W_ov.fro", "norm_wkq": "W_kq.fro",
+    "grad_norm_wov": "W_ov.grad_fro", "grad_norm_wkq": "W_kq.grad_fro",
+    "opt_attn_min": "train.opt_attn.min", "opt_attn_mean": "train.opt_attn.mean", "train_acc": "train.acc",
+    "score_optimal": "train.score.optimal", "score_non_optimal": "train.score.non_optimal",
+    "score_non_comparable": "train.score.non_comparable", "gen_acc": "test.acc.covered",
+}
+"""The metric names runs logged before they followed the run store's grammar -> today's
+(``Lab.metric_aliases``: old run folders read with these; docs/ntp.md section 3). ``stage``,
+``frozen`` and ``tiny_grad`` (member states, no split) kept their names."""
+
 EXAMPLE1_CASES = [["S", "P"], ["O", "S", "P"]]
 GEN_COLUMNS = ["seed", "input", "category", "predicted", "expected", "covered", "correct", "reason", "max_attention"]
 
@@ -208,7 +221,8 @@ estimate = deferred("stagewise.labs.ntp.resources", "estimate")
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
           summarize=summarize, make_figures=figures, estimate=estimate,
-          claims=CLAIMS, sources=SOURCES, key_metrics=("loss", "gen_acc", "cos_wkq", "cos_wov"),
+          claims=CLAIMS, sources=SOURCES, key_metrics=("train.loss", "test.acc.covered", "W_kq.cos_target", "W_ov.cos_target"),
+          metric_aliases=METRIC_ALIASES,
           smoke={"n_seeds": 2, "data": {"vocab_size": 6}, "train": {"steps_stage1": 12, "steps_stage2": 24, "checkpoint_every": 7}})
 
 __all__ = ["LAB"]

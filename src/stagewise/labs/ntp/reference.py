@@ -128,8 +128,8 @@ class StageEnd:
     step: int  # T for stage 1, T + T1 for stage 2
     wkq: torch.Tensor  # (d, d)
     wov: torch.Tensor  # (V, d)
-    loss_stage1: float  # L0
-    loss: float  # L
+    loss_stage1: float  # L0 (the trainer logs it as train.loss.stage1)
+    loss: float  # L (logged as train.loss)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ hold O(V^2 + N V) nonzeros.
 
 Disk (:class:`~stagewise.runs.sizes.DiskBudget`, the peak of the run folder): the metric
 stream line by line (the logged steps of :class:`~.train.LogSchedule`, LOGGED_METRICS plus
-``gen_acc`` at suite steps, per compare variant) and its Parquet copy; the kept checkpoints
+``test.acc.covered`` at suite steps, per compare variant) and its Parquet copy; the kept checkpoints
 (weights, Adam moments, the active mask) and one more at the peak; the generalization table
 (Parquet + CSV, one row per seed and unseen sentence: counted on the first members' suites
 for a small vocabulary, else the cap of 6 categories x max_cases); the summary; the four
@@ -31,11 +31,11 @@ WORKING_COPIES = 12  # live float tensors per shape in a step with metrics (meas
 PROCESS_BASE = 400 << 20  # torch + numpy + scipy + clarabel after import
 
 # the names of every logged line (train.metrics + tiny_grad, frozen); suite steps add SUITE_METRICS
-LOGGED_METRICS = ("stage", "loss_stage1", "loss", "loss_floor", "loss_gap", "cos_wov", "dist_wov", "norm_wov", "cos_wkq",
-                  "dist_wkq", "cos_wkq_prop2", "dist_wkq_prop2", "norm_wkq", "opt_attn_min", "opt_attn_mean", "train_acc",
-                  "grad_norm_wov", "grad_norm_wkq", "score_optimal", "score_non_optimal", "score_non_comparable",
-                  "tiny_grad", "frozen")
-SUITE_METRICS = ("gen_acc",)
+LOGGED_METRICS = ("stage", "train.loss.stage1", "train.loss", "train.loss.floor", "train.loss.gap", "W_ov.cos_target",
+                  "W_ov.dist_target", "W_ov.fro", "W_kq.cos_target", "W_kq.dist_target", "W_kq.cos_prop2", "W_kq.dist_prop2",
+                  "W_kq.fro", "train.opt_attn.min", "train.opt_attn.mean", "train.acc", "W_ov.grad_fro", "W_kq.grad_fro",
+                  "train.score.optimal", "train.score.non_optimal", "train.score.non_comparable", "tiny_grad", "frozen")
+SUITE_METRICS = ("test.acc.covered",)
 EXACT_LINES = 200_000  # up to this many logged steps the stream is counted line by line
 SUITE_CATEGORIES = 6  # generalize.build_suite: at most max_cases unseen sentences in each
 SUITE_EXACT_VOCAB = 32  # up to this vocabulary the first members' suites are built and counted (~10 ms each at |V| = 20)
@@ -46,14 +46,14 @@ GEN_CSV_BYTES_PER_ROW = 125  # quoted CSV row of the generalization table (measu
 GEN_PARQUET_BYTES_PER_ROW = 16  # the same row in Parquet (measured 10 to 18), + PARQUET_BASE_BYTES
 SUMMARY_BYTES = 21_000  # summary.json of one (variant's) run: declared claims (17 records of about 840 bytes), stages,
 # rate fits (measured 23.1 kB at 2 seeds) ...
-SUMMARY_BYTES_PER_SEED = 1_800  # ... and the per-seed values and per-seed claim values (measured 1.72 kB per seed, 2 -> 8 seeds)
+SUMMARY_BYTES_PER_SEED = 1_900  # ... and the per-seed values and per-seed claim values (measured 1.82 kB per seed, 2 -> 8 seeds)
 FIGURES = {  # measured on one seed (rounded up) and their growth with the seed lines (report.sizes)
     "figure2": FigureSize(png=94_000, png_seeds=7_500, pdf=24_000, curves=6.4, pdf_per_point=2.2),
     "rate_fits": FigureSize(png=80_000, png_seeds=14_000, pdf=28_000, curves=2.0, pdf_per_point=2.2),
     "attention": FigureSize(png=62_000, png_seeds=32_000, pdf=21_000, curves=5.1, pdf_per_point=2.2),
 }
 PARQUET_BYTES_PER_VALUE = 6.0  # metrics.parquet: stage, frozen, tiny_grad, accuracies repeat (measured 4.9 to 5.8)
-SUMMARY_BYTES_PER_VARIANT = 13_000  # each further compare variant's claims and details (measured 72.1 kB for 4 variants, 2 seeds)
+SUMMARY_BYTES_PER_VARIANT = 13_000  # each further compare variant's claims and details (measured 74.7 kB for 4 variants, 2 seeds)
 
 
 def _file_sizes(path) -> tuple[int, int, int]:

@@ -14,16 +14,24 @@ from ...report.claims import Claim, Stats, Summary
 from ..contract import RunResult, Tables
 from . import claimspecs as cs
 from .config import Config
-from .horizon import horizon_claims
+from .horizon import GAPS, horizon_claims
 
-FINAL_METRICS = ("loss", "loss_stage1", "loss_floor", "loss_gap", "cos_wov", "cos_wkq", "cos_wkq_prop2", "norm_wov", "norm_wkq",
-                 "opt_attn_min", "opt_attn_mean", "train_acc", "gen_acc", "grad_norm_wkq")
+FINAL_METRICS = ("train.loss", "train.loss.stage1", "train.loss.floor", "train.loss.gap", "W_ov.cos_target", "W_kq.cos_target",
+                 "W_kq.cos_prop2", "W_ov.fro", "W_kq.fro", "train.opt_attn.min", "train.opt_attn.mean", "train.acc",
+                 "test.acc.covered", "W_kq.grad_fro")
+
+RATE_KEYS = ("W_ov.fro.slope", "W_ov.fro.r2", "W_kq.fro.slope", "W_kq.fro.r2", "W_ov.cos_target.gap.exponent",
+             "W_kq.cos_target.gap.exponent", "W_kq.cos_target.gap.r2", "train.loss.gap.rate", "train.loss.gap.r2",
+             "train.opt_attn.min.gap.rate", "train.opt_attn.min.gap.r2")
+"""The per-seed fits of ``details.rates``, named ``{metric}.{fit}`` (docs/ntp.md section 4): ``.gap`` is the
+metric's distance to its limit (L - floor is the logged ``train.loss.gap``; 1 - cos and 1 - attention mass are
+not logged); ``slope`` / ``r2`` of a linear fit, ``exponent`` of a power law in t, ``rate`` of log(gap) in t."""
 
 
 ALIGNED = 0.99  # cos(W, W*) from which a matrix counts as aligned with its max-margin direction (stage detection)
 STAGE_CRITERIA = {"stage2_start": ("stage", 2.0, "above"),  # the schedule's stage 2 begins (logged stage = 2: step T + 1)
-                  "wov_aligned": ("cos_wov", ALIGNED, "above"),
-                  "wkq_aligned": ("cos_wkq", ALIGNED, "above")}
+                  "wov_aligned": ("W_ov.cos_target", ALIGNED, "above"),
+                  "wkq_aligned": ("W_kq.cos_target", ALIGNED, "above")}
 
 
 def stage_detection(frame: pd.DataFrame) -> dict[str, Any]:
@@ -54,11 +62,8 @@ def rate_fits(config: Config, frame: pd.DataFrame, seeds: list[int], eta0: float
     s1 = (1, T) if two_stage else (1, total)
     s2 = (T + 1, total) if two_stage else (1, total)
     origin2 = T if two_stage else 0
-    out: dict[str, list[float]] = {k: [] for k in ("norm_wov_slope", "norm_wov_r2", "norm_wkq_slope", "norm_wkq_r2",
-                                                   "one_minus_cos_wov_exponent", "one_minus_cos_wkq_exponent",
-                                                   "one_minus_cos_wkq_r2", "loss_gap_rate", "loss_gap_r2",
-                                                   "attn_gap_rate", "attn_gap_r2")}
-    wide = {m: series(frame, m) for m in ("norm_wov", "norm_wkq", "cos_wov", "cos_wkq", "loss_gap", "opt_attn_min")}
+    out: dict[str, list[float]] = {k: [] for k in RATE_KEYS}
+    wide = {m: series(frame, m) for m in ("W_ov.fro", "W_kq.fro", "W_ov.cos_target", "W_kq.cos_target", *GAPS)}
     columns = {m: {s: i for i, s in enumerate(sorted(frame.loc[frame["metric"] == m, "seed"].unique()))} for m in wide}
 
     def seed_series(metric: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -68,29 +73,29 @@ def rate_fits(config: Config, frame: pd.DataFrame, seeds: list[int], eta0: float
         return steps[keep], col[keep]
 
     for seed in seeds:
-        t, nw = seed_series("norm_wov", seed)
+        t, nw = seed_series("W_ov.fro", seed)
         fit = linear_fit(t[_window(t, *s1)], nw[_window(t, *s1)])
-        out["norm_wov_slope"].append(fit.slope)
-        out["norm_wov_r2"].append(fit.r2)
-        t, nk = seed_series("norm_wkq", seed)
+        out["W_ov.fro.slope"].append(fit.slope)
+        out["W_ov.fro.r2"].append(fit.r2)
+        t, nk = seed_series("W_kq.fro", seed)
         fit = linear_fit(t[_window(t, *s2)], nk[_window(t, *s2)])
-        out["norm_wkq_slope"].append(fit.slope)
-        out["norm_wkq_r2"].append(fit.r2)
-        t, cw = seed_series("cos_wov", seed)
+        out["W_kq.fro.slope"].append(fit.slope)
+        out["W_kq.fro.r2"].append(fit.r2)
+        t, cw = seed_series("W_ov.cos_target", seed)
         half = _window(t, (s1[0] + s1[1]) // 2, s1[1])
-        out["one_minus_cos_wov_exponent"].append(-power_exponent(t[half], 1 - cw[half]).slope)
-        t, ck = seed_series("cos_wkq", seed)
+        out["W_ov.cos_target.gap.exponent"].append(-power_exponent(t[half], 1 - cw[half]).slope)
+        t, ck = seed_series("W_kq.cos_target", seed)
         half = _window(t, (s2[0] + s2[1]) // 2, s2[1])
         fit = power_exponent(t[half] - origin2, 1 - ck[half])
-        out["one_minus_cos_wkq_exponent"].append(-fit.slope)
-        out["one_minus_cos_wkq_r2"].append(fit.r2)
-        for metric, key in (("loss_gap", "loss_gap"), ("opt_attn_min", "attn_gap")):
+        out["W_kq.cos_target.gap.exponent"].append(-fit.slope)
+        out["W_kq.cos_target.gap.r2"].append(fit.r2)
+        for metric, key in GAPS.items():
             t, values = seed_series(metric, seed)
-            gap = values if metric == "loss_gap" else 1 - values
+            gap = values if metric == "train.loss.gap" else 1 - values
             sel = _window(t, (s2[0] + s2[1]) // 2, s2[1])
             fit = log_linear_rate(t[sel], gap[sel], floor=1e-12)
-            out[f"{key}_rate"].append(fit.slope)
-            out[f"{key}_r2"].append(fit.r2)
+            out[f"{key}.rate"].append(fit.slope)
+            out[f"{key}.r2"].append(fit.r2)
     return {**out, "eta0": eta0, "eta": eta}
 
 
@@ -126,27 +131,27 @@ def claims(config: Config, frame: pd.DataFrame, extras: dict[str, Any], rates: d
     seeds = extras["seeds"]
     out = []
     if two_stage and T > 0:
-        cos_t = values_at(frame, "cos_wov", T)
+        cos_t = values_at(frame, "W_ov.cos_target", T)
         out.append(cs.STAGE1_DIRECTION.result(cos_t, f"cos(W_ov, W_ov*) at t={T}: {_fmt(cos_t)}", seeds=seeds))
         if ngd and config.model.init == "zero" and extras["orthonormal"]:
             out += _stage1_exact(frame, extras, rates, T)
-    r2 = np.asarray(rates["norm_wkq_r2"])
-    slope = np.asarray(rates["norm_wkq_slope"])
+    r2 = np.asarray(rates["W_kq.fro.r2"])
+    slope = np.asarray(rates["W_kq.fro.slope"])
     step = rates["eta"] if two_stage else rates["eta0"]
     out.append(cs.NORMS_LINEAR.result(r2, f"R^2 {_fmt(r2)}; slope/eta {_fmt(slope / step)}", seeds=seeds))
-    cos_end = values_at(frame, "cos_wkq", total)
-    expo = np.asarray(rates["one_minus_cos_wkq_exponent"])
+    cos_end = values_at(frame, "W_kq.cos_target", total)
+    expo = np.asarray(rates["W_kq.cos_target.gap.exponent"])
     out.append(cs.COS_WKQ_TO_ONE.result(cos_end, f"cos at t={total}: {_fmt(cos_end)}", seeds=seeds))
     out.append(cs.COS_WKQ_EXPONENT.result(expo, f"exponent of 1 - cos vs t: {_fmt(expo)} (theory: ~1 up to log factors)",
                                           seeds=seeds))
-    rate = np.asarray(rates["loss_gap_rate"])
-    gr2 = np.asarray(rates["loss_gap_r2"])
+    rate = np.asarray(rates["train.loss.gap.rate"])
+    gr2 = np.asarray(rates["train.loss.gap.r2"])
     out.append(cs.LOSS_LINEAR.result(rate, f"slope {_fmt(rate)}; R^2 {_fmt(gr2)}", seeds=seeds))
     out.append(cs.LOSS_LINEAR_FIT.result(gr2, f"R^2 {_fmt(gr2)}; slope {_fmt(rate)}", seeds=seeds))
     start = T if two_stage else 0
-    start_attn = values_at(frame, "opt_attn_min", start)
-    end_attn = values_at(frame, "opt_attn_min", total)
-    arate, ar2 = np.asarray(rates["attn_gap_rate"]), np.asarray(rates["attn_gap_r2"])
+    start_attn = values_at(frame, "train.opt_attn.min", start)
+    end_attn = values_at(frame, "train.opt_attn.min", total)
+    arate, ar2 = np.asarray(rates["train.opt_attn.min.gap.rate"]), np.asarray(rates["train.opt_attn.min.gap.r2"])
     attn = (f"min optimal attention at t={start}: {_fmt(start_attn)}; at t={total}: {_fmt(end_attn)}; "
             f"rate of log(1 - mass) {_fmt(arate)} (R^2 {_fmt(ar2)})")
     out.append(cs.ATTENTION_CONCENTRATES.result(arate, attn, seeds=seeds))
@@ -184,8 +189,8 @@ def _stage1_exact(frame: pd.DataFrame, extras: dict[str, Any], rates: dict[str, 
     cos_err, norm_err = {}, {}
     for seed in seeds:
         mine = rows[rows["seed"] == seed]
-        cos = mine[mine["metric"] == "cos_wov"]
-        norm = mine[mine["metric"] == "norm_wov"]
+        cos = mine[mine["metric"] == "W_ov.cos_target"]
+        norm = mine[mine["metric"] == "W_ov.fro"]
         frozen = mine[(mine["metric"] == "frozen") & (mine["value"] > 0)]
         moving = norm if frozen.empty else norm[norm["step"] < frozen["step"].min()]
         cos_err[seed] = float((1 - cos["value"]).abs().max()) if len(cos) else math.nan
@@ -193,7 +198,7 @@ def _stage1_exact(frame: pd.DataFrame, extras: dict[str, Any], rates: dict[str, 
     vocab = extras["vocab_size"]
     delta = T * rates["eta0"] / math.sqrt(vocab - 1)
     closed = math.log1p((vocab - 1) * math.exp(-delta))
-    floor = values_at(frame, "loss_floor", T)
+    floor = values_at(frame, "train.loss.floor", T)
     err = np.abs(floor - closed) / max(1.0, closed)  # (S,)
     return [
         cs.STAGE1_EXACT.result(cos_err, f"max |1 - cos| over steps 1..{T}: {_fmt(list(cos_err.values()))}"),
@@ -227,7 +232,7 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
                                 "accuracy_on_covered": float(cov["correct"].astype(bool).mean()) if len(cov) else None}
     finals = {m: values_at(frame, m, total) for m in FINAL_METRICS}
     finals = {m: v for m, v in finals.items() if len(v)}
-    stage1 = {m: values_at(frame, m, T) for m in ("loss_stage1", "cos_wov", "norm_wov")}
+    stage1 = {m: values_at(frame, m, T) for m in ("train.loss.stage1", "W_ov.cos_target", "W_ov.fro")}
     details: dict[str, Any] = {
         "vocab_size": extras["vocab_size"], "dim": extras["dim"], "eta0": extras["eta0"], "eta": extras["eta"],
         "steps": {"stage1": T, "stage2": config.train.steps_stage2},

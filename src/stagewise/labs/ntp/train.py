@@ -120,9 +120,9 @@ def evaluate(params: Params, problem: Problem, need_main: bool, need_stage1: boo
 
 # metrics that depend on one weight group only: while that group is frozen (W_kq during
 # stage 1, W_ov from the end of stage 1 on) they are computed once and reused, bit for bit
-OV_METRICS = ("loss_stage1", "loss_floor", "cos_wov", "dist_wov", "norm_wov")
-KQ_METRICS = ("cos_wkq", "dist_wkq", "cos_wkq_prop2", "dist_wkq_prop2", "norm_wkq", "opt_attn_min", "opt_attn_mean",
-              "score_optimal", "score_non_optimal", "score_non_comparable")
+OV_METRICS = ("train.loss.stage1", "train.loss.floor", "W_ov.cos_target", "W_ov.dist_target", "W_ov.fro")
+KQ_METRICS = ("W_kq.cos_target", "W_kq.dist_target", "W_kq.cos_prop2", "W_kq.dist_prop2", "W_kq.fro", "train.opt_attn.min",
+              "train.opt_attn.mean", "train.score.optimal", "train.score.non_optimal", "train.score.non_comparable")
 
 
 def _main_pass(ev: Evaluation) -> tuple[torch.Tensor, Forward]:
@@ -143,9 +143,9 @@ def _ov_metrics(wov: torch.Tensor, problem: Problem, ev: Evaluation) -> dict[str
     batch = problem.batch
     floor_logits = ev.tok.gather(2, problem.opt_tok.unsqueeze(1).expand(-1, ev.tok.shape[1], -1)).transpose(1, 2)  # (S, N, V)
     cos_ov, dist_ov = cosine(wov, problem.wov_star)
-    return {"loss_stage1": _present(ev.loss0, "the stage-1 loss"),
-            "loss_floor": (batch.weight * cross_entropy(floor_logits, batch.target)).sum(-1),
-            "cos_wov": cos_ov, "dist_wov": dist_ov, "norm_wov": _flat_norm([wov])}
+    return {"train.loss.stage1": _present(ev.loss0, "the stage-1 loss"),
+            "train.loss.floor": (batch.weight * cross_entropy(floor_logits, batch.target)).sum(-1),
+            "W_ov.cos_target": cos_ov, "W_ov.dist_target": dist_ov, "W_ov.fro": _flat_norm([wov])}
 
 
 def _kq_metrics(wkq: torch.Tensor, problem: Problem, ev: Evaluation) -> dict[str, torch.Tensor]:
@@ -156,18 +156,19 @@ def _kq_metrics(wkq: torch.Tensor, problem: Problem, ev: Evaluation) -> dict[str
     multi = problem.multi
     masks = problem.type_masks  # (S, 3, V, V)
     type_score = (key.unsqueeze(1) * masks).flatten(2).sum(-1) / masks.flatten(2).sum(-1).clamp_min(1)  # (S, 3)
-    return {"cos_wkq": cos_kq, "dist_wkq": dist_kq, "cos_wkq_prop2": cos_p2, "dist_wkq_prop2": dist_p2,
-            "norm_wkq": _flat_norm([wkq]),
-            "opt_attn_min": opt_mass.masked_fill(~multi, 1.0).min(-1).values,
-            "opt_attn_mean": (opt_mass * multi).sum(-1) / multi.sum(-1).clamp_min(1),
-            "score_optimal": type_score[:, 0], "score_non_optimal": type_score[:, 1], "score_non_comparable": type_score[:, 2]}
+    return {"W_kq.cos_target": cos_kq, "W_kq.dist_target": dist_kq, "W_kq.cos_prop2": cos_p2, "W_kq.dist_prop2": dist_p2,
+            "W_kq.fro": _flat_norm([wkq]),
+            "train.opt_attn.min": opt_mass.masked_fill(~multi, 1.0).min(-1).values,
+            "train.opt_attn.mean": (opt_mass * multi).sum(-1) / multi.sum(-1).clamp_min(1),
+            "train.score.optimal": type_score[:, 0], "train.score.non_optimal": type_score[:, 1],
+            "train.score.non_comparable": type_score[:, 2]}
 
 
 def metrics(params: Params, problem: Problem, ev: Evaluation, stage: int, two_stage: bool,
             with_suite: bool = True, cached: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """All per-member metrics at the current weights; each value has shape (S,).
 
-    ``with_suite`` adds ``gen_acc``, the accuracy on the covered generalization cases.
+    ``with_suite`` adds ``test.acc.covered``, the accuracy on the covered generalization cases.
     ``cached`` holds the OV_METRICS or KQ_METRICS of a group that has not moved since they
     were computed (they are reused instead of recomputed; ``ev.loss0`` may then be None).
     """
@@ -183,24 +184,24 @@ def metrics(params: Params, problem: Problem, ev: Evaluation, stage: int, two_st
     S = wkq.shape[0]
     values = {
         "stage": torch.full((S,), float(stage), device=wkq.device),
-        "loss_stage1": group_ov["loss_stage1"],
-        "loss": loss,
-        "loss_floor": group_ov["loss_floor"],
-        "loss_gap": loss - group_ov["loss_floor"],
-        **{k: group_ov[k] for k in ("cos_wov", "dist_wov", "norm_wov")},
-        **{k: group_kq[k] for k in ("cos_wkq", "dist_wkq", "cos_wkq_prop2", "dist_wkq_prop2", "norm_wkq",
-                                    "opt_attn_min", "opt_attn_mean")},
-        "train_acc": correct.sum(-1).to(wkq.dtype) / real.sum(-1).to(wkq.dtype),
-        "grad_norm_wov": _flat_norm([_present(grad_ov, "the W_ov gradient")]),
-        "grad_norm_wkq": _flat_norm([_present(ev.grad_wkq, "the W_kq gradient")]),
-        **{k: group_kq[k] for k in ("score_optimal", "score_non_optimal", "score_non_comparable")},
+        "train.loss.stage1": group_ov["train.loss.stage1"],
+        "train.loss": loss,
+        "train.loss.floor": group_ov["train.loss.floor"],
+        "train.loss.gap": loss - group_ov["train.loss.floor"],
+        **{k: group_ov[k] for k in ("W_ov.cos_target", "W_ov.dist_target", "W_ov.fro")},
+        **{k: group_kq[k] for k in ("W_kq.cos_target", "W_kq.dist_target", "W_kq.cos_prop2", "W_kq.dist_prop2", "W_kq.fro",
+                                    "train.opt_attn.min", "train.opt_attn.mean")},
+        "train.acc": correct.sum(-1).to(wkq.dtype) / real.sum(-1).to(wkq.dtype),
+        "W_ov.grad_fro": _flat_norm([_present(grad_ov, "the W_ov gradient")]),
+        "W_kq.grad_fro": _flat_norm([_present(ev.grad_wkq, "the W_kq gradient")]),
+        **{k: group_kq[k] for k in ("train.score.optimal", "train.score.non_optimal", "train.score.non_comparable")},
     }
     if with_suite:
         key, tok = with_unknown(key, ev.tok)
         pred, _ = predict(key, tok, problem.gen_idx, problem.gen_query, problem.gen_mask)  # (S, G)
         covered = problem.gen_expected >= 0
         hits = ((pred == problem.gen_expected) & covered).sum(-1).to(wkq.dtype)
-        values["gen_acc"] = hits / covered.sum(-1).to(wkq.dtype)  # NaN when a suite covers no case
+        values["test.acc.covered"] = hits / covered.sum(-1).to(wkq.dtype)  # NaN when a suite covers no case
     return values
 
 
@@ -395,4 +396,4 @@ class TwoStageLoop:
             self.frozen_values.setdefault(g, {k: values[k] for k in (OV_METRICS if g == "ov" else KQ_METRICS)})
         values["tiny_grad"] = tiny.to(self.dtype)
         values["frozen"] = (~self.active).to(self.dtype)
-        return StepOutput(values, losses={n: values[n] for n in ("loss", "loss_stage1")})
+        return StepOutput(values, losses={n: values[n] for n in ("train.loss", "train.loss.stage1")})
