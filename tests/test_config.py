@@ -234,3 +234,26 @@ def test_cli_unknown_key_is_one_line_with_the_full_path_and_nothing_is_made(cli,
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert err.startswith("error: --set eta: ") and "did you mean 'train.lr_stage2'" in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("lab", ["ntp", "disentangled", "lm"])
+def test_seeds_out_of_range_are_one_line_and_nothing_is_made(cli, tmp_path, lab):
+    """A seed at or above MAX_SEED (int64 with room for offsets) is refused before any work: one line, exit 2."""
+    from stagewise.config import MAX_SEED
+
+    for seed in (MAX_SEED, 10**30):
+        code, _, err = cli("run", lab, "--set", f"seed={seed}", "--out", str(tmp_path / "r"))
+        assert code == 2 and err.count("\n") == 1 and "seed=" in err, err
+        assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("blocks, why", [
+    ("[]", "at least 1"), ("[0, 0]", "overlap"), ("[0, 1]", "overlap"), ("[-1]", "greater than or equal to 0"),
+    (str(list(range(0, 100 * 65, 100))), "at most 64"),
+])
+def test_robustness_seed_blocks_are_checked_up_front(cli, tmp_path, blocks, why):
+    """Seed blocks of the robustness preset: non-empty, disjoint (n_seeds apart), in range, at most MAX_SEED_BLOCKS."""
+    code, _, err = cli("run", "disentangled", "--preset", "robustness", "--seeds", "2",
+                       "--set", f"experiment.seed_blocks={blocks}", "--out", str(tmp_path / "r"))
+    assert code == 2 and why in err and err.count("\n") == 1, err
+    assert not (tmp_path / "r").exists()

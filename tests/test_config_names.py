@@ -118,3 +118,16 @@ def test_disentangled_rates_and_grid_keys_keep_their_old_names_and_hash():
     assert merged.experiment.grid == {"lr_stage1": [1.0, 2.0]}
     members = seed_major(merged, grid_variants(merged))
     assert sorted({m.lr_stage1 for m in members}) == [1.0, 2.0]  # grid values reach the members' lr_stage1
+
+
+def test_old_and_new_name_of_one_setting_together_are_refused(cli, tmp_path):
+    """--set train.eta (old) and --set train.lr_stage2 (current) name one setting: refused whichever comes
+    first, exit 2, nothing made; the same in a config file layer."""
+    for first, second in (("train.eta=0.1", "train.lr_stage2=0.2"), ("train.lr_stage2=0.2", "train.eta=0.1")):
+        code, _, err = cli("run", "ntp", "--set", first, "--set", second, "--out", str(tmp_path / "r"))
+        assert code == 2 and "same setting" in err and "give train.lr_stage2 only" in err, err
+        assert not (tmp_path / "r").exists()
+    config = tmp_path / "c.yaml"
+    config.write_text("train:\n  eta: 0.1\n  lr_stage2: 0.2\n")
+    code, _, err = cli("run", "ntp", "--config", str(config), "--out", str(tmp_path / "r"))
+    assert code == 2 and "same setting" in err and not (tmp_path / "r").exists()

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 UNDECLARED = "undeclared (no source)"
 """Heading of the claims that carry no source."""
@@ -50,8 +50,10 @@ def print_verdicts(console: Console, claims: Sequence[Any], sources: Mapping[str
     ``sources``) with id, statement, verdict (holds / fails / not testable), value (the
     judged, worst seed's) and the reason or evidence."""
     for heading, members in claim_groups(claims, sources):
-        table = Table("claim", "verdict", "value", "evidence", title=escape(heading), title_justify="left",
-                      header_style="bold")
+        width = max(len(c.id) for c in members) + 1  # the id (with its colon) is never cut: users copy it
+        table = Table(Column("claim", min_width=width, overflow="fold"), Column("verdict", no_wrap=True),
+                      Column("value", no_wrap=True), Column("evidence", overflow="fold"), title=escape(heading),
+                      title_justify="left", header_style="bold")
         for claim in members:
             verdict = str(claim.verdict)
             detail = "; ".join(part for part in (f"reason: {claim.reason}" if claim.reason else "", claim.evidence) if part)
@@ -68,8 +70,9 @@ def print_specs(console: Console, lab: str, specs: Sequence[Any], sources: Mappi
         console.print(f"lab '{lab}' declares no claims yet", highlight=False, markup=False)
         return
     for heading, members in claim_groups(specs, sources):
-        table = Table("id", "source", "statement", "condition", "floor", "control", title=escape(heading),
-                      title_justify="left", header_style="bold")
+        ids = Column("id", min_width=max(len(spec.id) for spec in members), no_wrap=True)  # never cut: users copy ids
+        table = Table(ids, *(Column(name, overflow="fold") for name in ("source", "statement", "condition", "floor", "control")),
+                      title=escape(heading), title_justify="left", header_style="bold")
         for spec in members:
             table.add_row(*(escape(text) for text in (spec.id, spec.source.label(sources), spec.statement, spec.condition(),
                                                       spec.floor or "-", spec.control)))

@@ -28,6 +28,12 @@ from .yamlio import load_yaml
 MAX_STEPS = 10**9
 """Upper bound of every step count of every lab (a larger one is a typo, not a plan)."""
 
+MAX_SEED = 2**62
+"""Upper bound (exclusive) of every seed: seeds are stored as int64 (the metrics' seed column,
+seed tensors) and labs offset them (seed blocks, ensembles of up to a few thousand members),
+so a seed plus any offset stays far inside int64 (a larger one is refused, not an OverflowError
+after a run folder was made)."""
+
 MAX_SHOWN = 120
 """Longest rendering of a bad value in an error line (longer ones end in '...')."""
 
@@ -67,15 +73,16 @@ class ConfigModel(BaseModel):
     PATH: ClassVar[str] = ""
     """Dotted path of this section in the lab's config ("train"), for messages."""
     RENAMED: ClassVar[dict[str, str]] = {}
+    """Old field name -> new name. The old name is still accepted (in YAML, ``--set``, presets
+    and old run folders) with a one-line deprecation note, and it stays the key in the config
+    hash, so the hash of every config made before the rename is unchanged. Both names in one
+    layer (or in two ``--set``) are refused: they are one setting."""
     RENAMED_KEYS: ClassVar[dict[str, dict[str, str]]] = {}
     """Mapping-valued field -> {old key: new key} for its entries (e.g. ``experiment.grid.eta1``),
     accepted and hashed like :attr:`RENAMED`."""
     ADDED: ClassVar[tuple[str, ...]] = ()
     """Fields added after runs existed: at their default they are left out of the config hash
     (and need no key in an old config.yaml), so every config made before the field keeps its hash."""
-    """Old field name -> new name. The old name is still accepted (in YAML, ``--set``, presets
-    and old run folders) with a one-line deprecation note, and it stays the key in the config
-    hash, so the hash of every config made before the rename is unchanged."""
 
     @model_validator(mode="before")
     @classmethod
@@ -376,7 +383,7 @@ class RunBase(ConfigModel):
     A lab subclasses it and may redeclare a field to change its default or bounds.
     """
 
-    seed: int = Field(0, ge=0, description="first seed; the ensemble runs seeds seed .. seed + n_seeds - 1")
+    seed: int = Field(0, ge=0, lt=MAX_SEED, description="first seed; the ensemble runs seeds seed .. seed + n_seeds - 1 (below 2**62)")
     n_seeds: int = Field(1, ge=1, le=4096, description="ensemble size, computed in one batched pass (--seeds K)")
     device: Literal["cpu", "cuda", "auto"] = Field(
         "cpu", description="cpu (default for the theory labs), cuda, or auto (cuda when available)")

@@ -253,12 +253,18 @@ def _parse_overrides(cls: type[BaseModel], sets: list[str],
     """
     out: dict[str, Any] = {}
     errors: list[str] = []
+    spelled: dict[str, str] = {}  # current key -> how the first --set of it wrote it
     for item in sets:
         if "=" not in item:
             errors.append(f"--set {item!r}: expected KEY=VALUE, e.g. train.lr_stage2=0.05")
             continue
         key, raw = item.split("=", 1)
-        key = current_key(cls, key.strip())
+        written, key = key.strip(), current_key(cls, key.strip())
+        first = spelled.setdefault(key, written)
+        if first != written:  # an old and the current name of one setting: which one wins is not a guess to make
+            old, new = (first, written) if first != key else (written, first)
+            errors.append(f"--set {old} and --set {new} are the same setting ({old} is its old name): give {new} only")
+            continue
         problem, mapping_default = _check_key(cls, key)
         value, bad_value = _parse_value(key, raw) if problem is None else (None, None)
         message = problem or bad_value

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config import MAX_STEPS, ConfigModel, RunBase, Threads, TrainBase
+from ...config import MAX_SEED, MAX_STEPS, ConfigModel, RunBase, Threads, TrainBase
+
+MAX_SEED_BLOCKS = 64
+"""Most seed blocks of a robustness run (each block is a group per d: 64 x 5 d values is
+already a long plan)."""
 
 Finite: dict[str, Any] = {"allow_inf_nan": False}
 
@@ -189,7 +193,9 @@ class ExperimentConfig(ConfigModel):
                          "(about 3 s for the default preset's 16 members; false: the relative claims are not testable)")
     control: bool = Field(True, description="[run] train a shuffled-label control beside every member (targets permuted across the\n"
                           "training prompts): the null that q_not_learned_stage1 is tested against")
-    seed_blocks: list[int] = Field([0, 1000, 2000], description="[run] kind=robustness: first seed of each block of n_seeds seeds")
+    seed_blocks: list[Annotated[int, Field(ge=0, lt=MAX_SEED)]] = Field(
+        [0, 1000, 2000], min_length=1, max_length=MAX_SEED_BLOCKS,
+        description="[run] kind=robustness: first seed of each block of n_seeds seeds (disjoint blocks, at most 64)")
     truncation_ks: list[int] | None = Field(None, description="[run] k values for the top-k / bottom-k truncation; null = 0..2d in 8 steps")
     dims: list[int] = Field([8, 16, 32, 64, 128], description="[run] kind=d-scaling: the d values")
     scale_rules: bool = Field(True, description="[reconstructed] kind=d-scaling: 1/lambda ~ sqrt(log d) and L ~ sqrt(d) log d (the\n"
@@ -249,6 +255,11 @@ class Config(RunBase):
         if self.train.objective == "branches" and (self.model.output != "split" or self.model.weights != "block"):
             raise ValueError(f"train.objective=branches needs model.output=split and model.weights=block "
                              f"(got {self.model.output}, {self.model.weights}): K1, K2 are the losses of the split output's parts")
+        blocks = sorted(self.experiment.seed_blocks)
+        overlap = next(((a, b) for a, b in zip(blocks, blocks[1:]) if b - a < self.n_seeds), None)
+        if overlap is not None:
+            raise ValueError(f"experiment.seed_blocks={self.experiment.seed_blocks}: blocks of n_seeds={self.n_seeds} seeds "
+                             f"starting at {overlap[0]} and {overlap[1]} overlap; give first seeds at least n_seeds apart")
         t1s = self.experiment.grid.get("t1", [])
         if any(t > self.train.steps for t in t1s):
             raise ValueError(f"experiment.grid.t1={[int(t) for t in t1s]}: each must be <= train.steps ({self.train.steps})")

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config import MAX_STEPS, ConfigModel, RunBase, TrainBase
+from ...config import MAX_SEED, MAX_STEPS, ConfigModel, RunBase, TrainBase
 from ...lmkit.config import ModelConfig
 
 TaskName = Literal["counterfact", "hotpotqa", "blimp", "sick"]
@@ -41,7 +41,7 @@ class TaskConfig(ConfigModel):
                                   "type and the nearest frequency rank (a seeded permutation: frequencies kept, types broken)")
     sample: int | None = Field(None, ge=1, description="a random subset of N records per task, drawn with task.sample_seed after\n"
                                "task.limit (null: every record, in file order)")
-    sample_seed: int = Field(0, ge=0, description="seed of task.sample (the subsample axis of a seeds study)")
+    sample_seed: int = Field(0, ge=0, lt=MAX_SEED, description="seed of task.sample (the subsample axis of a seeds study)")
 
     ADDED = ("replace_answers", "sample", "sample_seed")
 
