@@ -325,3 +325,28 @@ def test_type_before_fact_with_semantic_half_at_epoch_zero_does_not_crash():
     holds, evidence, facts = type_before_fact(counts, 0.5)
     assert facts["semantic_half_epoch"] == 0 and holds is None  # a defined verdict: not testable, with its reason
     assert evidence.startswith("not testable: semantic-correct is already at 0.5 of its final count (6 of 10)")
+
+
+def test_data_without_a_typed_relation_is_refused_up_front(cli, tmp_path):
+    """CounterFact data whose relations have no declared answer type (P127 only) is one line, exit 2,
+    no run folder (it failed with an IndexError after the folder was made); one typed relation is enough."""
+    import json
+
+    from lm_fixtures import counterfact_records
+    from stagewise.labs.lm.answertypes import RELATION_TYPES
+
+    untyped = counterfact_records(multi_token=False)
+    for record in untyped:
+        record["requested_rewrite"]["relation_id"] = "P127"
+    assert RELATION_TYPES.get("P127") is None
+    path = tmp_path / "cf.json"
+    path.write_text(json.dumps(untyped), encoding="utf-8")
+    code, _, err = cli("run", "lm", "--preset", "counterfact-tiny", "--set", f"data.path={path}", "--out", str(tmp_path / "r"))
+    assert code == 2 and "no example has a declared answer type" in err and "counterfact:P127" in err, err
+    assert err.count("\n") == 1 and not (tmp_path / "r").exists()
+
+    from stagewise.labs.lm.lab import _check_typed
+    from stagewise.labs.lm.tasks import Example
+
+    _check_typed([Example("a", "counterfact", "p", "x", "P127"), Example("b", "counterfact", "p", "y", "P30")])  # passes
+    _check_typed([Example("c", "blimp", "p", "x", "u")])  # no question task: nothing to check

@@ -6,8 +6,10 @@ transformers or pandas import them when called.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from ...errors import UserError
 from ..contract import Lab, RunContext, RunResult, deferred, reproduction
 from .claimspecs import CLAIMS, SOURCES
 from .config import Config
@@ -87,7 +89,21 @@ def check(config: Config) -> None:
     device = resolve_device(config.device)
     resolve_dtype(config.dtype, ("float32", "bfloat16"), device)
     check_model(config.model)
-    read_data(config)
+    _check_typed(read_data(config))
+
+
+def _check_typed(items: Sequence[Any]) -> None:
+    """One UserError line when no example of a question task (CounterFact, HotpotQA) has a
+    declared answer type: the open type rule, recorded at every epoch, would have nothing to
+    judge (the relations without one are listed in answertypes.RELATION_TYPES as None or absent)."""
+    from .answertypes import group_type
+
+    asked = [item for item in items if getattr(item, "task", None) in ("counterfact", "hotpotqa")]
+    if asked and all(group_type(item.task, item.group) is None for item in asked):
+        groups = sorted({f"{item.task}:{item.group}" for item in asked})
+        shown = ", ".join(groups[:8]) + (f" and {len(groups) - 8} more" if len(groups) > 8 else "")
+        raise UserError(f"data: no example has a declared answer type (groups {shown}); the open type rule recorded at "
+                        "every epoch needs some: add examples of typed relations (docs/lm.md, \"Two type rules\")")
 
 
 def run(config: Config, ctx: RunContext) -> RunResult:
