@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -317,6 +318,42 @@ def test_stages_ignores_extra_columns(cli, metrics_dir):
     assert code == 0 and "2/2" in stdout and "order (by median step): P" in stdout, stderr
 
 
+def _order_line(stdout: str) -> list[str] | None:
+    """The stages of the `order (by median step): a -> b` line; None without one."""
+    lines = [line for line in stdout.splitlines() if line.startswith("order (by median step):")]
+    return lines[0].split(":", 1)[1].strip().split(" -> ") if lines else None
+
+
+def test_stages_orders_only_stages_some_seed_reached(cli, metrics_dir):
+    """Issue 26: a stage no seed reaches is listed as such, never placed in the order."""
+    frame = pd.read_parquet(metrics_dir / "metrics.parquet")
+    lowest = frame.groupby("seed")["value"].min()
+    never = f"N=loss<={lowest.min() / 2:g}"  # below every seed's lowest loss
+    code, stdout, stderr = cli("stages", str(metrics_dir), never, "P=loss<=0.5")
+    assert code == 0, stderr
+    assert _order_line(stdout) == ["P"]
+    assert "no seed reached: N" in stdout
+    code, stdout, _ = cli("stages", str(metrics_dir), never, "M=loss<=-1")
+    assert code == 0 and _order_line(stdout) is None and "no seed reached: N, M" in stdout
+
+
+@pytest.mark.parametrize("status", ["interrupted", "running", "failed", "diverged", "done"])
+def test_stages_on_an_unfinished_run_says_so(cli, metrics_dir, status):
+    """The partial table still prints (exit 0); an unfinished run adds one `note:` line on stderr."""
+    (metrics_dir / "manifest.json").write_text(json.dumps({"lab": "not-installed", "status": status, "config_hash": "abc",
+                                                           "seeds": [0, 1]}))
+    code, stdout, stderr = cli("stages", str(metrics_dir), "P=loss<=0.5")
+    assert code == 0 and "2/2" in stdout
+    notes = [line for line in stderr.splitlines() if line.startswith("note:")]
+    if status == "done":
+        assert notes == []
+    else:
+        assert len(notes) == 1 and "unfinished" in notes[0] and f"status {status}" in notes[0]
+        last = int(pd.read_parquet(metrics_dir / "metrics.parquet")["step"].max())
+        assert f"steps up to {last} only" in notes[0]
+        assert ("--resume" in notes[0]) == (status in ("interrupted", "running"))
+
+
 @pytest.mark.parametrize("args,needle", [
     (["P=loss<=0.5", "--sustain", "0"], "--sustain 0: must be >= 1"),
     (["P=loss<=0.5", "--sustain", "-1"], "--sustain -1: must be >= 1"),
@@ -402,3 +439,68 @@ def test_resume_of_a_done_run_says_already_done_and_touches_nothing(cli, tmp_pat
     _, shown, _ = cli("show", str(run))
     assert out.split("\n", 1)[1] == shown  # then the summary, as `show` prints it
     assert _snapshot(run) == before  # no file written, rewritten or added (manifest and metrics byte-identical)
+
+
+@pytest.mark.parametrize("lab", ["ntp", "disentangled", "lm"])
+def test_claims_table_never_cuts_an_id(cli, monkeypatch, lab):
+    """`stagewise claims LAB` on a narrow terminal: every declared id appears whole on one line
+    (users copy ids into sweep files), and nothing is cut with an ellipsis."""
+    from stagewise.labs import get_lab
+
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = cli("claims", lab)
+    assert code == 0 and "\u2026" not in out
+    lines = out.splitlines()
+    for spec in get_lab(lab).claims:
+        assert any(f" {spec.id} " in line for line in lines), spec.id
+
+
+def test_a_bare_key_value_suggests_set(cli, tmp_path):
+    """A Hydra-style positional `key=value` is one line that names `--set KEY=VALUE`, exit 2, nothing made."""
+    code, _, err = cli("run", "ntp", "train.steps_stage2=5", "--out", str(tmp_path / "r"))
+    assert code == 2 and err.count("\n") == 1 and "--set train.steps_stage2=5" in err
+    assert not (tmp_path / "r").exists()
+    code, _, err = cli("run", "ntp", "extra", "--out", str(tmp_path / "r"))  # not key=value: no suggestion
+    assert code == 2 and "--set" not in err
+
+
+def _command_paths():
+    """Every command path of the `stagewise` app ([] is the app itself)."""
+    import typer
+
+    from stagewise.cli import app
+
+    def walk(command, path):
+        yield path
+        for name, sub in sorted(getattr(command, "commands", {}).items()):
+            yield from walk(sub, [*path, name])
+
+    return list(walk(typer.main.get_command(app), []))
+
+
+def test_help_texts_show_no_docstring_markup(cli, monkeypatch):
+    """Every --help is plain for a reader: no reST roles or double backquotes leak from docstrings."""
+    import re
+
+    monkeypatch.setenv("COLUMNS", "200")
+    leaked = re.compile(r":(mod|func|class|meth|attr|data):`|``")
+    paths = _command_paths()
+    assert len(paths) > 10
+    for path in paths:
+        code, out, _ = cli(*path, "--help")
+        assert code == 0, path
+        assert not [line for line in out.splitlines() if leaked.search(line)], path
+
+
+def test_labs_table_keeps_bracketed_text(cli, monkeypatch):
+    """`stagewise labs` prints every preset's text whole: "[...]" in a description is text, not markup."""
+    from stagewise.labs import REGISTRY
+
+    monkeypatch.setenv("COLUMNS", "2000")
+    code, out, _ = cli("labs")
+    assert code == 0
+    texts = [text for lab in REGISTRY.values() for text, _ in lab.presets.values()]
+    bracketed = [m for text in texts for m in re.findall(r"\[[^\]]*\]", text)]
+    assert bracketed  # the reviewer presets name their out-of-assumption data this way
+    for item in bracketed:
+        assert item in out, item

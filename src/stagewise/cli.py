@@ -8,6 +8,7 @@ its manifest; nothing logged so far is lost.
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, List, Mapping, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .cli_claims import claims_cmd, print_verdicts
@@ -69,9 +71,9 @@ def labs_cmd() -> None:
     table.add_column("preset")
     table.add_column("what it runs")
     for name, lab in REGISTRY.items():
-        table.add_row(name, "(defaults)", lab.description)
+        table.add_row(escape(name), "(defaults)", escape(lab.description))  # texts are plain: "[...]" is not markup
         for preset, (text, _) in lab.presets.items():
-            table.add_row("", preset, text)
+            table.add_row("", escape(preset), escape(text))
     out_console.print(table)
 
 
@@ -246,7 +248,10 @@ def stages_cmd(
     sustain: int = typer.Option(1, "--sustain", help="the value must stay past the threshold for this many logged points"),
 ) -> None:
     """Detect when each metric crosses its threshold, per seed, with the spread over seeds. A
-    metric's old name (the lab's ``metric_aliases``) is read as its current one, with a note."""
+    metric's old name (the lab's metric_aliases) is read as its current one, with a note.
+    The order lists only stages some seed reached (the others: "no seed reached: ..."); on an
+    unfinished run (status not done) the table covers the steps logged so far and a note line
+    on stderr says the run is unfinished (exit 0)."""
     from .measure import detect_stages
     from .runs.names import current_names, rename_metrics
 
@@ -270,7 +275,28 @@ def stages_cmd(
                       f"{report.n_reached[name]}/{report.n_seeds[name]}", fmt(report.mean[name]), fmt(report.std[name]),
                       fmt(report.min[name]), fmt(report.max[name]), per_seed)
     out_console.print(table)
-    out_console.print(f"order (by median step): {' -> '.join(report.order)}", highlight=False)
+    reached = [name for name in report.order if report.n_reached[name]]  # an order only among stages some seed reached
+    unreached = [name for name in parsed if not report.n_reached[name]]
+    if reached:
+        out_console.print(f"order (by median step): {' -> '.join(reached)}", highlight=False, markup=False)
+    if unreached:
+        out_console.print(f"no seed reached: {', '.join(unreached)}", highlight=False, markup=False)
+    status = _run_status(run_dir)
+    if status not in (None, "done"):
+        last = int(frame["step"].max()) if len(frame) else 0
+        hint = f"; resume it with: stagewise run --resume {run_dir}" if status in ("interrupted", "running") else ""
+        print(f"note: {run_dir} is unfinished (status {status}): the table covers steps up to {last} only, and a "
+              f"stage not reached there may be reached by a finished run{hint}", file=sys.stderr)
+
+
+def _run_status(run_dir: Path) -> str | None:
+    """The manifest's status of a run folder (``done``, ``interrupted``, ...); None without a readable manifest."""
+    from .runs import read_manifest
+
+    try:
+        return str(read_manifest(run_dir)["status"])
+    except UserError:
+        return None
 
 
 METRIC_COLUMNS = ("step", "seed", "metric", "value")
@@ -368,7 +394,15 @@ def _usage_line(err) -> str:
     """A click usage error (missing argument, unknown option, bad value) as one line."""
     message = " ".join(err.format_message().split())
     ctx = getattr(err, "ctx", None)
+    extra = _EXTRA_ARGS.search(message)
+    overrides = [a for a in extra.group(1).split() if _KEY_VALUE.match(a)] if extra else []
+    if overrides:  # Hydra habit: a bare key=value
+        message += f"; a config value is set with --set KEY=VALUE (--set {overrides[0]})"
     return f"{message} (see '{ctx.command_path} --help')" if ctx is not None else message
+
+
+_EXTRA_ARGS = re.compile(r"unexpected extra argument(?:s|\(s\))? \((.*)\)")
+_KEY_VALUE = re.compile(r"^[A-Za-z_][\w.]*=")
 
 
 def _print_errors(lines) -> None:
@@ -392,17 +426,18 @@ def _click_errors() -> tuple[type[ClickException], type[ClickException]]:
 
 
 def _notes_as_lines() -> None:
-    """Show each old config name that was used (:class:`~stagewise.errors.RenamedOption`) as one
-    ``note: ...`` line on stderr, once per message; other warnings keep Python's format."""
+    """Show each old config name that was used (:class:`~stagewise.errors.RenamedOption`) and each
+    :class:`~stagewise.errors.Note` as one ``note: ...`` line on stderr, once per message; other
+    warnings keep Python's format."""
     import warnings
 
-    from .errors import RenamedOption
+    from .errors import Note, RenamedOption
 
     shown = warnings.showwarning
     seen: set[str] = set()
 
     def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 (warnings' signature)
-        if issubclass(category, RenamedOption):
+        if issubclass(category, (RenamedOption, Note)):
             if str(message) not in seen:
                 seen.add(str(message))
                 print(f"note: {message}", file=sys.stderr)
@@ -411,6 +446,7 @@ def _notes_as_lines() -> None:
 
     warnings.showwarning = show
     warnings.simplefilter("always", RenamedOption)
+    warnings.simplefilter("always", Note)
 
 
 def main() -> None:

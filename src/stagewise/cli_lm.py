@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .config import MAX_SEED
 from .errors import UserError
 
 eval_app = typer.Typer(no_args_is_help=True, help="Evaluate a model on a benchmark (blimp).")
@@ -65,7 +66,8 @@ def eval_blimp_cmd(
     batch_tokens: int = typer.Option(4096, "--batch-tokens", min=16, help="padded tokens per forward pass"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads"),
 ) -> None:
-    """BLiMP minimal-pair accuracy per paradigm and field (log P(good) > log P(bad), after BOS/EOS)."""
+    """BLiMP minimal-pair accuracy per paradigm and field (log P(good) >= log P(bad), after BOS/EOS: a tie
+    counts as right, as in lm-evaluation-harness), with the ties beside it and a warning when many pairs tie."""
     from .lmkit.blimp import blimp_accuracy, read_blimp_pairs, score_blimp, write_blimp
     from .labs.lm.refs import load_ref
 
@@ -80,12 +82,17 @@ def eval_blimp_cmd(
     scored = score_blimp(ref.loaded.model, ref.loaded.tokenizer, pairs, batch_tokens=batch_tokens)
     result = blimp_accuracy(scored)
     table = Table(title=f"BLiMP: {ref.label} ({result.n_pairs} pairs, {result.n_paradigms} paradigms)")
-    for col in ("field", "paradigms", "pairs", "accuracy"):
+    for col in ("field", "paradigms", "pairs", "accuracy", "ties"):
         table.add_column(col)
+    ties = (scored["ll_good"] == scored["ll_bad"]).groupby(scored["field"]).sum()  # per field; counted right (lm_eval's rule)
     for row in result.fields.itertuples():
-        table.add_row(row.field, str(row.n_paradigms), str(row.n_pairs), f"{row.accuracy:.4f}")
-    table.add_row("all", str(result.n_paradigms), str(result.n_pairs), f"{result.accuracy:.4f}")
+        table.add_row(row.field, str(row.n_paradigms), str(row.n_pairs), f"{row.accuracy:.4f}", str(int(ties.get(row.field, 0))))
+    table.add_row("all", str(result.n_paradigms), str(result.n_pairs), f"{result.accuracy:.4f}", str(result.n_ties))
     out_console.print(table)
+    out_console.print("a tie (equal log-probabilities) counts as right, as in lm-evaluation-harness", highlight=False)
+    warning = result.tie_warning()
+    if warning is not None:
+        err_console.print(f"warning: {warning}", highlight=False, markup=False, soft_wrap=True)
     if out is not None:
         paths = write_blimp(scored, result, _out_dir(out))
         out_console.print(f"wrote {paths['pairs']}")
@@ -99,12 +106,12 @@ def reduce_cmd(
     p: float = typer.Option(..., "--p", help="rank preservation in (0, 1]: keep floor(p r) directions"),
     out: Path = typer.Option(..., "--out", help="write the edited model here as a Hugging Face folder"),
     method: str = typer.Option("exact", "--method", help="exact | randomized (seeded; largest only)"),
-    seed: int = typer.Option(0, "--seed", help="seed of the randomized SVD"),
+    seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED - 1, help="seed of the randomized SVD"),
 ) -> None:
     """Rank-reduce selected attention matrices and save the edited model (safetensors + tokenizer).
 
     A GGUF model is written dequantised; a compact-vocabulary run as the full vocabulary (the
-    other ids never win: see :mod:`stagewise.lmkit.export`)."""
+    other ids never win: see docs/lmkit.md)."""
     from .lmkit.export import check_exportable, export_hf
     from .labs.lm.refs import load_ref
     from .lmkit.surgery import check_reduce_args, reduce_rank
@@ -173,7 +180,7 @@ def sample_cmd(
     n: int = typer.Option(20, "--n", help="how many to draw (without replacement)"),
     rule: str = typer.Option("open", "--rule", help="open (declared answer types) | closed (answers of the same group in the sample)"),
     epoch: str = typer.Option("peak", "--epoch", help="a recorded epoch, or peak (most type-correct under the rule), first, last"),
-    seed: int = typer.Option(0, "--seed", help="seed of the draw"),
+    seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED - 1, help="seed of the draw"),
 ) -> None:
     """Print a seeded random sample of a run's predictions of one category, for a hand check."""
     from .labs.lm.audit import check_sample_args, sample_predictions

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional
 
 import typer
 from rich.console import Console
@@ -35,6 +35,17 @@ class _DefaultRun(TyperGroup):
 sweep_app = typer.Typer(cls=_DefaultRun, no_args_is_help=True,
                         help="Run a sweep file (`stagewise sweep SPEC`), or collect a sweep folder into one table.")
 
+
+
+def claim_checks_line(report: Mapping[str, Any]) -> str:
+    """``4 runs, 61 of 67 claim checks hold, 6 not testable`` for a reproduce report
+    (``claims.json``): a claim check is one claim judged in one run, what the report page's
+    matrix counts per verdict (one cell each), so the two say the same numbers."""
+    claims = [c for run in report["runs"] for c in run.get("claims") or []]
+    holds = sum(c["holds"] is True for c in claims)
+    untestable = sum(c["holds"] is None for c in claims)
+    return (f"{len(report['runs'])} runs, {holds} of {len(claims)} claim checks hold"
+            + (f", {untestable} not testable" if untestable else ""))
 
 def _split_sets(sets: List[str]) -> tuple[dict, list[str]]:
     """``--set executor.KEY=V`` -> executor options; every other ``--set`` -> config overrides."""
@@ -129,7 +140,7 @@ def sweep_run_cmd(
     folder = out or Path("sweeps") / spec.stem
     points = plan(sweep, folder, opts.allow_large)
     runs = fold_points(points, sweep.fold, sweep.fold_max_seeds, opts.allow_large)
-    check_folder(folder, sweep.lab, [p.hash for p in points], extend)
+    check_folder(folder, sweep.lab, [p.hash for p in points], extend, [r.key for r in runs])
     preflight(runs, folder, opts)
     if dry_run:
         folded = f" in {len(runs)} runs (fold: {sweep.fold})" if len(runs) != len(points) else ""
@@ -265,11 +276,7 @@ def reproduce_cmd(
         err_console.print(f"interrupted ({signal.Signals(signum).name}); continue with: stagewise reproduce {lab}"
                           f"{' --quick' if quick else ''} --out {folder}", highlight=False)
         raise typer.Exit(128 + int(signum)) from None
-    claims = [c for run in report["runs"] for c in run["claims"]]
-    holds = sum(c["holds"] is True for c in claims)
-    untestable = sum(c["holds"] is None for c in claims)
-    out_console.print(f"report: {folder / 'report.html'}  ({len(report['runs'])} runs, {holds}/{len(claims)} claims hold"
-                      + (f", {untestable} not testable" if untestable else "") + ")", highlight=False)
+    out_console.print(f"report: {folder / 'report.html'}  ({claim_checks_line(report)})", highlight=False, markup=False)
     failed = [run for run in report["runs"] if run["status"] != "done"]
     for run in failed:
         err_console.print(f"run {run['name']} {run['status']}: {run['error']} ({folder / run['run_dir']})",

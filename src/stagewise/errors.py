@@ -98,6 +98,11 @@ def problem_kind(message: str, prefix: str = "") -> str:
     return re.sub(r"\d+", "N", first) or "other"
 
 
+class Note(UserWarning):
+    """Something the user should know that is not an error (e.g. an index rebuilt from the
+    run folders): the CLI prints it as one ``note:`` line."""
+
+
 class RenamedOption(FutureWarning):
     """A config key given under its old name (still accepted): the CLI prints it as one note line."""
 

@@ -285,9 +285,28 @@ def test_score_blimp_one_call_and_delimiter(gpt2, gpt2_tok, blimp_dir, monkeypat
         bad = sequence_logprobs(gpt2, gpt2_tok, [delimiter + s for s in pairs["sentence_bad"]])
         np.testing.assert_allclose(frame["ll_good"], good, rtol=0, atol=BATCH_TOL)
         np.testing.assert_allclose(frame["ll_bad"], bad, rtol=0, atol=BATCH_TOL)
-        assert (frame["correct"] == (frame["ll_good"] > frame["ll_bad"])).all()
+        assert (frame["correct"] == (frame["ll_good"] >= frame["ll_bad"])).all()  # a tie counts as right (lm_eval)
     pd.testing.assert_frame_equal(scored[list(PAIR_COLUMNS)], pairs)
 
+
+def test_a_tie_counts_as_right_as_in_lm_eval(gpt2, gpt2_tok):
+    """A pair whose two sentences are the same has equal log-probabilities: lm_eval's argmax
+    over [good, bad] picks the first, the good sentence, so it is right; counted in n_ties."""
+    from stagewise.lmkit.blimp import TIE_WARN_FRACTION
+
+    pairs = pd.DataFrame({"paradigm": ["p"] * 3, "pair_id": [0, 1, 2], "field": ["syntax"] * 3,
+                          "linguistics_term": ["t"] * 3,
+                          "sentence_good": ["The cat sleeps.", "The cats sleep.", "A dog runs."],
+                          "sentence_bad": ["The cat sleeps.", "The cats sleep.", "A dog run."]})
+    scored = score_blimp(gpt2, gpt2_tok, pairs)
+    same = scored["sentence_good"] == scored["sentence_bad"]
+    assert (scored.loc[same, "ll_good"] == scored.loc[same, "ll_bad"]).all()
+    assert scored.loc[same, "correct"].all()
+    result = blimp_accuracy(scored)
+    assert result.n_ties == int(same.sum()) and result.tie_fraction > TIE_WARN_FRACTION
+    assert result.tie_warning() is not None and f"{result.n_ties} of {result.n_pairs} pairs" in result.tie_warning()
+    untied = blimp_accuracy(scored[~same])
+    assert untied.n_ties == 0 and untied.tie_warning() is None
 
 def test_accuracy_aggregates_hand_case():
     #  paradigm  field      ll_good ll_bad -> correct

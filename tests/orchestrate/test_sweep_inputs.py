@@ -85,6 +85,32 @@ def test_truncated_or_malformed_sweep_json_is_one_line(cli, tmp_path):
         assert sorted(p.name for p in folder.iterdir()) == ["sweep.json"]
 
 
+
+def test_a_truncated_sweep_json_is_rebuilt_by_rerunning_the_same_sweep(cli, tmp_path):
+    """Rerunning the sweep file that made a folder rebuilds an unreadable sweep.json (with a note) from this
+    sweep and its run folders, without training its done runs again; a run folder this sweep does not make is
+    one line and nothing is changed."""
+    path = sweep_file(tmp_path, "a", axes={"seed": [0, 1]})
+    out = tmp_path / "out"
+    code, _, err = cli("sweep", str(path), "--out", str(out), "--max-parallel", "1", "--no-collect")
+    assert code == 0, err
+    whole = json.loads((out / "sweep.json").read_text())
+    manifests = {p.name: (p / "manifest.json").read_bytes() for p in (out / "runs").iterdir()}
+    (out / "sweep.json").write_text((out / "sweep.json").read_text()[:40])  # a truncated write
+    code, _, err = cli("sweep", "collect", str(out))
+    one_line(code, err, "run the sweep again (the same sweep file) to rebuild it")
+    code, _, err = cli("sweep", str(path), "--out", str(out), "--max-parallel", "1")
+    assert code == 0, err
+    assert "note:" in err and "rebuilding it from this sweep and the 2 run folder(s)" in err
+    assert json.loads((out / "sweep.json").read_text())["points"] == whole["points"]
+    assert {p.name: (p / "manifest.json").read_bytes() for p in (out / "runs").iterdir()} == manifests  # not run again
+    (out / "sweep.json").write_text("{")
+    (out / "runs" / "0123456789abcdef").mkdir()  # a run of another sweep
+    code, _, err = cli("sweep", str(path), "--out", str(out), "--max-parallel", "1")
+    one_line(code, err, "runs/0123456789abcdef")
+    assert (out / "sweep.json").read_text() == "{"
+
+
 # ---------------------------------------------------------------------------- points
 def test_a_huge_point_is_refused_at_expansion_even_in_a_dry_run(cli, tmp_path):
     path = sweep_file(tmp_path, "v", preset="paper", set={}, axes={"data.vocab_size": [6, 1000000]})

@@ -15,7 +15,7 @@ from runcache import EXAMPLE1_SHORT
 from stagewise import RunSpec
 from stagewise.config import deep_merge
 from stagewise.labs import REGISTRY, get_lab, spec_config
-from stagewise.report.claims import KINDS, Claim, ClaimSpec, Source, Summary, paper, read_summary, own, source_groups
+from stagewise.report.claims import KINDS, SCHEMA_VERSION, Claim, ClaimSpec, Source, Summary, paper, read_summary, own, source_groups
 
 LABS = sorted(REGISTRY)
 THEORY_LABS = ("ntp", "disentangled")
@@ -216,6 +216,22 @@ def _declared_instances(name: str, claims: list[Claim]) -> None:
 @pytest.mark.parametrize("name", THEORY_LABS)
 def test_smoke_claims_instantiate_declared_specs(name, run_cache):
     _declared_instances(name, _run(name, run_cache))
+
+
+@pytest.mark.parametrize("name", LABS)
+def test_a_new_run_writes_the_current_schema_version(name, run_cache):
+    """summary.json of a run made now says the version the code writes (issue 26: the reader's
+    version-1 default for summaries without the key also stamped new summaries 1)."""
+    folder = run_cache.path(RunSpec(lab=name, overrides=dict(get_lab(name).smoke), name="smoke"))
+    written = json.loads((folder / "summary.json").read_text())["schema_version"]
+    assert written == SCHEMA_VERSION and SCHEMA_VERSION > 1
+    assert read_summary(folder / "summary.json").schema_version == written
+
+
+def test_a_summary_built_in_python_is_the_current_version():
+    built = Summary(lab="ntp", seeds=[0])
+    assert built.schema_version == SCHEMA_VERSION
+    assert Summary.from_stored(built.to_json()).schema_version == SCHEMA_VERSION
 
 
 def test_ntp_stage1_direction_fails_under_its_control(run_cache):

@@ -163,6 +163,25 @@ def reproduce_dir(run_dir, tmp_path_factory) -> Path:
     return out
 
 
+
+def test_cli_and_page_count_claim_checks_alike(reproduce_dir):
+    """Issue 26: `reproduce` prints "k of n claim checks hold" (a claim judged in one run), the
+    same n and per-verdict numbers the page, its matrix and claims.md give; no "k/n claims"."""
+    from stagewise.cli_sweep import claim_checks_line
+    from stagewise.report.html import reproduce_markdown, reproduce_matrix
+
+    report = json.loads((reproduce_dir / "claims.json").read_text())
+    verdicts = [c["verdict"] for r in report["runs"] for c in r["claims"]]
+    matrix = reproduce_matrix(report)
+    assert matrix.n_checks == len(verdicts) == sum(matrix.counts().values())
+    assert matrix.n_claims < matrix.n_checks  # two runs: each claim is checked twice
+    line = claim_checks_line(report)
+    assert f"{verdicts.count('holds')} of {matrix.n_checks} claim checks hold" in line
+    assert (f"{verdicts.count('not testable')} not testable" in line) == ("not testable" in verdicts)
+    assert "claims hold" not in line
+    assert f"{matrix.n_checks} claim checks: holds {verdicts.count('holds')}" in reproduce_markdown(report)
+
+
 @pytest.fixture(scope="module")
 def chromium():
     found = find_browser()
@@ -470,7 +489,7 @@ def test_reproduce_page_lists_each_claim_once_and_links_runs(reproduce_dir, tmp_
             assert text.count(str(escape(c["statement"]))) == 1  # printed once, not once per run
     verdicts = [c["verdict"] for r in report["runs"] for c in r["claims"]]
     counts = text.split("<h2>Claims</h2>")[0]
-    assert f"{len(ids)} claims over {len(report['runs'])} runs" in counts
+    assert f"{len(ids)} claims over {len(report['runs'])} runs, {len(verdicts)} claim checks:" in counts
     for word in ("holds", "fails", "not testable"):
         assert f"{word}: {verdicts.count(word)}" in counts
     assert not any(word in text for word in (">held<", ">yes<", ">untestable<", "did not hold"))  # one vocabulary

@@ -239,9 +239,8 @@ def test_reproduce_report_embeds_only_figures_inside_its_folder(run_dir, tmp_pat
     (folder / "figures").mkdir()
     good = next((run_dir / "figures").glob("*.png"))
     shutil.copyfile(good, folder / "figures" / "good.png")
-    (folder / "figures" / "link.png").symlink_to(outside)
     rel = Path("..") / outside.relative_to(tmp_path)
-    names = ["figures/good.png", rel.as_posix(), str(outside), "figures/link.png", "figures/../../secret/private.png"]
+    names = ["figures/good.png", rel.as_posix(), str(outside), "figures/../../secret/private.png"]
     run = {"name": "a", "preset": "example1", "status": "done", "error": None, "config_hash": "0" * 16, "seeds": [0],
            "seconds": 1.0, "claims": [], "figures": names, "run_dir": "runs/a"}
     (folder / "reproduce.json").write_text(json.dumps({"lab": "ntp", "quick": True, "specs": []}))
@@ -261,21 +260,28 @@ def test_reproduce_report_embeds_only_figures_inside_its_folder(run_dir, tmp_pat
     assert odd.figures == () and len(odd.missing) == 4
 
 
-def test_run_and_sweep_pages_skip_symlinked_figures_pointing_outside(run_dir, tmp_path):
+def test_run_sweep_and_reproduce_pages_refuse_a_symlink_inside_their_folder(run_dir, tmp_path):
+    """A link inside a run, sweep or reproduce folder (a figure, the config) is one line and no page:
+    the store never follows a link there (it would embed or link an outside file)."""
+    from stagewise.errors import UserError
+
     outside, secret = _outside_png(tmp_path)
     run = _copy_run(run_dir, tmp_path / "run")
     (run / "figures" / "leak.png").symlink_to(outside)
-    result = write_report(run)
-    assert secret not in _embedded(result.html) and "leak" in result.missing
-    assert "figure leak skipped" in result.html.read_text()
-    assert len(result.figures) == len(list((run_dir / "figures").glob("*.png")))
-    # a sweep whose collect names a symlink inside the folder: not copied next to the page, not embedded
+    with pytest.raises(UserError, match="leak.png: is a symbolic link"):
+        write_report(run)
+    assert not (run / "report.html").exists()
+    (run / "figures" / "leak.png").unlink()
+    (run / "config.yaml").rename(tmp_path / "config.yaml")
+    (run / "config.yaml").symlink_to(tmp_path / "config.yaml")
+    with pytest.raises(UserError, match="config.yaml: is a symbolic link"):
+        write_report(run)
     folder = _sweep(run_dir, tmp_path / "sweep", ["runs/good"])
     (folder / "collect").mkdir()
     (folder / "collect" / "leak.png").symlink_to(outside)
-    swept = write_report(folder, collect_fn=lambda f: Collected(_frame(f), [f / "collect" / "leak.png"], []))
-    assert secret not in _embedded(swept.html) and swept.missing == ("leak",)
-    assert not (folder / "report" / "figures" / "leak.png").exists()
+    with pytest.raises(UserError, match="is a symbolic link"):
+        write_report(folder, collect_fn=lambda f: Collected(_frame(f), [f / "collect" / "leak.png"], []))
+    assert not (folder / "report.html").exists() and not (folder / "report" / "figures" / "leak.png").exists()
 
 
 # ------------------------------------------------------------------------ markup injection

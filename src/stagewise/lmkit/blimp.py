@@ -3,15 +3,19 @@
 A pair is correct when the model gives the grammatical sentence the higher total
 log-probability (:func:`stagewise.lmkit.scoring.sequence_logprobs`)::
 
-    correct = log P(delimiter + sentence_good) > log P(delimiter + sentence_bad)
+    correct = log P(delimiter + sentence_good) >= log P(delimiter + sentence_bad)
 
 each scored after the BOS (else EOS) token. ``delimiter`` defaults to lm-evaluation-harness's
 ``target_delimiter`` (" "): its blimp task has ``doc_to_text: ""`` and ``doc_to_choice:
 "{{[sentence_good, sentence_bad]}}"``, and ``ConfigurableTask.construct_requests`` builds
 ``(ctx, f"{target_delimiter}{cont}")``, so lm_eval scores ``" " + sentence`` after the
 prefix token. With the default our log-likelihoods are lm_eval's (tests check it to 1e-4);
-``delimiter=""`` scores the bare sentences. A tie counts as wrong here; lm_eval's
-``argmax`` counts it as right (``BlimpResult.n_ties`` says how many there were).
+``delimiter=""`` scores the bare sentences. A tie (equal totals) counts as right, as in
+lm_eval, whose ``argmax`` over [good, bad] picks the first of equal log-likelihoods, the good
+sentence. Ties are rare for a model that reads the sentences, so many of them mean it does not
+(a tokenizer that maps the differing words alike, e.g. a compact-vocabulary export without
+them): ``BlimpResult.n_ties`` counts them, ``eval blimp`` prints them beside the accuracy and
+warns above :data:`TIE_WARN_FRACTION` of the pairs.
 
 Aggregates (:class:`BlimpResult`): ``accuracy`` is the micro mean over pairs, ``macro_accuracy``
 the mean of the per-paradigm accuracies (lm_eval's "blimp" group score: ``aggregation: mean,
@@ -42,6 +46,8 @@ REQUIRED_KEYS = ("sentence_good", "sentence_bad", "field", "linguistics_term", "
 PAIR_COLUMNS = ("paradigm", "pair_id", "field", "linguistics_term", "sentence_good", "sentence_bad")
 SCORED_COLUMNS = ("paradigm", "pair_id", "field", "ll_good", "ll_bad", "correct")
 LM_EVAL_DELIMITER = " "
+TIE_WARN_FRACTION = 0.01
+"""``eval blimp`` warns when more than this fraction of the pairs tie (module doc)."""
 """lm_eval's default ``target_delimiter``, put before every choice of a multiple_choice task."""
 
 
@@ -54,7 +60,7 @@ class BlimpResult:
         macro_accuracy: mean of the per-paradigm accuracies (lm_eval's group score).
         n_pairs: number of pairs.
         n_paradigms: number of paradigms.
-        n_ties: pairs with ``ll_good == ll_bad`` (counted wrong).
+        n_ties: pairs with ``ll_good == ll_bad`` (counted right, lm_eval's rule: module doc).
         paradigms: one row per paradigm (sorted): paradigm, field, n, accuracy.
         fields: one row per field present, in :data:`FIELDS` order: field, n_paradigms,
             n_pairs, accuracy (mean over the field's pairs), macro_accuracy (mean over its
@@ -68,6 +74,19 @@ class BlimpResult:
     n_ties: int
     paradigms: pd.DataFrame
     fields: pd.DataFrame
+
+    @property
+    def tie_fraction(self) -> float:
+        return self.n_ties / self.n_pairs if self.n_pairs else 0.0
+
+    def tie_warning(self) -> str | None:
+        """One line when more than :data:`TIE_WARN_FRACTION` of the pairs tie, else None."""
+        if self.tie_fraction <= TIE_WARN_FRACTION:
+            return None
+        return (f"{self.n_ties} of {self.n_pairs} pairs ({self.tie_fraction:.1%}) tie (equal log-probabilities), above "
+                f"{TIE_WARN_FRACTION:.0%}; a tie counts as right (lm_eval's rule), so the accuracy is not the model's: "
+                "its tokenizer gives the two sentences of those pairs the same tokens (e.g. a compact-vocabulary export "
+                "without their words)")
 
     def summary(self) -> dict:
         """JSON-ready summary (no per-paradigm rows)."""
@@ -208,7 +227,7 @@ def score_blimp(model, tokenizer, pairs: pd.DataFrame, *, delimiter: str = LM_EV
     out = pairs.copy()
     out["ll_good"] = ll[:n]
     out["ll_bad"] = ll[n:]
-    out["correct"] = out["ll_good"] > out["ll_bad"]
+    out["correct"] = out["ll_good"] >= out["ll_bad"]  # a tie counts as right (lm_eval's rule, module doc)
     return out
 
 

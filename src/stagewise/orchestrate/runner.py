@@ -33,6 +33,7 @@ from ..errors import UserError
 from ..labs import Lab, RunSpec, get_lab, spec_config, spec_lab
 from ..runs import Interrupted, RunDirContext, RunLock, RunPaths, read_manifest, update_manifest
 from ..runs.names import rename_metrics
+from ..runs.links import refuse_links
 from ..runs.sinks import resolve_sinks
 from ..runs.store import atomic_write_json, atomic_write_text, git_sha, now_iso, package_versions, write_parquet
 
@@ -129,6 +130,7 @@ def prepare(lab: Lab, config: Any, out: str | Path) -> RunPaths:
     """Create a fresh run directory with config.yaml and a 'running' manifest."""
     paths = RunPaths(Path(out))
     text = to_yaml(config)
+    refuse_links(paths.root)
     if paths.root.is_dir() and any(paths.root.iterdir()) and not unborn(paths, text):
         raise UserError(f"--out {out}: directory exists and is not empty; choose another or use --resume {out}")
     for stale in paths.root.glob(".*.tmp") if paths.root.is_dir() else ():  # an unborn folder's half-written files
@@ -238,6 +240,7 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
     could not be recorded, if anything.
     """
     with RunLock(paths.root):
+        refuse_links(paths.root)  # nothing below the run folder is followed: resume writes, truncates and deletes there
         manifest_tables = dict(read_manifest(paths.root).get("tables") or {}) if resume else {}
 
         def on_table(name: str, entry: dict[str, Any]) -> None:

@@ -23,12 +23,15 @@ done exactly once. A run that fails records its error in its own folder and the 
 from __future__ import annotations
 
 import json
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import UserError
+from ..errors import Note, UserError
 from ..runs import atomic_write_json
+from ..runs.links import refuse_links
 from .executors import RUNNERS, ExecutorOptions, Task, check_available
 from .runner import check_dir, writable_dir
 from .sweepplan import SweepPoint, SweepRun, check_distinct, fold_points
@@ -81,9 +84,15 @@ def merge_index(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, An
 SWEEP_ENTRIES = {"sweep.json", "runs", "locks", "slurm", "collect", "report.html", "report"}  # what a sweep folder holds
 
 
-def check_folder(out: Path, lab: str, hashes: list[str], extend: bool = False) -> dict[str, Any] | None:
+def check_folder(out: Path, lab: str, hashes: list[str], extend: bool = False,
+                 run_keys: Sequence[str] | None = None) -> dict[str, Any] | None:
     """The index already in ``out`` (None for a new or empty folder), after refusing, in one
-    line, a folder that is not a sweep folder or holds another sweep (unless ``extend``)."""
+    line, a folder that is not a sweep folder or holds another sweep (unless ``extend``).
+
+    An unreadable ``sweep.json`` (a truncated write, a hand edit) is rebuilt, with a note,
+    when every run folder in ``runs/`` is one of this sweep's (``run_keys``): None is returned
+    and the caller writes the index of this sweep; otherwise it is one line naming a stray
+    run folder."""
     if not out.is_dir() or not any(out.iterdir()):
         return None
     if not (out / "sweep.json").exists():
@@ -93,7 +102,11 @@ def check_folder(out: Path, lab: str, hashes: list[str], extend: bool = False) -
             raise UserError(f"--out {out}: folder is not empty and is not a sweep folder (no sweep.json; holds "
                             f"{(other or ['runs/'])[0]!r}); choose another folder")
         return None
-    old = index(out)
+    try:
+        old = index(out)
+    except UserError as err:
+        _rebuild_or_refuse(out, err, run_keys)
+        return None
     if old["lab"] != lab:
         raise UserError(f"--out {out}: holds a sweep of the {old['lab']} lab, not {lab}; choose another folder")
     known = {p["hash"] for p in old["points"]}
@@ -103,6 +116,20 @@ def check_folder(out: Path, lab: str, hashes: list[str], extend: bool = False) -
                         f"{len(hashes)} points are not among them); pass --extend to add them to that sweep, "
                         "or choose another folder")
     return old
+
+
+def _rebuild_or_refuse(out: Path, err: UserError, run_keys: Sequence[str] | None) -> None:
+    """A note (the caller then writes this sweep's index) when ``out``'s run folders are all
+    this sweep's; one UserError line otherwise (``err``: why the index could not be read)."""
+    why = err.messages[0].split("; run the sweep again")[0]
+    present = sorted(p.name for p in (out / "runs").iterdir()) if (out / "runs").is_dir() else []
+    stray = [name for name in present if run_keys is None or name not in set(run_keys)]
+    if stray:
+        raise UserError(f"{why}; it cannot be rebuilt from this sweep: runs/ holds {len(stray)} run folder(s) this sweep "
+                        f"does not make (e.g. runs/{stray[0]}); rerun with the sweep file that made them, or choose "
+                        "another folder")
+    warnings.warn(f"{out / 'sweep.json'} was unreadable ({why.split(': ', 1)[-1]}): rebuilding it from this sweep and the "
+                  f"{len(present)} run folder(s) in runs/", Note, stacklevel=3)
 
 
 def preflight(runs: list[SweepRun], out: Path, opts: ExecutorOptions) -> None:
@@ -155,7 +182,8 @@ def run_sweep(points: list[SweepPoint], out: str | Path, lab: str, *, opts: Exec
     check_distinct(points)
     hashes = [p.hash for p in points]
     runs = fold_points(points, fold, fold_max_seeds, opts.allow_large)
-    old = check_folder(out, lab, hashes, extend)
+    refuse_links(out)
+    old = check_folder(out, lab, hashes, extend, [r.key for r in runs])
     preflight(runs, out, opts)
     writable_dir(out, "--out")
     fresh = new_index(runs, lab, axes=axes if axes is not None else list(points[0].values) if points else [],
@@ -201,7 +229,7 @@ def index(out: str | Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UserError(f"{path}: unreadable sweep index ({type(err).__name__}: {err}); "
-                        "run the sweep again to rewrite it") from None
+                        "run the sweep again (the same sweep file) to rebuild it") from None
     points = data.get("points") if isinstance(data, dict) else None
     if (not isinstance(data, dict) or not isinstance(data.get("lab"), str) or not isinstance(points, list)
             or not all(isinstance(p, dict) and {"label", "hash", "run_dir"} <= p.keys() for p in points)):

@@ -357,13 +357,14 @@ class Summary(BaseModel):
     sources: dict[str, str] = Field(default_factory=dict)
     """The papers its claims cite: key -> heading (the lab's ``Lab.sources``); empty in older summaries."""
 
-    @model_validator(mode="before")
     @classmethod
-    def _version(cls, data: Any) -> Any:
-        """A summary written before schema_version existed is version 1."""
+    def from_stored(cls, data: Any) -> "Summary":
+        """A Summary from what a ``summary.json`` holds: one written before schema_version
+        existed is version 1. (Only stored data is read this way: a Summary a lab builds now
+        has no ``schema_version`` key either, and is :data:`SCHEMA_VERSION`.)"""
         if isinstance(data, dict) and "schema_version" not in data:
             data = {**data, "schema_version": 1}
-        return data
+        return cls.model_validate(data)
 
     def counts(self) -> dict[str, int]:
         """Claims per verdict: {"holds": k, "fails": k, "not testable": k}."""
@@ -384,7 +385,7 @@ def read_summary(path: str | Path) -> Summary:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UserError(f"{path}: unreadable summary ({type(err).__name__}: {str(err).splitlines()[0]})") from None
     try:
-        return Summary.model_validate(data)
+        return Summary.from_stored(data)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "top level"

@@ -234,7 +234,7 @@ def reproduce_markdown(report: dict[str, Any], sources: Mapping[str, str] | None
     matrix = reproduce_matrix(report, sources=sources)
     counts = matrix.counts()
     lines = [f"# stagewise reproduce {report['lab']}{' --quick' if report.get('quick') else ''}", "",
-             f"{matrix.n_claims} claims over {len(report['runs'])} runs: "
+             f"{matrix.n_claims} claims over {len(report['runs'])} runs, {matrix.n_checks} claim checks: "
              + ", ".join(f"{word} {n}" for word, n in counts.items()), "", "## Claims", ""]
     lines += matrix_markdown(matrix) or ["no claims", ""]
     lines += ["## Runs", ""]

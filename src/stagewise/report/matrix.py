@@ -167,7 +167,14 @@ class Matrix:
         """Rows that declare a floor or a control (the page's one table of them)."""
         return [row for g in self.groups for row, _ in g.rows if row.floor or row.control]
 
+    @property
+    def n_checks(self) -> int:
+        """Claim checks: the cells with a verdict (one claim judged in one run or point), what
+        :meth:`counts` counts and the CLI's "k of n claim checks hold" counts."""
+        return sum(self.counts().values())
+
     def counts(self) -> dict[str, int]:
+        """Claim checks (cells with a verdict) per verdict."""
         out = dict.fromkeys(VERDICTS, 0)
         for group in self.groups:
             for _, cells in group.rows:

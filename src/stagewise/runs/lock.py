@@ -39,13 +39,18 @@ class RunLock:
         """Take the lock and write this process's pid into it. LockHeld when another process
         holds it; UserError when ``.lock`` is a directory or cannot be opened; OSError else."""
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
         except IsADirectoryError:
             raise UserError(f"{self.path}: is a directory, not a lock file; remove it (rmdir {self.path}) "
                             "and run again") from None
         except PermissionError as err:
             raise UserError(f"{self.path}: the lock file cannot be opened ({err.strerror}); make it and its folder "
                             "writable for this user, or remove it, and run again") from None
+        except OSError as err:
+            if err.errno == errno.ELOOP:  # O_NOFOLLOW: a link would have the pid written into its target
+                raise UserError(f"{self.path}: is a symbolic link; a lock file is never followed (remove it and run "
+                                "again)") from None
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:

@@ -357,10 +357,56 @@ def test_eval_blimp_command(cli, tmp_path, lm_data_root):
     scored = pd.read_parquet(tmp_path / "b" / "blimp.parquet")
     assert list(scored.columns) == ["paradigm", "pair_id", "field", "ll_good", "ll_bad", "correct"] and len(scored) == 6
     assert set(scored["field"]) == {"morphology", "syntax_semantics"}
-    assert (scored["correct"] == (scored["ll_good"] > scored["ll_bad"])).all() and (scored["ll_good"] < 0).all()
+    assert (scored["correct"] == (scored["ll_good"] >= scored["ll_bad"])).all() and (scored["ll_good"] < 0).all()
     code, _, err = cli("eval", "blimp", "tiny-gpt2", "--data", str(lm_data_root / "blimp"), "--paradigms", "no_such")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "no_such" in err
 
+
+def test_eval_blimp_shows_ties_and_warns(cli, tmp_path):
+    """Ties are printed beside the accuracy (counted right, lm-eval's rule) and warned about
+    above TIE_WARN_FRACTION of the pairs; a folder of untied pairs prints 0 ties and no warning."""
+    from stagewise.lmkit.blimp import TIE_WARN_FRACTION
+
+    data = tmp_path / "blimp"
+    data.mkdir()
+    sentences = [("The cat sleeps.", "The cat sleeps."), ("The cats sleep.", "The cats sleep."), ("A dog runs.", "A dog run.")]
+    rows = [json.dumps({"sentence_good": g, "sentence_bad": b, "field": "syntax", "linguistics_term": "t", "UID": "tied",
+                        "simple_LM_method": True, "pairID": str(i)}) for i, (g, b) in enumerate(sentences)]
+    (data / "tied.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    n_ties = sum(g == b for g, b in sentences)
+    assert n_ties / len(sentences) > TIE_WARN_FRACTION
+    code, stdout, err = cli("eval", "blimp", "tiny-gpt2", "--data", str(data))
+    assert code == 0, err
+    all_row = next(line for line in stdout.splitlines() if line.strip("│ ").startswith("all"))
+    assert all_row.split("│")[-2].strip() == str(n_ties)  # the ties column
+    assert "counts as right" in stdout
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and f"{n_ties} of {len(sentences)} pairs" in warnings[0]
+
+
+def test_eval_blimp_on_a_model_folder_without_a_tokenizer(cli, capsys, tmp_path, lm_data_root):
+    """A save_pretrained folder without tokenizer files loads as a one-token tokenizer (every
+    pair a tie): one error line naming model.tokenizer=gpt2-bpe (the model has GPT-2's
+    vocabulary), exit 2, no --out folder; `run lm` says the same before making its folder."""
+    import transformers
+
+    from stagewise.lmkit.models import GPT2_VOCAB
+
+    folder = tmp_path / "no-tokenizer"
+    config = transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=GPT2_VOCAB, n_positions=32)
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+    assert not list(folder.glob("*token*")) and not (folder / "vocab.json").exists()
+    capsys.readouterr()  # save_pretrained's progress bar is not the command's output
+    out = tmp_path / "out"
+    code, _, err = cli("eval", "blimp", str(folder), "--data", str(lm_data_root / "blimp"), "--out", str(out))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert "no usable tokenizer" in lines[0] and "model.tokenizer=gpt2-bpe" in lines[0] and not out.exists()
+    run = tmp_path / "run"  # `run lm` on the same folder: the same line, before its run folder is made
+    code, _, err = cli("run", "lm", "--set", f"model.name={folder}", "--out", str(run))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "no usable tokenizer" in lines[0] and "model.tokenizer=gpt2-bpe" in lines[0]
+    assert not run.exists()
 
 def _frame(rows):
     return pd.DataFrame([{"step": s, "seed": 0, "variant": "", "metric": m, "value": v} for s, m, v in rows])
@@ -385,6 +431,27 @@ def test_syntax_claim_epochs_then_steps():
     found, _ = syntax_claim(cfg, _frame(tie))
     assert found.holds is None
 
+
+
+def test_evidence_says_never_where_an_epoch_is_not_reached():
+    """Issue 26: an epoch that is never reached (None in the facts) reads as words in the
+    evidence, never as "epoch None"."""
+    from stagewise.labs.lm.config import Config
+    from stagewise.labs.lm.summary import syntax_claim
+
+    # type-wrong never falls to half; type-correct never makes up half of the wrong predictions
+    _, evidence, facts = type_before_fact(_counts([0, 10, 30, 60, 95], [0, 2, 3, 2, 1], [100, 90, 80, 70, 60]), 0.5)
+    assert facts["type_wrong_half_epoch"] is None and facts["type_correct_majority_epoch"] is None
+    assert "None" not in evidence and "never falls to half" in evidence and "never makes up" in evidence
+    cfg = Config.model_validate({"task": {"name": "mixture"}})
+    epochs = [(0, 0), (10, 1), (20, 2)]
+    rows = [(s, "epoch", e) for s, e in epochs]
+    rows += [(s, "train.loss.blimp", v) for (s, _), v in zip(epochs, [4.0, 1.0, 0.9])]
+    rows += [(s, "train.loss.sick", v) for (s, _), v in zip(epochs, [1.0, 1.5, 2.0])]  # SICK's loss never falls
+    claim, found = syntax_claim(cfg, _frame(rows))
+    assert found["sick"]["half_drop_epoch"] is None and found["blimp"]["half_drop_epoch"] is not None
+    assert claim.holds is None and "None" not in claim.evidence and "never falls" in claim.evidence
+    assert f"at epoch {found['blimp']['half_drop_epoch']}" in claim.evidence
 
 MIXTURE = {"task": {"name": "mixture", "mixture": ["blimp", "sick"], "sick_answers": "yes-maybe-no"},
            "model": {"compact_vocab": True, "tiny": {"n_layer": 1, "n_embd": 32, "n_head": 2}},

@@ -43,7 +43,7 @@ def test_example1_late_rates_match_the_margin_growth(example1):
     for cid in ("late_rate_margin", "late_rate_theorem2", "norm_band_theorem1"):
         assert claims[cid]["holds"] is True, claims[cid]
     fits = summary["details"]["late_rates"]
-    eta, star = summary["details"]["eta"], summary["details"]["wkq_star_norm_sq"] ** 0.5
+    eta, star = summary["details"]["lr_stage2"], summary["details"]["wkq_star_norm_sq"] ** 0.5
     assert fits["predicted_rate"][0] == pytest.approx(-eta / star, rel=1e-12)  # -0.025 / sqrt(13/6)
     assert fits["train.loss.gap.rate"][0] == pytest.approx(-eta / star, rel=RATE_RTOL)
     assert fits["margin_at_start"][0] >= LATE_MIN_MARGIN
@@ -60,7 +60,7 @@ def test_late_fit_recovers_an_exact_exponential(example1):
     t = synthetic.loc[rows, "step"].to_numpy() - T
     gap = 3.0 * np.exp(-0.0123 * t)
     synthetic.loc[rows, "value"] = np.where(synthetic.loc[rows, "metric"] == "train.loss.gap", gap, 1 - gap)
-    fits = late_fits(config, synthetic, [0], summary["details"]["eta"], np.array([1.0]))
+    fits = late_fits(config, synthetic, [0], summary["details"]["lr_stage2"], np.array([1.0]))
     assert fits["train.loss.gap.rate"][0] == pytest.approx(-0.0123, rel=1e-9)
     assert fits["train.opt_attn.min.gap.rate"][0] == pytest.approx(-0.0123, rel=1e-6)
 
@@ -73,7 +73,7 @@ def test_claims_fail_on_tampered_metrics(example1):
     config, frame, summary, _ = example1
     T = config.train.steps_stage1
     d = summary["details"]
-    extras = {"seeds": [0], "eta0": d["eta0"], "eta": d["eta"], "vocab_size": 4, "max_len": [3], "qp_prop2_cos": [1.0],
+    extras = {"seeds": [0], "eta0": d["lr_stage1"], "eta": d["lr_stage2"], "vocab_size": 4, "max_len": [3], "qp_prop2_cos": [1.0],
               "targets": [{k: d[k] for k in ("wov_star_norm", "wkq_star_norm_sq", "prop2_wkq_norm_sq", "prop2_gap")}],
               "named_cases": [], "orthonormal": True}
     slow = frame.copy()
@@ -83,7 +83,8 @@ def test_claims_fail_on_tampered_metrics(example1):
     big.loc[(big["metric"] == "W_kq.fro") & (big["step"] == T + 5), "value"] *= 1.5
     empty = pd.DataFrame(columns=["seed", "category", "covered", "correct"])
     for tampered, cid in ((slow, "late_rate_margin"), (big, "norm_band_theorem1")):
-        out = {c.id: c for c in ntp_claims(config, tampered, RunResult(extras).extras, rate_fits(config, tampered, [0], d["eta0"], d["eta"]), empty)}
+        rates = rate_fits(config, tampered, [0], d["lr_stage1"], d["lr_stage2"])
+        out = {c.id: c for c in ntp_claims(config, tampered, RunResult(extras).extras, rates, empty)}
         assert out[cid].holds is False, out[cid]
 
 

@@ -110,6 +110,22 @@ def test_show_prints_an_old_runs_final_values_under_the_current_names(cli, new_a
     assert code == 0 and stdout.replace(str(old), str(new)) == expected and stderr == ""
 
 
+
+def test_show_names_the_learning_rates_as_the_config_does(cli, run_cache):
+    """Issue 26: the learning rates `show` prints are the config's lr_stage1 / lr_stage2 (one
+    vocabulary), with the values the run used (``Config.step_sizes``), not the paper's eta0 / eta."""
+    from stagewise.labs import spec_config
+
+    folder = run_cache.path(EXAMPLE1_SHORT)
+    config = spec_config(EXAMPLE1_SHORT)
+    dim = json.loads((folder / "summary.json").read_text())["details"]["dim"]
+    lr_stage1, lr_stage2 = config.step_sizes(dim)
+    code, stdout, _ = cli("show", str(folder))
+    tokens = dict(t.split("=", 1) for line in stdout.splitlines() for t in line.split() if re.fullmatch(r"[\w.]+=\S+", t))
+    assert code == 0 and float(tokens["lr_stage1"]) == pytest.approx(lr_stage1, rel=1e-5)
+    assert float(tokens["lr_stage2"]) == pytest.approx(lr_stage2, rel=1e-5)
+    assert not {"eta0", "eta"} & set(tokens), tokens
+
 # --------------------------------------------------------------- resumed across the rename
 def stream_names(folder) -> list[set[str]]:
     """The metric names of each line of a run's metrics.jsonl."""

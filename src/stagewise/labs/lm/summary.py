@@ -127,11 +127,22 @@ def type_before_fact(counts: pd.DataFrame, half: float) -> tuple[bool | None, st
                  max_type_correct_share_before=float(before.max()) if len(before) else None,
                  part_a=bool(a), part_b=bool(b), part_c=bool(c), literal_holds=bool(a and b))
     mark = lambda ok: "holds" if ok else "fails"  # noqa: E731
-    evidence = (f"(a) type-wrong {tw[0]:.0f} -> half at epoch {e_tw}, semantic-correct reaches half of {sem[-1]:.0f} at "
-                f"epoch {e_sem}: {mark(a)}; (b) type-correct peaks at epoch {peak_tc} ({tc.max():.0f}), semantic-correct at "
-                f"{peak_sem} ({sem.max():.0f}): {mark(b)}; (c) type-correct >= {half:g} of the wrong predictions first at "
-                f"epoch {e_share} (max share before epoch {e_sem}: {_share(facts['max_type_correct_share_before'])}): {mark(c)}")
+    share_before = _share(facts["max_type_correct_share_before"])
+    evidence = (f"(a) type-wrong {tw[0]:.0f} {_reaches('falls to half', e_tw)}, semantic-correct "
+                f"{_reaches(f'reaches half of {sem[-1]:.0f}', e_sem)}: {mark(a)}; (b) type-correct peaks at epoch {peak_tc} "
+                f"({tc.max():.0f}), semantic-correct at {peak_sem} ({sem.max():.0f}): {mark(b)}; (c) type-correct "
+                f"{_reaches(f'makes up >= {half:g} of the wrong predictions', e_share, first=True)} "
+                + (f"(max share before epoch {e_sem}: {share_before})" if e_sem is not None
+                   else f"(max share over all {len(epochs)} recorded epochs: {share_before})") + f": {mark(c)}")
     return bool(a and b and c), evidence, facts
+
+
+def _reaches(what: str, epoch: int | float | None, first: bool = False) -> str:
+    """``what`` at an epoch for an evidence line: "falls to half at epoch 3", or "never falls to
+    half (in the recorded epochs)" when the epoch is None (the condition is never met)."""
+    if epoch is None:
+        return f"never {what} (in the recorded epochs)"
+    return f"{what} {'first ' if first else ''}at epoch {epoch}"
 
 
 def _share(value: float | None) -> str:
@@ -146,6 +157,16 @@ def half_drop_epoch(epochs: np.ndarray, loss: np.ndarray, half: float) -> int | 
     if not np.isfinite(drop) or drop <= 0:
         return None
     return first_epoch(epochs, loss[0] - loss >= half * drop)
+
+
+def _half_drop_at(epoch: int | float | None, step: int | float | None) -> str:
+    """Where a task's loss first falls by half of its total drop, for an evidence line; a None
+    (the per-epoch or the per-step loss never falls, or was not logged) is said in words."""
+    if epoch is None and step is None:
+        return "its loss never falls by half of a drop (no drop per epoch or per step)"
+    at_epoch = f"at epoch {epoch}" if epoch is not None else "at no epoch (the per-epoch loss never falls)"
+    at_step = f"step {step}" if step is not None else "no step: the per-step loss never falls"
+    return f"half of the drop {at_epoch} ({at_step})"
 
 
 def epoch_series(frame: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -189,8 +210,8 @@ def syntax_claim(config: Config, frame: pd.DataFrame) -> tuple[Claim, dict[str, 
         lead, how = float(s_s - s_b), f"tied at epoch {e_b}; decided at step resolution"
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     b, k = found["blimp"], found["sick"]
-    evidence = (f"BLiMP loss {fmt(b['loss_0'])} -> {fmt(b['loss_min'])}, half of the drop at epoch {e_b} (step {s_b}); "
-                f"SICK {fmt(k['loss_0'])} -> {fmt(k['loss_min'])}, at epoch {e_s} (step {s_s}); {how}")
+    evidence = (f"BLiMP loss {fmt(b['loss_0'])} -> {fmt(b['loss_min'])}, {_half_drop_at(e_b, s_b)}; "
+                f"SICK {fmt(k['loss_0'])} -> {fmt(k['loss_min'])}, {_half_drop_at(e_s, s_s)}; {how}")
     statement = (f"syntax before semantics ({config.task.framing} framing): BLiMP's loss falls by {half:g} of its total drop "
                  "before SICK's (epochs; steps break a tie)")
     spec = cs.SYNTAX_BEFORE_SEMANTICS

@@ -139,7 +139,7 @@ def summarize_compare(config: Config, frame: pd.DataFrame, extras: dict[str, Any
     compared, table = compare_claims(config, frame)
     sub = variant_frame(frame, main)
     finals = {m: values_at(sub, m, total) for m in FINAL_METRICS}
-    details = {"vocab_size": extras["vocab_size"], "dim": extras["dim"], "eta0": extras["eta0"], "eta": extras["eta"],
+    details = {"vocab_size": extras["vocab_size"], "dim": extras["dim"], "lr_stage1": extras["eta0"], "lr_stage2": extras["eta"],
                "steps": {"stage1": config.train.steps_stage1, "stage2": config.train.steps_stage2},
                **{k: extras["targets"][0][k] for k in ("wov_star_norm", "wkq_star_norm_sq", "prop2_wkq_norm_sq", "prop2_gap")},
                "figures_variant": main, "rates": rates[main], "rates_by_variant": rates, "compare": table,

@@ -234,7 +234,7 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
     finals = {m: v for m, v in finals.items() if len(v)}
     stage1 = {m: values_at(frame, m, T) for m in ("train.loss.stage1", "W_ov.cos_target", "W_ov.fro")}
     details: dict[str, Any] = {
-        "vocab_size": extras["vocab_size"], "dim": extras["dim"], "eta0": extras["eta0"], "eta": extras["eta"],
+        "vocab_size": extras["vocab_size"], "dim": extras["dim"], "lr_stage1": extras["eta0"], "lr_stage2": extras["eta"],
         "steps": {"stage1": T, "stage2": config.train.steps_stage2},
         **{k: extras["targets"][0][k] for k in ("wov_star_norm", "wkq_star_norm_sq", "prop2_wkq_norm_sq", "prop2_gap")},
         "end_of_stage1": {m: Stats.of(v).model_dump() for m, v in stage1.items() if len(v)},
