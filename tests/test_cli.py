@@ -504,3 +504,17 @@ def test_labs_table_keeps_bracketed_text(cli, monkeypatch):
     assert bracketed  # the reviewer presets name their out-of-assumption data this way
     for item in bracketed:
         assert item in out, item
+
+
+def test_markup_in_a_folder_name_or_stage_name_is_printed_as_text(cli, tmp_path, monkeypatch):
+    """A run folder named like rich markup trains, shows and reports stages with the name as typed
+    (it used to crash after training); a stage name like a closing tag is text too."""
+    monkeypatch.setenv("COLUMNS", "400")  # the temporary path is long: no wrapping inside the name
+    out = tmp_path / "[bold]x[/]"
+    code, stdout, err = cli("run", "ntp", "--preset", "example1", "--set", "train.steps_stage1=4",
+                            "--set", "train.steps_stage2=6", "--out", str(out), "-q")
+    assert code == 0, err
+    code, stdout, err = cli("show", str(out))
+    assert code == 0 and "[bold]x[/]" in stdout, err
+    code, stdout, err = cli("stages", str(out), "[/x]=train.loss<=10")
+    assert code == 0 and "[/x]" in stdout, err

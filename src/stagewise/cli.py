@@ -147,12 +147,12 @@ def _execute(lab, config, paths, resume: bool, progress: bool, sinks=None) -> No
         execute(lab, config, paths, resume=resume, progress=progress, sinks=sinks)
     except Diverged as err:
         note = getattr(err, "stagewise_note", None)
-        err_console.print(f"[red]run diverged[/]: {err}; metrics so far kept in {paths.root}"
-                          + (f" ({note})" if note else ""), highlight=False)
+        err_console.print("[red]run diverged[/]: " + escape(f"{err}; metrics so far kept in {paths.root}"
+                                                          + (f" ({note})" if note else "")), highlight=False)
         raise typer.Exit(3) from None
     except Interrupted as err:
         err_console.print(f"interrupted ({signal_name(err.signum)}); resume with: stagewise run --resume {paths.root}",
-                          highlight=False)
+                          highlight=False, markup=False)
         raise typer.Exit(128 + int(err.signum)) from None
     except UserError:
         raise
@@ -160,8 +160,9 @@ def _execute(lab, config, paths, resume: bool, progress: bool, sinks=None) -> No
         log = getattr(err, "stagewise_error_log", None)
         note = getattr(err, "stagewise_note", None)
         where = f"traceback in {log}; " if log else ""
-        err_console.print(f"[red]run failed[/]: {type(err).__name__}: {err} ({where}"
-                          + (f"{note}; " if note else "") + f"resume with: stagewise run --resume {paths.root})",
+        err_console.print("[red]run failed[/]: " + escape(f"{type(err).__name__}: {err} ({where}"
+                                                        + (f"{note}; " if note else "")
+                                                        + f"resume with: stagewise run --resume {paths.root})"),
                           highlight=False)
         raise typer.Exit(1) from None
     _print_summary(paths.root)
@@ -184,7 +185,7 @@ def _summary_table(table: SummaryTable) -> Table:
     """A lab's summary table for the terminal: floats to 4 significant digits, None as "-"."""
     out = Table(*table.columns, header_style="bold")
     for row in table.rows:
-        out.add_row(*(f"{v:.4g}" if isinstance(v, float) else "-" if v is None else str(v) for v in row))
+        out.add_row(*(f"{v:.4g}" if isinstance(v, float) else "-" if v is None else escape(str(v)) for v in row))
     return out
 
 
@@ -207,8 +208,9 @@ def _print_summary(run_dir: Path) -> None:
 
     manifest = read_manifest(run_dir)
     summary_path = Path(run_dir) / "summary.json"
-    out_console.print(f"[bold]{run_dir}[/]  lab={manifest['lab']}  status={manifest['status']}  "
-                      f"seeds={manifest['seeds']}  config={manifest['config_hash']}", highlight=False)
+    out_console.print(f"[bold]{escape(str(run_dir))}[/]  " + escape(f"lab={manifest['lab']}  status={manifest['status']}  "
+                                                              f"seeds={manifest['seeds']}  config={manifest['config_hash']}"),
+                      highlight=False)
     if manifest.get("error"):
         out_console.print(f"error: {manifest['error']}", highlight=False, markup=False)
     for key, value in (manifest.get("notes") or {}).items():  # facts a lab recorded (e.g. dropped examples)
@@ -229,7 +231,7 @@ def _print_summary(run_dir: Path) -> None:
         table = Table("metric (last step)", "mean", "min", "max", header_style="bold")
         fmt = lambda v: "-" if v is None else f"{v:.6g}"  # noqa: E731
         for name, stats in rename_keys(summary.final, lab.metric_aliases if lab else {}).items():  # an old run: current names
-            table.add_row(name, fmt(stats.mean), fmt(stats.min), fmt(stats.max))
+            table.add_row(escape(name), fmt(stats.mean), fmt(stats.min), fmt(stats.max))
         out_console.print(table)
     if summary.claims:
         print_verdicts(out_console, summary.claims, {**(lab.sources if lab else {}), **summary.sources})
@@ -271,7 +273,7 @@ def stages_cmd(
     for name, (metric, threshold, direction) in parsed.items():
         per_seed = ", ".join(f"{seed}: {'-' if step != step else int(step)}" for seed, step in report.per_seed[name].items())
         fmt = lambda v: "-" if v != v else f"{v:.0f}"  # noqa: E731
-        table.add_row(name, f"{metric} {'>=' if direction == 'above' else '<='} {threshold:g}",
+        table.add_row(escape(name), escape(f"{metric} {'>=' if direction == 'above' else '<='} {threshold:g}"),
                       f"{report.n_reached[name]}/{report.n_seeds[name]}", fmt(report.mean[name]), fmt(report.std[name]),
                       fmt(report.min[name]), fmt(report.max[name]), per_seed)
     out_console.print(table)

@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .config import MAX_SEED
@@ -81,21 +82,22 @@ def eval_blimp_cmd(
     _torch_threads(threads)
     scored = score_blimp(ref.loaded.model, ref.loaded.tokenizer, pairs, batch_tokens=batch_tokens)
     result = blimp_accuracy(scored)
-    table = Table(title=f"BLiMP: {ref.label} ({result.n_pairs} pairs, {result.n_paradigms} paradigms)")
+    table = Table(title=escape(f"BLiMP: {ref.label} ({result.n_pairs} pairs, {result.n_paradigms} paradigms)"))
     for col in ("field", "paradigms", "pairs", "accuracy", "ties"):
         table.add_column(col)
     ties = (scored["ll_good"] == scored["ll_bad"]).groupby(scored["field"]).sum()  # per field; counted right (lm_eval's rule)
     for row in result.fields.itertuples():
-        table.add_row(row.field, str(row.n_paradigms), str(row.n_pairs), f"{row.accuracy:.4f}", str(int(ties.get(row.field, 0))))
+        table.add_row(escape(str(row.field)), str(row.n_paradigms), str(row.n_pairs), f"{row.accuracy:.4f}", str(int(ties.get(row.field, 0))))
     table.add_row("all", str(result.n_paradigms), str(result.n_pairs), f"{result.accuracy:.4f}", str(result.n_ties))
     out_console.print(table)
-    out_console.print("a tie (equal log-probabilities) counts as right, as in lm-evaluation-harness", highlight=False)
+    out_console.print("a tie (equal log-probabilities) counts as right, as in lm-evaluation-harness", highlight=False,
+                      markup=False)
     warning = result.tie_warning()
     if warning is not None:
         err_console.print(f"warning: {warning}", highlight=False, markup=False, soft_wrap=True)
     if out is not None:
         paths = write_blimp(scored, result, _out_dir(out))
-        out_console.print(f"wrote {paths['pairs']}")
+        out_console.print(f"wrote {paths['pairs']}", highlight=False, markup=False)
 
 
 @lm_app.command("reduce")
@@ -164,13 +166,13 @@ def rank_curve_cmd(
     curve_configs(refs, config)
     curve = rank_curve(refs, ps, config=config, selector=select, keep=keep)
     paths = write_rank_curve(curve, _out_dir(out))
-    table = Table(title=f"rank curve (keep {keep})")
+    table = Table(title=escape(f"rank curve (keep {keep})"))
     for col in ("model", "p", "semantic-correct", "type-correct", "type-wrong"):
         table.add_column(col)
     for _, row in curve.table.iterrows():
-        table.add_row(str(row["model"]), f"{row['p']:.2f}", *(str(row[c]) for c in ("semantic-correct", "type-correct", "type-wrong")))
+        table.add_row(escape(str(row["model"])), f"{row['p']:.2f}", *(str(row[c]) for c in ("semantic-correct", "type-correct", "type-wrong")))
     out_console.print(table)
-    out_console.print(f"wrote {paths[0]}")
+    out_console.print(f"wrote {paths[0]}", highlight=False, markup=False)
 
 
 @lm_app.command("sample")
@@ -187,9 +189,9 @@ def sample_cmd(
 
     check_sample_args(category, n, rule, epoch)
     sample, at, total = sample_predictions(run, category, n, rule=rule, epoch=epoch, seed=seed)
-    table = Table(title=f"{len(sample)} of {total} {category} predictions ({rule} rule) at epoch {at:g}, seed {seed}")
+    table = Table(title=escape(f"{len(sample)} of {total} {category} predictions ({rule} rule) at epoch {at:g}, seed {seed}"))
     for col in ("example_id", "group", "prompt", "answer", "prediction", "closed", "open"):
         table.add_column(col, overflow="fold")
     for _, row in sample.iterrows():
-        table.add_row(*(repr(v) if k in ("answer", "prediction") else str(v) for k, v in row.items()))
+        table.add_row(*(escape(repr(v) if k in ("answer", "prediction") else str(v)) for k, v in row.items()))  # data text, not markup
     out_console.print(table)

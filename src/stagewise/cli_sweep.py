@@ -145,18 +145,18 @@ def sweep_run_cmd(
     if dry_run:
         folded = f" in {len(runs)} runs (fold: {sweep.fold})" if len(runs) != len(points) else ""
         out_console.print(f"{len(points)} runs of {sweep.lab}{folded} into {folder}/runs/HASH, executor {opts.kind}",
-                          highlight=False)
+                          highlight=False, markup=False)
         for p in points[:EXAMPLES_SHOWN]:
-            out_console.print(f"  {p.hash[:12]}  {p.label}", highlight=False)
+            out_console.print(f"  {p.hash[:12]}  {p.label}", highlight=False, markup=False)
         if len(points) > EXAMPLES_SHOWN:
-            out_console.print(f"  ... and {len(points) - EXAMPLES_SHOWN} more", highlight=False)
+            out_console.print(f"  ... and {len(points) - EXAMPLES_SHOWN} more", highlight=False, markup=False)
         return
     with _LazyProgress(len(points), "sweep") as show:
         results = run_sweep(points, folder, sweep.lab, opts=opts, fold=sweep.fold, fold_max_seeds=sweep.fold_max_seeds,
                             axes=list(sweep.axes), report=sweep.report, extend=extend, log_axes=sweep.log_axes(),
                             on_result=show)
     lines = summary_lines(results, folder)
-    out_console.print(lines[0], highlight=False)
+    out_console.print(lines[0], highlight=False, markup=False)
     for line in lines[1:]:
         err_console.print(line, highlight=False, markup=False)
     if not no_collect:
@@ -188,7 +188,7 @@ def _collect(folder: Path, after_run: bool = False) -> None:
         raise typer.Exit(1) from None
     out_console.print(f"table: {result.table} ({len(result.frame)} rows: {result.n_points} points, "
                       f"{result.n_failed} failed); {len(result.figures)} figures in {result.table.parent / 'figures'}",
-                      highlight=False)
+                      highlight=False, markup=False)
     for line in result.warnings:
         err_console.print(f"warning: {line}", highlight=False, markup=False)
 
@@ -207,7 +207,7 @@ def report_cmd(folder: Path = typer.Argument(..., help="a run, sweep or reproduc
     from .orchestrate.reporting import write_report
 
     result = write_report(folder)
-    out_console.print(f"report: {result.html} ({result.kind}, {len(result.figures)} figures)", highlight=False)
+    out_console.print(f"report: {result.html} ({result.kind}, {len(result.figures)} figures)", highlight=False, markup=False)
 
 
 class _LazyProgress:
@@ -274,7 +274,7 @@ def reproduce_cmd(
     except KeyboardInterrupt as err:
         signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
         err_console.print(f"interrupted ({signal.Signals(signum).name}); continue with: stagewise reproduce {lab}"
-                          f"{' --quick' if quick else ''} --out {folder}", highlight=False)
+                          f"{' --quick' if quick else ''} --out {folder}", highlight=False, markup=False)
         raise typer.Exit(128 + int(signum)) from None
     out_console.print(f"report: {folder / 'report.html'}  ({claim_checks_line(report)})", highlight=False, markup=False)
     failed = [run for run in report["runs"] if run["status"] != "done"]
