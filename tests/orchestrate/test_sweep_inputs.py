@@ -86,6 +86,30 @@ def test_truncated_or_malformed_sweep_json_is_one_line(cli, tmp_path):
 
 
 
+
+HOSTILE = [  # (change to a valid index, the field the one line names)
+    (lambda d: d.update(axes="x"), "axes"), (lambda d: d.update(report=[1]), "report"),
+    (lambda d: d["points"][0].update(values=5), "points.0.values"), (lambda d: d["points"][0].update(seeds="a"), "points.0.seeds"),
+    (lambda d: d.update(log_axes=3), "log_axes"), (lambda d: d.update(fold=[]), "fold"),
+    (lambda d: d["points"][0].update(label=7), "points.0.label"), (lambda d: d.update(lab=["ntp"]), "lab"),
+    (lambda d: (d.update(axes=["point", "status"]), d["points"][0].update(values={"point": 1, "status": 2})), "collide"),
+    (lambda d: d["points"][0].update(values={"final.loss": 1}), "collide"),
+]
+
+
+@pytest.mark.parametrize("change, field", HOSTILE, ids=[f"{i}-{f}" for i, (_, f) in enumerate(HOSTILE)])
+def test_a_hostile_sweep_json_is_one_line_in_collect_and_report(cli, tmp_path, change, field):
+    """A hand-edited sweep.json with a wrong type where a list, mapping or string belongs, or an axis named like a
+    column of the collected table, is one line naming the field in `sweep collect` and `report`, nothing written."""
+    index = {"lab": "ntp", "axes": ["seed"], "log_axes": [], "fold": "none", "report": {},
+             "points": [{"label": "seed=0", "values": {"seed": 0}, "hash": "h0", "run_dir": "runs/h0", "seeds": [0]}]}
+    change(index)
+    (tmp_path / "sweep.json").write_text(json.dumps(index))
+    for command in (["sweep", "collect", str(tmp_path)], ["report", str(tmp_path)]):
+        code, _, err = cli(*command)
+        one_line(code, err, field)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.json"]
+
 def test_a_truncated_sweep_json_is_rebuilt_by_rerunning_the_same_sweep(cli, tmp_path):
     """Rerunning the sweep file that made a folder rebuilds an unreadable sweep.json (with a note) from this
     sweep and its run folders, without training its done runs again; a run folder this sweep does not make is

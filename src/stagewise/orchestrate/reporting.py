@@ -221,11 +221,10 @@ def _figure_entries(folder: Path, pngs: list[Path]) -> list[FigureEntry]:
 
 
 def _write_sweep(folder: Path, collect_fn: Callable[[Path], Any] | None) -> ReportResult:
-    index = read_json_object(folder / "sweep.json", "sweep index")
-    points = index.get("points")
-    if not isinstance(points, list) or not all(isinstance(p, dict) and {"label", "hash", "run_dir"} <= p.keys()
-                                               for p in points):
-        raise UserError(f"{folder / 'sweep.json'}: not a sweep index (points need label, hash and run_dir)")
+    from .sweep import index as sweep_index  # the one reader of sweep.json, checked against its schema
+
+    index = sweep_index(folder)
+    points = index["points"]
     pages, states, warnings = _run_reports(folder, {str(p["run_dir"]): None for p in points},
                                            "back to the sweep report")
     links: dict[str, str] = {}

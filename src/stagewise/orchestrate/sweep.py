@@ -27,7 +27,9 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from ..errors import Note, UserError
 from ..runs import atomic_write_json
@@ -230,8 +232,49 @@ def index(out: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UserError(f"{path}: unreadable sweep index ({type(err).__name__}: {err}); "
                         "run the sweep again (the same sweep file) to rebuild it") from None
-    points = data.get("points") if isinstance(data, dict) else None
-    if (not isinstance(data, dict) or not isinstance(data.get("lab"), str) or not isinstance(points, list)
-            or not all(isinstance(p, dict) and {"label", "hash", "run_dir"} <= p.keys() for p in points)):
-        raise UserError(f"{path}: not a sweep index (needs lab and points with label, hash and run_dir)")
+    try:
+        IndexFile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "top level"
+        raise UserError(f"{path}: not a sweep index ({where}: {first['msg']}; needs lab and points with label, hash and "
+                        "run_dir)") from None
     return data
+
+
+RESERVED_AXES = ("point", "hash", "run_dir", "status", "error", "claims_over_seeds")
+"""Columns of the collected table (:mod:`.collect`) an axis may not be named (``seed`` may: a
+seed axis is the table's seed column); nor may an axis start with ``final.``, ``stage.`` or ``claim.``."""
+
+
+def _axis_name(name: str) -> str:
+    if name in RESERVED_AXES or name.startswith(("final.", "stage.", "claim.")):
+        raise ValueError(f"axis {name!r} would collide with a column of the collected table")
+    return name
+
+
+AxisName = Annotated[str, AfterValidator(_axis_name)]
+
+
+class IndexPoint(BaseModel):
+    """One point of ``sweep.json`` (other keys are kept and ignored)."""
+
+    model_config = ConfigDict(extra="allow")
+    label: str
+    hash: str
+    run_dir: str
+    values: dict[AxisName, Any] = {}
+    seeds: list[int] | None = None
+
+
+class IndexFile(BaseModel):
+    """The schema ``sweep.json`` is checked against on read: a hand-edited or damaged index is one
+    line naming the field, never a traceback later in ``collect`` or ``report``."""
+
+    model_config = ConfigDict(extra="allow")
+    lab: str
+    points: list[IndexPoint]
+    axes: list[AxisName] = []
+    log_axes: list[AxisName] = []
+    fold: str = "none"
+    report: dict[str, Any] = {}
