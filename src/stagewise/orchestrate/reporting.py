@@ -50,6 +50,7 @@ from ..report.pages import Page, SweepPointView, reproduce_html_page, run_page, 
 from ..runs import read_manifest
 from ..runs.links import refuse_links
 from ..runs.store import atomic_write_text
+from .sweep import index as sweep_index
 from .sweepplan import point_lines
 
 KINDS = ("run", "sweep", "reproduce")
@@ -221,9 +222,7 @@ def _figure_entries(folder: Path, pngs: list[Path]) -> list[FigureEntry]:
 
 
 def _write_sweep(folder: Path, collect_fn: Callable[[Path], Any] | None) -> ReportResult:
-    from .sweep import index as sweep_index  # the one reader of sweep.json, checked against its schema
-
-    index = sweep_index(folder)
+    index = sweep_index(folder)  # the one reader of sweep.json, checked against its schema
     points = index["points"]
     pages, states, warnings = _run_reports(folder, {str(p["run_dir"]): None for p in points},
                                            "back to the sweep report")
