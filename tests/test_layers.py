@@ -18,7 +18,11 @@ LAYERS = [
     ("measure/report", ("stagewise.measure", "stagewise.report", "stagewise.lmkit")),
     ("labs", ("stagewise.labs",)),
     ("orchestrate", ("stagewise.orchestrate",)),
-    ("cli", ("stagewise.cli", "stagewise.cli_claims", "stagewise.cli_lab", "stagewise.cli_lm", "stagewise.cli_stages", "stagewise.cli_sweep", "stagewise.testing")),
+    (
+        "cli",
+        ("stagewise.cli", "stagewise.cli_claims", "stagewise.cli_lab", "stagewise.cli_lm", "stagewise.cli_stages", "stagewise.cli_sweep",
+         "stagewise.testing"),
+    ),
 ]
 
 
