@@ -13,8 +13,11 @@ it when it names one.
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,7 +175,8 @@ def test_quick_blocks_run_in_order_in_a_fresh_folder(page, cli, tmp_path, monkey
     ran = 0
     for block in (b for b in blocks(page) if b.quick):
         if block.lang == "python":
-            exec(compile(block.text, f"{_name(page)}:{block.line}", "exec"), {"__name__": "readme"})
+            # run as a pasted script runs: under `if __name__ == "__main__":` too
+            exec(compile(block.text, f"{_name(page)}:{block.line}", "exec"), {"__name__": "__main__"})
             ran += 1
             continue
         for args in commands(block):
@@ -182,6 +186,59 @@ def test_quick_blocks_run_in_order_in_a_fresh_folder(page, cli, tmp_path, monkey
     assert ran == quick_examples(page) >= 1
     if page == README:
         assert (tmp_path / "runs" / "ex1" / "manifest.json").is_file()
+
+
+SPAWNS = {"run_sweep", "run_local", "run_runs", "reproduce", "reproduce_all"}
+"""Calls that start worker processes (the local executor spawns them; each imports the main
+script again): an example that makes one must be under ``if __name__ == "__main__":``."""
+
+
+def _is_main_guard(node: ast.AST) -> bool:
+    test = node.test if isinstance(node, ast.If) else None
+    return isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__" and \
+        any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+
+
+def unguarded_spawns(code: str) -> list[str]:
+    """The names of :data:`SPAWNS` that ``code`` calls outside ``if __name__ == "__main__":``."""
+    found, todo = [], [ast.parse(code)]
+    while todo:
+        node = todo.pop()
+        if _is_main_guard(node):
+            continue
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name in SPAWNS:
+                found.append(name)
+        todo.extend(ast.iter_child_nodes(node))
+    return sorted(found)
+
+
+@pytest.mark.parametrize("page", [README, *sorted(DOCS.glob("*.md"))], ids=_name)
+def test_examples_that_start_workers_are_under_the_main_guard(page):
+    """Issue 26: the "Sweeps from Python" block hung when pasted into a script (each spawned
+    worker re-ran the sweep and died). Every Python example that starts a sweep or a
+    reproduction does so under the guard."""
+    bad = [f"{_name(page)} line {b.line}: {', '.join(unguarded_spawns(b.text))}" for b in blocks(page)
+           if b.lang == "python" and any(f"{name}(" in b.text for name in SPAWNS) and unguarded_spawns(b.text)]
+    assert not bad, "not under `if __name__ == \"__main__\":`\n" + "\n".join(bad)
+
+
+def test_the_guard_check_sees_a_bare_sweep():
+    assert unguarded_spawns("from x import run_sweep\nrun_sweep([], 'out', 'ntp')\n") == ["run_sweep"]
+    assert unguarded_spawns("import stagewise\nif __name__ == '__main__':\n    stagewise.reproduce(lab, 'r')\n") == []
+
+
+@pytest.mark.slow  # a sweep (2 runs x 4 seeds, example1 preset) in a fresh interpreter with spawned workers: about 30 s on 2 cores
+def test_the_sweeps_from_python_block_runs_pasted_into_a_script(tmp_path):
+    """The block as a user pastes it into ``sweep.py`` and runs ``python sweep.py``: it ends
+    (the spawned workers import the script without starting the sweep again) with every run done."""
+    block = next(b for b in blocks(DOCS / "python-api.md") if b.lang == "python" and "run_sweep(" in b.text)
+    (tmp_path / "sweep.py").write_text(block.text + "\n    print('runs done:', sum(r.status == 'done' for r in results))\n")
+    done = subprocess.run([sys.executable, "sweep.py"], cwd=tmp_path, capture_output=True, text=True, timeout=540)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "runs done: 8" in done.stdout and (tmp_path / "sweeps" / "eta" / "report.html").is_file()
 
 
 def _outside_fences(text: str) -> list[str]:

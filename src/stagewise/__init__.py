@@ -2,10 +2,11 @@
 
 Public API::
 
-    from stagewise import RunSpec, execute_spec, get_lab
+    from stagewise import RunSpec, execute_spec, get_lab, load_run
     spec = RunSpec(lab="ntp", preset="example1", overrides={"train": {"steps_stage2": 60}}, name="x")
     manifest = execute_spec(spec, "runs/x")       # or: stagewise run ntp --preset example1 ...
     lab = get_lab("ntp")                          # a Lab value: Config, presets, run, summarize, ...
+    run = load_run("runs/x")                      # config, manifest, summary; metrics and claims as DataFrames
 
 The names load on first use (PEP 562): ``import stagewise`` imports no torch, pandas or
 orchestration code; ``stagewise.execute_spec`` imports what running needs.
@@ -23,7 +24,9 @@ if TYPE_CHECKING:
     from .errors import UserError
     from .labs import REGISTRY, Lab, RunContext, RunSpec, get_lab, spec_config, spec_hash, spec_lab
     from .orchestrate import execute, execute_spec, load_for_resume, prepare, reproduce
+    from .orchestrate.load import SweepView, load_run, load_sweep
     from .report.claims import Claim, ClaimSpec, Source, Summary
+    from .report.runview import RunView
     from .runs import MemoryContext, read_manifest
 
 _EXPORTS: dict[str, str] = {
@@ -32,14 +35,16 @@ _EXPORTS: dict[str, str] = {
     "UserError": ".errors",
     **dict.fromkeys(("REGISTRY", "Lab", "RunContext", "RunSpec", "get_lab", "spec_config", "spec_hash", "spec_lab"), ".labs"),
     **dict.fromkeys(("execute", "execute_spec", "load_for_resume", "prepare", "reproduce"), ".orchestrate"),
+    **dict.fromkeys(("SweepView", "load_run", "load_sweep"), ".orchestrate.load"),
     **dict.fromkeys(("Claim", "ClaimSpec", "Source", "Summary"), ".report.claims"),
+    "RunView": ".report.runview",
     **dict.fromkeys(("MemoryContext", "read_manifest"), ".runs"),
 }
 
 __all__ = [
-    "REGISTRY", "Claim", "ClaimSpec", "Diverged", "Lab", "MemoryContext", "RunContext", "RunSpec", "Source", "Summary",
-    "UserError", "config_hash", "execute", "execute_spec", "get_lab", "load_for_resume", "prepare", "read_manifest",
-    "reproduce", "resolve", "spec_config", "spec_hash", "spec_lab", "__version__",
+    "REGISTRY", "Claim", "ClaimSpec", "Diverged", "Lab", "MemoryContext", "RunContext", "RunSpec", "RunView", "Source", "Summary",
+    "SweepView", "UserError", "config_hash", "execute", "execute_spec", "get_lab", "load_for_resume", "load_run", "load_sweep",
+    "prepare", "read_manifest", "reproduce", "resolve", "spec_config", "spec_hash", "spec_lab", "__version__",
 ]
 
 
