@@ -13,7 +13,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "stagewise"
 LAYERS = [
-    ("core", ("stagewise.config", "stagewise.overrides", "stagewise.errors", "stagewise.yamlio", "stagewise.lazy", "stagewise.engine")),
+    ("core", ("stagewise.config", "stagewise.overrides", "stagewise.errors", "stagewise.yamlio", "stagewise.lazy", "stagewise.progress",
+              "stagewise.engine")),
     ("runs", ("stagewise.runs",)),
     ("measure/report", ("stagewise.measure", "stagewise.report", "stagewise.lmkit")),
     ("labs", ("stagewise.labs",)),

@@ -21,10 +21,11 @@ from rich.table import Table
 
 from .cli_claims import claims_cmd, print_verdicts
 from .cli_stages import stages_cmd
-from .cli_lab import WithLabCommands
+from .cli_lab import Stopped, WithLabCommands
 from .cli_lm import eval_app, lm_app
 from .cli_sweep import report_cmd, reproduce_cmd, sweep_app
 from .errors import UserError
+from .runs.stops import StopSignals, signum_of
 
 if TYPE_CHECKING:
     from typer._click.exceptions import ClickException
@@ -153,7 +154,7 @@ def _execute(lab, config, paths, resume: bool, progress: bool, sinks=None) -> No
         raise typer.Exit(3) from None
     except Interrupted as err:
         err_console.print(f"interrupted ({signal_name(err.signum)}); resume with: stagewise run --resume {paths.root}",
-                          highlight=False, markup=False)
+                          highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(128 + int(err.signum)) from None
     except UserError:
         raise
@@ -332,6 +333,13 @@ def _notes_as_lines() -> None:
     warnings.simplefilter("always", Note)
 
 
+def _stopped(signum: int) -> None:
+    """``interrupted (SIGTERM)``, exit 128 + signum: a stop during a command that has no
+    resume hint of its own (floors, eval blimp, a sweep's planning)."""
+    err_console.print(f"interrupted ({signal_name(signum)})", highlight=False, markup=False)
+    sys.exit(128 + signum)
+
+
 def main() -> None:
     """Console entry point: user errors and usage errors become one line each (``error:
     ...``) and exit code 2; ``--help`` prints help and exits 0."""
@@ -341,7 +349,10 @@ def main() -> None:
         repeated = _repeated_option(sys.argv[1:])
         if repeated:
             raise UserError(repeated)
-        code = app(standalone_mode=False)
+        with StopSignals():  # SIGINT/SIGTERM: one Interrupted, later ones ignored while it is handled
+            code = app(standalone_mode=False)
+    except (KeyboardInterrupt, Stopped) as err:  # a stop no command reported (floors, planning, loading): one line
+        _stopped(signum_of(err))
     except UserError as err:
         _print_errors(err.lines)
         sys.exit(2)
@@ -352,7 +363,9 @@ def main() -> None:
     except ClickException as err:
         _print_errors([_usage_line(err)])
         sys.exit(err.exit_code)
-    except typer.Abort:
+    except typer.Abort as err:
+        if isinstance(err.__context__, KeyboardInterrupt):  # click turns a stop into Abort
+            _stopped(signum_of(err.__context__))
         err_console.print("aborted", highlight=False)
         sys.exit(1)
     if isinstance(code, int) and not isinstance(code, bool) and code:

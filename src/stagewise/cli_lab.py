@@ -19,6 +19,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from .errors import UserError
+from .runs.stops import signum_of
 
 out_console = Console()
 
@@ -46,6 +47,23 @@ class WithLabCommands(TyperGroup):
     def list_commands(self, ctx: Any) -> list[str]:
         self._add_lab_commands()
         return super().list_commands(ctx)
+
+    def invoke(self, ctx: Any) -> Any:
+        """A stop (SIGINT/SIGTERM) that no command turned into its own line leaves as
+        :class:`Stopped`: click would turn it into a bare exit 130 (SIGTERM too), with nothing said."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as err:
+            raise Stopped(signum_of(err)) from None
+
+
+class Stopped(Exception):
+    """A stop request that reached the CLI's top: ``main`` prints ``interrupted (SIG...)`` and
+    exits 128 + ``signum``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 def lab_commands(taken: set[str]) -> dict[str, Any]:

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
 import typer
 from rich.console import Console
 
 from .errors import UserError
-
-if TYPE_CHECKING:
-    from rich.progress import Progress
+from .runs.stops import signum_of
 
 try:
     from typer.core import TyperGroup
@@ -151,10 +150,17 @@ def sweep_run_cmd(
         if len(points) > EXAMPLES_SHOWN:
             out_console.print(f"  ... and {len(points) - EXAMPLES_SHOWN} more", highlight=False, markup=False)
         return
-    with _LazyProgress(len(points), "sweep") as show:
-        results = run_sweep(points, folder, sweep.lab, opts=opts, fold=sweep.fold, fold_max_seeds=sweep.fold_max_seeds,
-                            axes=list(sweep.axes), report=sweep.report, extend=extend, log_axes=sweep.log_axes(),
-                            on_result=show)
+    try:
+        with _PointsProgress(len(points), "sweep") as show:
+            results = run_sweep(points, folder, sweep.lab, opts=opts, fold=sweep.fold, fold_max_seeds=sweep.fold_max_seeds,
+                                axes=list(sweep.axes), report=sweep.report, extend=extend, log_axes=sweep.log_axes(),
+                                on_result=show)
+    except KeyboardInterrupt as err:  # the executor started no further run and its runs recorded the stop
+        signum = signum_of(err)
+        err_console.print(f"interrupted ({signal.Signals(signum).name}); {show.done} of {len(points)} points reported; "
+                          f"continue with: stagewise sweep run {spec} --out {folder}", highlight=False, markup=False,
+                          soft_wrap=True)
+        raise typer.Exit(128 + signum) from None
     lines = summary_lines(results, folder)
     out_console.print(lines[0], highlight=False, markup=False)
     for line in lines[1:]:
@@ -210,32 +216,32 @@ def report_cmd(folder: Path = typer.Argument(..., help="a run, sweep or reproduc
     out_console.print(f"report: {result.html} ({result.kind}, {len(result.figures)} figures)", highlight=False, markup=False)
 
 
-class _LazyProgress:
-    """A progress bar over a sweep's points that appears with the first finished point, so
-    an error raised before any run (a bad --out, a missing package) stays one line."""
+class _PointsProgress:
+    """Progress over a sweep's points (:class:`stagewise.progress.Progress`): on a terminal a
+    bar that appears with the first finished point (an error raised before any run stays one
+    line), elsewhere a plain line every few seconds; a failed or interrupted point is a line
+    of its own."""
 
     def __init__(self, total: int, what: str):
-        self.total, self.what = total, what
-        self.bar: Progress | None = None
+        from .progress import Progress
+
+        self.progress = Progress(total, what, unit="points", transient=False, lazy_bar=True)
+
+    @property
+    def done(self) -> int:
+        return self.progress.done
 
     def __call__(self, result) -> None:
-        if self.bar is None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(TextColumn(self.what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                TextColumn("{task.description}"), console=err_console, transient=False)
-            self.bar.start()
-            self.task = self.bar.add_task("", total=self.total)
-        self.bar.update(self.task, advance=1, description=f"{result.status} {result.label}")
+        self.progress.advance(1, detail=f"{result.status} {result.label}")
         if result.status in ("failed", "interrupted"):
-            self.bar.console.print(f"{result.status} {result.label}: {result.error}", highlight=False, markup=False)
+            self.progress.console_print(f"{result.status} {result.label}: {result.error}")
 
-    def __enter__(self) -> "_LazyProgress":
+    def __enter__(self) -> "_PointsProgress":
+        self.progress.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+        self.progress.__exit__(*exc)
 
 
 def reproduce_cmd(
@@ -250,11 +256,8 @@ def reproduce_cmd(
     sink: List[str] = typer.Option([], "--sink", help="every run also logs to tensorboard or wandb (repeatable)"),
 ) -> None:
     """Run a lab's reproduction set through the sweep machinery and write one report folder."""
-    import signal
-
     from .labs import REGISTRY, get_lab
     from .orchestrate.reproduction import reproduce, reproduce_all
-    from .runs import Interrupted
 
     _check_flags(executor, max_parallel)
     executor_sets, rest = _split_sets(sets)
@@ -265,16 +268,16 @@ def reproduce_cmd(
     folder = out or Path("reports") / f"{lab}{'-quick' if quick else ''}"
     total = sum(len(value.reproduce.specs(quick)) for value in labs)
     try:
-        with _LazyProgress(total, f"reproduce {lab}") as show:
+        with _PointsProgress(total, f"reproduce {lab}") as show:
             if lab == "all":
                 report = reproduce_all(labs, folder, quick=quick, allow_large=allow_large, opts=opts, on_result=show)
             else:
                 report = reproduce(labs[0], folder, quick=quick, progress=True, allow_large=allow_large, opts=opts,
                                    on_result=show)
     except KeyboardInterrupt as err:
-        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        signum = signum_of(err)
         err_console.print(f"interrupted ({signal.Signals(signum).name}); continue with: stagewise reproduce {lab}"
-                          f"{' --quick' if quick else ''} --out {folder}", highlight=False, markup=False)
+                          f"{' --quick' if quick else ''} --out {folder}", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(128 + int(signum)) from None
     out_console.print(f"report: {folder / 'report.html'}  ({claim_checks_line(report)})", highlight=False, markup=False)
     failed = [run for run in report["runs"] if run["status"] != "done"]

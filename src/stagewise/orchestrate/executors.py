@@ -26,6 +26,8 @@ import errno
 import multiprocessing
 import os
 import shutil
+import signal
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -38,6 +40,7 @@ from ..errors import UserError
 from ..labs import RunSpec
 from ..runs import Interrupted, RunLock, read_manifest
 from ..runs.lock import LockHeld
+from ..runs.stops import STOP_SIGNALS, signum_of
 from . import lifeline
 from .executor_options import ExecutorOptions  # noqa: F401 (re-exported: the options live in executor_options.py)
 from .runner import execute_spec
@@ -45,6 +48,8 @@ from .runner import execute_spec
 HELD_POLL_S = 0.5       # how often a waiting sweep retries a lock another process holds
 RUN_LOCK_GRACE_S = 30.0  # a run folder lock still held under the sweep lock: its exiting holder gets this long
 WORKER_DEATHS = 2       # a task whose worker dies this many times is marked failed (killed, out of memory)
+STARTUP_DEATHS = 2      # pools broken this many times in a row with no run started stop the sweep (one line)
+STOP_GRACE_S = 120.0    # after a stop, how long the sweep waits for its workers to checkpoint and record it
 RAY_POLL_S = 1.0        # ray.wait timeout, so a stop request is seen within a second
 SLURM_POLL_S = 1.0      # how often submitit jobs are polled
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # a full disk or quota: "no space left on device"
@@ -104,6 +109,8 @@ def run_task(spec_json: str, root: str, key: str, block: bool = False, catch_sto
     anywhere (a full disk at the lock, the run folder, the manifest) is ``("failed", "no space
     left on device: <what>")``, a bad ``.lock`` or input the UserError's line, anything else
     the error as the manifest records it. SystemExit (a scheduler's requeue) propagates."""
+    if _SWEEP_STOPPED is not None and _SWEEP_STOPPED.is_set():
+        return "interrupted", "the sweep was stopped before this run started; run the sweep again to run it"
     run_dir = Path(root) / "runs" / key
     lock = RunLock(Path(root) / "locks" / key)
     doing = f"creating the lock folder {lock.path.parent}"
@@ -118,7 +125,7 @@ def run_task(spec_json: str, root: str, key: str, block: bool = False, catch_sto
             if (run_dir / "manifest.json").is_file() and read_manifest(run_dir).get("status") == "done":
                 return "skipped", None
             doing = f"running into {run_dir}"
-            manifest = _when_free(lambda: execute_spec(spec, run_dir, allow_large=allow_large, sinks=sinks,
+            manifest = _when_free(lambda: execute_spec(spec, run_dir, progress=False, allow_large=allow_large, sinks=sinks,
                                                        raise_on_failure=True))
         finally:
             lock.release()
@@ -150,8 +157,15 @@ Report = Callable[[str, str, "str | None"], None]  # (key, status, error) as eac
 def run_local(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Report, block: bool = False) -> None:
     """A spawned process pool of ``max_parallel`` workers (default: the cores; 1 runs inline).
     A worker that dies (SIGKILL, out of memory) breaks the pool: the unfinished tasks go to a
-    fresh pool, and a task whose worker died ``WORKER_DEATHS`` times is marked failed. The
-    workers die with this process (:mod:`.lifeline`): a SIGKILLed sweep leaves none behind."""
+    fresh pool, and a task whose worker died ``WORKER_DEATHS`` times is marked failed. Pools
+    that break :data:`STARTUP_DEATHS` times in a row before any run started stop the sweep with
+    one line (a script without the ``__main__`` guard: each spawned worker imports it again).
+    The workers die with this process (:mod:`.lifeline`): a SIGKILLed sweep leaves none behind.
+
+    A stop (SIGINT/SIGTERM here: :class:`~stagewise.runs.Interrupted`, or KeyboardInterrupt)
+    starts no further run: the queued tasks are cancelled, the signal is passed on to the
+    workers (each checkpoints its run and records it interrupted; a second signal stops them at
+    once), their outcomes are reported, then the stop propagates."""
     workers = min(opts.max_parallel or os.cpu_count() or 1, len(tasks))
     if workers <= 1:
         for t in tasks:
@@ -159,26 +173,35 @@ def run_local(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Repo
                                           tuple(opts.sinks)))
         return
     deaths: dict[str, int] = {}
+    startup_deaths = 0
     todo = list(tasks)
     context = multiprocessing.get_context("spawn")  # no forked torch state in the workers
     while todo:
         broken: list[Task] = []
+        began = time.time()
+        progressed = False
+        stopped = context.Event()  # set on a stop: a worker starts no further run
         with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
-                                 initializer=lifeline.pool_worker_init, initargs=(os.getpid(),)) as pool:
+                                 initializer=_pool_worker_init, initargs=(os.getpid(), stopped)) as pool:
             futures = {pool.submit(run_task, t.spec_json, str(root), t.key, block, True, opts.allow_large,
                                    tuple(opts.sinks)): t for t in todo}
             pending = set(futures)
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    task = futures[future]
-                    try:
-                        report(task.key, *future.result())
-                    except BrokenProcessPool:
-                        broken.append(task)
-                    except Exception as err:  # an error outside execute_spec's recording
-                        report(task.key, "failed", f"{type(err).__name__}: {err}")
+            try:
+                while pending:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    progressed |= _report_finished(finished, futures, report, broken)
+            except KeyboardInterrupt as stop:
+                stopped.set()
+                _stop_pool(pool, pending, futures, report, signum_of(stop))
+                raise
         todo = []
+        progressed = progressed or any(_started_since(root, t.key, began) for t in broken)
+        startup_deaths = 0 if progressed else startup_deaths + 1
+        if broken and startup_deaths >= STARTUP_DEATHS:
+            raise UserError(f"the sweep's worker processes died {startup_deaths} times before any run started "
+                            f"({len(broken)} runs left); in a Python script, start the sweep under "
+                            "`if __name__ == \"__main__\":` (each spawned worker imports the script again), and check "
+                            "that the script imports without error")
         for task in broken:
             started = (root / "runs" / task.key / "manifest.json").is_file()
             deaths[task.key] = deaths.get(task.key, 0) + started
@@ -186,6 +209,83 @@ def run_local(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Repo
                 report(task.key, "failed", f"its worker process died {deaths[task.key]} times (killed or out of memory)")
             else:
                 todo.append(task)
+
+
+_SWEEP_STOPPED: Any = None  # in a pool worker: the sweep's stop Event (:func:`_pool_worker_init`)
+
+
+def _pool_worker_init(parent_pid: int, stopped: Any) -> None:
+    """A pool worker: dies with the sweep (:func:`.lifeline.pool_worker_init`) and keeps the
+    sweep's stop Event, so a task queued before a stop does not start a run after it."""
+    global _SWEEP_STOPPED
+    _SWEEP_STOPPED = stopped
+    lifeline.pool_worker_init(parent_pid)
+
+
+def _report_finished(finished: set[Any], futures: dict[Any, Task], report: Report, broken: list[Task]) -> bool:
+    """Report the finished futures (a broken pool's go to ``broken``); True when one ran."""
+    ran = False
+    for future in finished:
+        task = futures[future]
+        try:
+            result = future.result()
+        except BrokenProcessPool:
+            broken.append(task)
+            continue
+        except Exception as err:  # an error outside execute_spec's recording
+            result = ("failed", f"{type(err).__name__}: {err}")
+        ran = True
+        report(task.key, *result)
+    return ran
+
+
+def _started_since(root: Path, key: str, since: float) -> bool:
+    """Whether the run ``key`` wrote its manifest since ``since`` (a worker that got that far)."""
+    try:
+        return (root / "runs" / key / "manifest.json").stat().st_mtime >= since
+    except OSError:
+        return False
+
+
+def _stop_pool(pool: ProcessPoolExecutor, pending: set[Any], futures: dict[Any, Task], report: Report,
+               signum: int) -> None:
+    """A stop in the sweep: cancel the queued tasks, pass ``signum`` on to the workers (in their
+    own process group, a terminal's Ctrl-C reaches this process only) and report what the
+    running ones record, waiting up to :data:`STOP_GRACE_S`; a further signal is passed on too
+    (the workers then stop at once)."""
+    for future in list(pending):
+        if future.cancel():
+            pending.discard(future)
+    workers = [p.pid for p in getattr(pool, "_processes", {}).values() if p.pid]  # noqa: SLF001 (no public list)
+
+    def forward(sig: int, frame: Any = None) -> None:
+        for pid in workers:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS} if threading.current_thread() is threading.main_thread() else {}
+    for sig in previous:
+        signal.signal(sig, forward)
+    try:
+        forward(signum)
+        finished, still = wait(pending, timeout=STOP_GRACE_S)
+        for future in finished:
+            try:
+                result = future.result()
+            except Exception as err:  # a worker that died on the signal: resumable all the same
+                result = ("interrupted", f"stopped ({type(err).__name__}); run the sweep again to resume")
+            report(futures[future].key, *result)
+        if still:
+            forward(signal.SIGKILL)  # past the grace: their runs resume from their last checkpoint
+        for future in still:
+            report(futures[future].key, "interrupted", f"killed after {STOP_GRACE_S:.0f} s of stopping; run the sweep again "
+                                                       "to resume from its last checkpoint")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 # -------------------------------------------------------------------------------- ray
@@ -234,6 +334,11 @@ def run_ray(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Report
                     report(task.key, *ray.get(ref))
                 except Exception as err:  # a worker that died (ray.exceptions.WorkerCrashedError, OOM)
                     report(task.key, "failed", f"ray task died: {type(err).__name__}: {str(err).splitlines()[0]}")
+    except KeyboardInterrupt:  # a stop: no further task; the running ones get KeyboardInterrupt and record it
+        for ref, task in inflight.items():
+            ray.cancel(ref)
+            report(task.key, "interrupted", "the sweep was stopped; run the sweep again to resume")
+        raise
     finally:
         if started_here:
             ray.shutdown()
@@ -306,6 +411,21 @@ def run_slurm(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Repo
     else:  # submitit's local cluster starts every job at once: keep the cap here
         cap, todo, jobs = opts.max_parallel or os.cpu_count() or 1, list(reversed(tasks)), {}
     sweep = (os.getpid(), lifeline.process_start(os.getpid()))
+    try:
+        _poll_slurm(executor, job_fn, jobs, todo, cap, root, opts, report, block, sweep)
+    except KeyboardInterrupt:  # a stop: no further job; the running ones are cancelled (SLURM sends them SIGTERM)
+        for job, task in jobs.items():
+            try:
+                job.cancel(check=False)
+            except Exception:  # noqa: BLE001 (a job that ended meanwhile)
+                pass
+            report(task.key, "interrupted", f"slurm job {job.job_id} cancelled by the sweep's stop; run the sweep again to resume")
+        raise
+
+
+def _poll_slurm(executor: Any, job_fn: Any, jobs: dict[Any, Task], todo: list[Task], cap: int, root: Path,
+                opts: ExecutorOptions, report: Report, block: bool, sweep: tuple[int, str | None]) -> None:
+    """Submit (up to ``cap`` at once) and poll the jobs until every task is reported."""
     while todo or jobs:
         while todo and len(jobs) < cap:
             task = todo.pop()

@@ -84,6 +84,13 @@ def watch(pid: int, start: str | None = None, *, parent: bool = False) -> thread
 
 
 def pool_worker_init(parent_pid: int) -> None:
-    """``ProcessPoolExecutor`` initializer: die with the sweep process ``parent_pid``."""
+    """``ProcessPoolExecutor`` initializer: die with the sweep process ``parent_pid``, in a
+    process group of its own (a terminal's Ctrl-C goes to the sweep, which passes the stop on
+    once: :func:`~stagewise.orchestrate.executors.run_local`)."""
+    if hasattr(os, "setpgid"):
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
     set_death_signal()
     watch(parent_pid, parent=True)  # also catches a parent that died before the prctl

@@ -44,11 +44,19 @@ def _plan(lab: Lab, quick: bool) -> dict[str, Any]:
 
 
 def _check_all(lab: Lab, specs: tuple[RunSpec, ...], folder: Path, allow_large: bool) -> list[Any]:
-    """The specs' configs, each size-checked and checked by the lab (UserError before any work)."""
+    """The specs' configs, each size-checked and checked by the lab: one UserError before any
+    work with every problem found (a missing data folder and a missing model package are said
+    together, not one per invocation), each said once."""
     configs = [spec_config(spec) for spec in specs]
+    problems: list[str] = []
     for config in configs:
-        check_size(lab, config, folder, allow_large)
-        lab.check(config)
+        for check, args in ((check_size, (lab, config, folder, allow_large)), (lab.check, (config,))):
+            try:
+                check(*args)
+            except UserError as err:
+                problems += [m for m in err.messages if m not in problems]
+    if problems:
+        raise UserError(*problems)
     return configs
 
 
@@ -143,9 +151,18 @@ def reproduce_all(labs: list[Lab], folder: str | Path, *, quick: bool = False, a
     report at ``folder``: the first table lists every claim of every lab."""
     folder = Path(folder)
     plan = {"lab": "all", "quick": quick, "labs": [lab.name for lab in labs]}
-    for lab in labs:  # every lab's inputs are validated before any work
-        _check_all(lab, lab.reproduce.specs(quick), folder, allow_large)
-    preflight([], folder, opts or ExecutorOptions())
+    problems: list[str] = []
+    for lab in labs:  # every lab's inputs are validated before any work; every problem is said at once
+        try:
+            _check_all(lab, lab.reproduce.specs(quick), folder, allow_large)
+        except UserError as err:
+            problems += [f"{lab.name}: {m}" for m in err.messages]
+    try:
+        preflight([], folder, opts or ExecutorOptions())
+    except UserError as err:
+        problems += [m for m in err.messages if m not in problems]
+    if problems:
+        raise UserError(*problems)
     _open_folder(folder, plan)
     runs: list[dict[str, Any]] = []
     sources: dict[str, Any] = {}

@@ -31,6 +31,8 @@ from ..config import config_hash, to_yaml, validate
 from ..engine import Diverged
 from ..errors import UserError
 from ..labs import Lab, RunSpec, get_lab, spec_config, spec_lab
+from ..progress import ProgressCallback
+from ..runs.stops import note_stop
 from ..runs import Interrupted, RunDirContext, RunLock, RunPaths, read_manifest, update_manifest
 from ..runs.names import rename_metrics
 from ..runs.links import refuse_links
@@ -230,7 +232,7 @@ def _keep_metrics(lab: Lab, ctx: RunDirContext, paths: RunPaths) -> None:
         pass
 
 
-def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, progress: bool = True,
+def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, progress: bool | ProgressCallback = True,
             sinks: Sequence[str] | None = None) -> dict[str, Any]:
     """Run (or resume) ``lab`` with ``config`` in ``paths``; returns the final manifest.
 
@@ -238,6 +240,10 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
     failure the outcome is recorded and the exception propagates (``Interrupted`` for a
     stop request, ``Diverged``, or the original error); ``err.stagewise_note`` says what
     could not be recorded, if anything.
+
+    ``progress``: True shows the training's progress (:mod:`stagewise.progress`: a bar on a
+    terminal, a plain line every few seconds elsewhere), False shows nothing, a callable gets
+    :class:`~stagewise.progress.ProgressEvent` values instead.
     """
     with RunLock(paths.root):
         refuse_links(paths.root)  # nothing below the run folder is followed: resume writes, truncates and deletes there
@@ -260,8 +266,8 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
             manifest_tables = {k: v for k, v in manifest_tables.items() if k in ctx.tables.names()}
             update_manifest(paths.root, status="running", error=None, ended=None, resumed=now_iso(),
                             tables=manifest_tables)
-        try:
-            with _stop_requests(ctx):
+        with _stop_requests(ctx):  # around the recording too: a second signal never cuts it off (request_stop)
+            try:
                 result = lab.run(config, ctx)
                 ctx.sink.close()
                 frame = _metrics_frame(lab, ctx)
@@ -269,42 +275,48 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
                 summary = lab.summary(config, frame, ctx.tables, result)
                 atomic_write_json(paths.summary, summary.to_json())
                 lab.make_figures(config, frame, ctx.tables, summary, paths.figures)
-            return update_manifest(paths.root, status="done", ended=now_iso())
-        except Diverged as err:
-            _keep_metrics(lab, ctx, paths)
-            _annotate(err, stagewise_note=_record(paths, status="diverged", ended=now_iso(), error=str(err),
-                                                  diverged={"step": err.step, "seed": err.seed, "what": err.what}))
-            raise
-        except KeyboardInterrupt as err:
-            signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
-            _keep_metrics(lab, ctx, paths)
-            name = signal.Signals(signum).name
-            note = _record(paths, status="interrupted", ended=now_iso(),
-                           error=f"interrupted by {name}; resume with: stagewise run --resume {paths.root}")
-            stop = err if isinstance(err, Interrupted) else Interrupted(signum)
-            _annotate(stop, stagewise_note=note)
-            raise stop from None
-        except SystemExit as err:  # a scheduler's requeue (submitit exits on SLURM's timeout signal)
-            _keep_metrics(lab, ctx, paths)
-            _annotate(err, stagewise_note=_record(paths, status="interrupted", ended=now_iso(),
-                                                  error=f"stopped by SystemExit({err.code}) (a requeue or timeout); it resumes "
-                                                        f"from its last checkpoint with: stagewise run --resume {paths.root}"))
-            raise
-        except BaseException as err:
-            _keep_metrics(lab, ctx, paths)
-            message = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-            log_note = None
-            try:
-                atomic_write_text(paths.error_log, traceback.format_exc())
-            except OSError:
-                log_note = "no error.log (the directory could not be written)"
-            note = _record(paths, status="failed", ended=now_iso(), error=message)
-            _annotate(err, stagewise_note="; ".join(n for n in (log_note, note) if n) or None,
-                      stagewise_error_log=None if log_note else paths.error_log)
-            raise
+                ctx.finishing()
+                return update_manifest(paths.root, status="done", ended=now_iso())
+            except Diverged as err:
+                ctx.finishing()
+                _keep_metrics(lab, ctx, paths)
+                _annotate(err, stagewise_note=_record(paths, status="diverged", ended=now_iso(), error=str(err),
+                                                      diverged={"step": err.step, "seed": err.seed, "what": err.what}))
+                raise
+            except KeyboardInterrupt as err:
+                ctx.finishing()
+                signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+                note_stop(signum)
+                _keep_metrics(lab, ctx, paths)
+                name = signal.Signals(signum).name
+                note = _record(paths, status="interrupted", ended=now_iso(),
+                               error=f"interrupted by {name}; resume with: stagewise run --resume {paths.root}")
+                stop = err if isinstance(err, Interrupted) else Interrupted(signum)
+                _annotate(stop, stagewise_note=note)
+                raise stop from None
+            except SystemExit as err:  # a scheduler's requeue (submitit exits on SLURM's timeout signal)
+                ctx.finishing()
+                _keep_metrics(lab, ctx, paths)
+                _annotate(err, stagewise_note=_record(paths, status="interrupted", ended=now_iso(),
+                                                      error=f"stopped by SystemExit({err.code}) (a requeue or timeout); it resumes "
+                                                            f"from its last checkpoint with: stagewise run --resume {paths.root}"))
+                raise
+            except BaseException as err:
+                ctx.finishing()
+                _keep_metrics(lab, ctx, paths)
+                message = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+                log_note = None
+                try:
+                    atomic_write_text(paths.error_log, traceback.format_exc())
+                except OSError:
+                    log_note = "no error.log (the directory could not be written)"
+                note = _record(paths, status="failed", ended=now_iso(), error=message)
+                _annotate(err, stagewise_note="; ".join(n for n in (log_note, note) if n) or None,
+                          stagewise_error_log=None if log_note else paths.error_log)
+                raise
 
 
-def execute_spec(spec: RunSpec, run_dir: str | Path, *, progress: bool = False, allow_large: bool = False,
+def execute_spec(spec: RunSpec, run_dir: str | Path, *, progress: bool | ProgressCallback = True, allow_large: bool = False,
                  raise_on_failure: bool = False, lab: Lab | None = None,
                  sinks: Sequence[str] | None = None) -> dict[str, Any]:
     """Run ``spec`` into ``run_dir`` and return its manifest: a fresh directory is created,
@@ -313,7 +325,8 @@ def execute_spec(spec: RunSpec, run_dir: str | Path, *, progress: bool = False, 
     ``raise_on_failure``); a stop request (KeyboardInterrupt) always propagates.
 
     ``lab`` replaces the registry's lab of ``spec.lab`` (same name and Config; e.g. a lab
-    value with a different reproduction set)."""
+    value with a different reproduction set). ``progress`` as for :func:`execute` (a sweep's
+    workers pass False: the sweep shows its points)."""
     registered = spec_lab(spec)
     if lab is not None and (lab.name != registered.name or lab.Config is not registered.Config):
         raise ValueError(f"lab {lab.name!r} does not match the spec's lab {spec.lab!r}")

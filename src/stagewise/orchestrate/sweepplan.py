@@ -364,6 +364,7 @@ def plan(spec: SweepSpec, out: str | Path | None = None, allow_large: bool = Fal
     validated config and assign their seed, which pydantic validates as a field assignment.
     Point configs are read-only (they share the shape's nested models).
     """
+    from ..progress import Progress
     from .runner import check_disk, check_size
 
     lab = get_lab(spec.lab)
@@ -378,37 +379,39 @@ def plan(spec: SweepSpec, out: str | Path | None = None, allow_large: bool = Fal
     out_points, problems = [], []
     shapes: dict[str, _Shape | UserError] = {}  # a shape's first valid point, or the UserError its checks raised
     disk = 0
-    for values in points:
-        label = point_label(values) or "(no axes)"
-        shape = repr(sorted((k, repr(v)) for k, v in values.items() if k not in SHAPE_FREE))
-        known = shapes.get(shape)
-        if isinstance(known, UserError):
-            problems.append(f"sweep point {label}: {known.messages[0]}")
-            continue
-        free = {k: values[k] for k in SHAPE_FREE if k in values}
-        config = known.assigned(free) if known is not None and assign else None
-        if config is not None and known is not None:  # (a config comes only from a known shape)
-            overrides = {**known.overrides, **free}
-        else:  # the shape's first point, or a free value the assignment refused: full validation, one-line error
-            overrides = deep_merge(base, dotted_overrides(lab.Config, values, base, what="sweep axis"))
-            try:
-                config = validate(lab.Config, overrides)
-            except UserError as err:
-                problems.append(f"sweep point {label}: {err.messages[0]}")
+    with Progress(len(points), "planning", unit="points", lazy_bar=True) as shown_progress:  # a sign of life on big sweeps
+        for values in points:
+            shown_progress.advance()
+            label = point_label(values) or "(no axes)"
+            shape = repr(sorted((k, repr(v)) for k, v in values.items() if k not in SHAPE_FREE))
+            known = shapes.get(shape)
+            if isinstance(known, UserError):
+                problems.append(f"sweep point {label}: {known.messages[0]}")
                 continue
-        if known is None:
-            try:
-                est = check_size(lab, config, None, allow_large)  # memory: refused before the lab's checks
-                lab.check(config)
-            except UserError as err:
-                shapes[shape] = err
-                problems.append(f"sweep point {label}: {err.messages[0]}")
-                continue
-            known = shapes[shape] = _Shape(config, overrides, est.disk_bytes)
-        disk += known.disk_bytes
-        run = RunSpec(lab=spec.lab, preset=None, overrides=overrides, name=label)
-        typed = {name: _config_value(config, name, value) for name, value in values.items()}
-        out_points.append(SweepPoint(typed, run, config_hash(config), config))
+            free = {k: values[k] for k in SHAPE_FREE if k in values}
+            config = known.assigned(free) if known is not None and assign else None
+            if config is not None and known is not None:  # (a config comes only from a known shape)
+                overrides = {**known.overrides, **free}
+            else:  # the shape's first point, or a free value the assignment refused: full validation, one-line error
+                overrides = deep_merge(base, dotted_overrides(lab.Config, values, base, what="sweep axis"))
+                try:
+                    config = validate(lab.Config, overrides)
+                except UserError as err:
+                    problems.append(f"sweep point {label}: {err.messages[0]}")
+                    continue
+            if known is None:
+                try:
+                    est = check_size(lab, config, None, allow_large)  # memory: refused before the lab's checks
+                    lab.check(config)
+                except UserError as err:
+                    shapes[shape] = err
+                    problems.append(f"sweep point {label}: {err.messages[0]}")
+                    continue
+                known = shapes[shape] = _Shape(config, overrides, est.disk_bytes)
+            disk += known.disk_bytes
+            run = RunSpec(lab=spec.lab, preset=None, overrides=overrides, name=label)
+            typed = {name: _config_value(config, name, value) for name, value in values.items()}
+            out_points.append(SweepPoint(typed, run, config_hash(config), config))
     if problems:
         shown = problems[:5] + ([f"... and {len(problems) - 5} more bad points"] if len(problems) > 5 else [])
         raise UserError(*shown)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .context import Checkpoint, Interrupted, RunDirContext, RunPaths
+    from .context import Checkpoint, RunDirContext, RunPaths
     from .groups import GroupContext, resumed_group, run_groups
     from .manifest import read_manifest, update_manifest
     from .memory import MemoryContext
@@ -21,9 +21,11 @@ if TYPE_CHECKING:
         Checkpoints, MetricSink, RunLock, TableStore, atomic_write_bytes, atomic_write_json, atomic_write_text, load_snapshot,
         safe_csv, save_snapshot, write_parquet,
     )
+    from .stops import Interrupted, StopSignals
 
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(("Checkpoint", "Interrupted", "RunDirContext", "RunPaths"), ".context"),
+    **dict.fromkeys(("Checkpoint", "RunDirContext", "RunPaths"), ".context"),
+    **dict.fromkeys(("Interrupted", "StopSignals"), ".stops"),
     **dict.fromkeys(("GroupContext", "resumed_group", "run_groups"), ".groups"),
     **dict.fromkeys(("read_manifest", "update_manifest"), ".manifest"),
     "MemoryContext": ".memory",
@@ -34,7 +36,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Checkpoint", "Checkpoints", "GroupContext", "Interrupted", "MemoryContext", "MetricSink", "RunDirContext", "RunLock",
-    "RunPaths", "TableStore", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "load_snapshot",
+    "RunPaths", "StopSignals", "TableStore", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "load_snapshot",
     "current_name", "current_names", "read_manifest", "rename_keys", "rename_metrics", "resumed_group", "run_groups",
     "safe_csv", "save_snapshot", "update_manifest", "write_parquet",
 ]

@@ -13,7 +13,6 @@ written before the digest existed record ``_lines`` only and are checked by coun
 
 from __future__ import annotations
 
-import signal
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,14 +24,9 @@ import torch
 from .store import Checkpoints, TableStore, atomic_write_text, safe_csv, save_snapshot
 from .stream import MetricSink, complete_prefix, matches
 from .sinks import open_sinks, resolve_sinks
+from .stops import Interrupted
 
-
-class Interrupted(KeyboardInterrupt):
-    """A stop request (SIGINT or SIGTERM); ``signum`` says which (exit code 128 + signum)."""
-
-    def __init__(self, signum: int = signal.SIGINT):
-        self.signum = signum
-        super().__init__(signal.Signals(signum).name)
+__all__ = ["Checkpoint", "Interrupted", "RunDirContext", "RunPaths"]  # Interrupted lives in .stops (light)
 
 
 class _Entry:
@@ -90,7 +84,7 @@ class RunDirContext:
         paths: the run directory's paths.
     """
 
-    def __init__(self, paths: RunPaths, seeds: list[int], checkpoint_every: int, progress: bool,
+    def __init__(self, paths: RunPaths, seeds: list[int], checkpoint_every: int, progress: bool | Callable[[Any], None],
                  on_table: Callable[[str, dict[str, Any]], None] | None = None,
                  on_note: Callable[[str, Any], None] | None = None, *, sinks: Sequence[str] | None = None):
         self.paths = paths
@@ -102,6 +96,7 @@ class RunDirContext:
         self.show_progress = progress
         self.stop_signal: int | None = None
         self._graceful = False
+        self._stopping = False  # a stop is being recorded: later signals change nothing
         self._resume: Checkpoint | None = None
         self._on_table = on_table
         self._on_note = on_note
@@ -158,6 +153,7 @@ class RunDirContext:
         record = {**dict(meta or {}), **self.sink.cover(), "_tables": self.tables.parts()}
         self.checkpoints.save(step, tensors, record, group=group)
         if self.stop_signal is not None:
+            self._stopping = True
             raise Interrupted(self.stop_signal)
 
     def resume_state(self) -> Checkpoint | None:
@@ -213,35 +209,42 @@ class RunDirContext:
     # stop requests -----------------------------------------------------------------
     def request_stop(self, signum: int) -> None:
         """Signal handler body: inside a training loop, checkpoint at the next step and
-        stop; elsewhere (or on a second signal) stop at once."""
+        stop; elsewhere (or on a second signal) stop at once. Once a stop has been raised, or
+        :meth:`finishing` was called, later signals are ignored: the outcome being recorded
+        (the manifest, the metrics so far) is never cut off by a second signal."""
+        if self._stopping:
+            return
         if self._graceful and self.stop_signal is None:
             self.stop_signal = signum
             return
+        self._stopping = True
+        self.stop_signal = self.stop_signal or signum
         raise Interrupted(signum)
+
+    def finishing(self) -> None:
+        """The run is recording its outcome (done, failed, diverged, interrupted): from now on
+        SIGINT/SIGTERM are ignored until the run's handlers are restored."""
+        self._stopping = True
 
     # progress ----------------------------------------------------------------------
     @contextmanager
     def progress(self, total: int, description: str = "training", start: int | None = None) -> Iterator[Any]:
-        """A rich progress bar (steps, ETA); silent when stderr is not a terminal.
+        """Progress of a training loop (:class:`stagewise.progress.Progress`: a rich bar on a
+        terminal, a plain line every few seconds elsewhere, events to Python callbacks).
 
         ``start`` is the step already done (default: the resumed checkpoint's step).
         Yields a callable ``advance(n=1)``. Stop requests inside become checkpoints.
         """
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from ..progress import Progress
 
         self._graceful = True
         try:
-            console = Console(stderr=True)
-            if not (self.show_progress and console.is_terminal):
-                yield lambda n=1: None
-                return
-            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-            with Progress(*columns, console=console, transient=True) as bar:
-                if start is None:
-                    start = self._resume.step if self._resume else 0
-                task = bar.add_task(description, total=total, completed=start)
-                yield lambda n=1: bar.advance(task, n)
+            if start is None:
+                start = self._resume.step if self._resume else 0
+            callback = self.show_progress if callable(self.show_progress) else None
+            with Progress(total, description, unit="steps", start=start, quiet=callback is not None or not self.show_progress,
+                          callbacks=(callback,) if callback else ()) as bar:
+                yield bar.advance
         finally:
             self._graceful = False
 

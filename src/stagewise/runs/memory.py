@@ -66,7 +66,11 @@ class MemoryContext:
 
     @contextmanager
     def progress(self, total: int, description: str = "training", start: int | None = None) -> Iterator[Any]:
-        yield lambda n=1: None
+        """No bar or lines (a training without a run); :func:`stagewise.progress.on_progress` callbacks get events."""
+        from ..progress import Progress
+
+        with Progress(total, description, start=start or 0, quiet=True) as bar:
+            yield bar.advance
 
     def series(self, name: str, member: int = 0) -> torch.Tensor:
         """One metric over the logged steps (step order) for one ensemble member."""

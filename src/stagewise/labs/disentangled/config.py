@@ -8,12 +8,11 @@ discussion; [reconstructed] our choice, with the reason (see docs/disentangled.m
 from __future__ import annotations
 
 import math
-import os
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config import MAX_SEED, MAX_STEPS, ConfigModel, RunBase, Threads, TrainBase
+from ...config import MAX_SEED, MAX_STEPS, ConfigModel, RunBase, Threads, TrainBase, available_cores
 
 MAX_SEED_BLOCKS = 64
 """Most seed blocks of a robustness run (each block is a group per d: 64 x 5 d values is
@@ -121,8 +120,8 @@ class TrainConfig(TrainBase):
     log_every: int = Field(20, ge=1, le=MAX_STEPS, description="[run] log train and test metrics every k steps (and at t1 and the end)")
     spectrum_every: int = Field(200, ge=1, le=MAX_STEPS, description="[run] log eigenvalues / singular values every k steps (and at t1 and the end)")
     checkpoint_every: int = Field(1000, ge=1, le=MAX_STEPS, description="[run] safetensors checkpoint every k steps (for --resume)")
-    threads: Threads = Field("auto", description="[run] CPU threads; auto = all cores when a step streams at least 2e5\n"
-                                           "context features (members x N x (L-1) x d), else 1")
+    threads: Threads = Field("auto", description="[run] CPU threads; auto = the available cores when a step streams at least\n"
+                                           "2e5 context features (members x N x (L-1) x d), else 1; on a busy machine set 1")
 
     @property
     def eta1(self) -> float:
@@ -271,4 +270,4 @@ class Config(RunBase):
         if self.train.threads != "auto":
             return int(self.train.threads)
         work = members * self.data.n_train * (self.data.prompt_len - 1) * self.data.d
-        return (os.cpu_count() or 1) if work >= 200_000 else 1
+        return available_cores() if work >= 200_000 else 1

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config import MAX_STEPS, ConfigModel, IntervalOrAuto, RunBase, Threads, TrainBase
+from ...config import MAX_STEPS, ConfigModel, IntervalOrAuto, RunBase, Threads, TrainBase, available_cores
 
 
 LOG_POINTS = 200  # train.log_every=auto: about this many logged steps per run (the figures' curves)
@@ -102,8 +101,8 @@ class TrainConfig(TrainBase):
         "auto", description="log metrics every k steps; auto: about 200 points over the run (1800 steps: every 9).\n"
         "Stage ends and the last step are always logged; with auto also the first 10 steps of each stage")
     threads: Threads = Field(
-        "auto", description="CPU threads for torch while training; auto = min(cores, n_seeds // 16), at least 1.\n"
-        "Small ensembles run fastest on one thread; large ones gain from more (64 seeds: 1.8x on 2 cores)")
+        "auto", description="CPU threads for torch while training; auto = min(available cores, n_seeds // 16), at least 1.\n"
+        "Small ensembles run fastest on one thread; large ones gain from more (64 seeds: 1.8x on 2 cores); on a busy machine set 1")
 
     @property
     def eta0(self) -> float | None:
@@ -152,7 +151,7 @@ class Config(RunBase):
         """Resolved ``train.threads``."""
         if self.train.threads != "auto":
             return int(self.train.threads)
-        return max(1, min(os.cpu_count() or 1, self.n_seeds // 16))
+        return max(1, min(available_cores(), self.n_seeds // 16))
 
     def log_interval(self) -> int:
         """Resolved ``train.log_every``: ``auto`` logs about LOG_POINTS points over the run."""
