@@ -106,3 +106,29 @@ def test_refuse_links_walks_without_following(tmp_path):
     (tmp_path / "a" / "b" / "loop").symlink_to(tmp_path)  # a link to an ancestor: found, not followed
     with pytest.raises(UserError, match="loop: is a symbolic link"):
         refuse_links(tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["checkpoints-file", "tables-file", "foreign-parquet", "torn-parquet", "manifest-dir"])
+def test_resume_of_a_damaged_folder_is_one_line_and_keeps_the_run_status(cli, finished, tmp_path, damage):
+    """Before: `checkpoints/` replaced by a file -> 'run failed: FileExistsError' and status failed; a foreign
+    Parquet in tables/ -> KeyError '_part'. Now: one line naming the entry, exit 2, the manifest unchanged."""
+    import pandas as pd
+
+    run = _unfinished_copy(finished, tmp_path)
+    if damage in ("checkpoints-file", "tables-file"):
+        name = damage.split("-")[0]
+        shutil.rmtree(run / name)
+        (run / name).write_text("not a folder\n")
+    elif damage == "foreign-parquet":
+        pd.DataFrame({"x": [1, 2]}).to_parquet(run / "tables" / "mine.parquet")
+    elif damage == "torn-parquet":
+        data = (run / "tables" / "generalization.parquet").read_bytes()
+        (run / "tables" / "generalization.parquet").write_bytes(data[: len(data) // 2])
+    if damage == "manifest-dir":
+        (run / "summary.json").unlink()
+        (run / "summary.json").mkdir()
+    before = (run / "manifest.json").read_text()
+    code, _, err = cli("run", "--resume", str(run))
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "then resume again" in err or "move it out" in err, err
+    assert (run / "manifest.json").read_text() == before  # not marked failed, not 'running'

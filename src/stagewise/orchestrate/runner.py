@@ -35,7 +35,7 @@ from ..progress import ProgressCallback
 from ..runs.stops import note_stop
 from ..runs import Interrupted, RunDirContext, RunLock, RunPaths, read_manifest, update_manifest
 from ..runs.names import rename_metrics
-from ..runs.links import refuse_links
+from ..runs.links import check_resumable, refuse_links
 from ..runs.sinks import resolve_sinks
 from ..runs.store import atomic_write_json, atomic_write_text, git_sha, now_iso, package_versions, write_parquet
 
@@ -247,6 +247,8 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
     """
     with RunLock(paths.root):
         refuse_links(paths.root)  # nothing below the run folder is followed: resume writes, truncates and deletes there
+        if resume:
+            check_resumable(paths.root)  # a layout the user damaged: one line, the run's status unchanged
         manifest_tables = dict(read_manifest(paths.root).get("tables") or {}) if resume else {}
 
         def on_table(name: str, entry: dict[str, Any]) -> None:

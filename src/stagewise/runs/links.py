@@ -37,3 +37,40 @@ def refuse_links(folder: str | Path) -> None:
                                 "(remove it, or put the file or folder itself there)")
         if seen > MAX_ENTRIES:
             return
+
+
+RUN_FOLDERS = ("checkpoints", "tables", "figures", "snapshots")
+"""The entries of a run folder that must be folders (RunPaths)."""
+RUN_FILES = ("config.yaml", "manifest.json", "metrics.jsonl", "metrics.parquet", "summary.json", "error.log")
+"""The entries of a run folder that must be regular files."""
+
+
+def check_resumable(root: str | Path) -> None:
+    """Before a run folder is resumed: one UserError line, with nothing changed (the run keeps
+    its status), when the user's hands damaged its layout: an entry that should be a folder is
+    a file (or the reverse), or ``tables/`` holds a Parquet file the store did not write (no
+    ``_part`` column, or unreadable). Resuming would otherwise fail half-way and mark the run
+    failed for a folder it did not damage."""
+    root = Path(root)
+    for name in RUN_FOLDERS:
+        path = root / name
+        if path.exists() and not path.is_dir():
+            raise UserError(f"{path}: is a file, where the run keeps its {name} folder; move it out of the run folder "
+                            "(the run resumes without it), then resume again")
+    for name in RUN_FILES:
+        path = root / name
+        if path.exists() and not path.is_file():
+            raise UserError(f"{path}: is not a regular file; move it out of the run folder, then resume again")
+    tables = root / "tables"
+    if tables.is_dir():
+        import pyarrow.parquet as pq
+
+        for path in sorted(tables.glob("*.parquet")):
+            try:
+                names = pq.read_schema(path).names
+            except Exception as err:  # noqa: BLE001 (any damage: torn, not Parquet at all)
+                raise UserError(f"{path}: unreadable table ({type(err).__name__}); move it out of tables/ (a table the run "
+                                "logs again is rewritten), then resume again") from None
+            if "_part" not in names:
+                raise UserError(f"{path}: not a table this run wrote (no _part column); move it out of tables/, then resume "
+                                "again") from None
