@@ -490,6 +490,7 @@ def test_help_texts_show_no_docstring_markup(cli, monkeypatch):
         code, out, _ = cli(*path, "--help")
         assert code == 0, path
         assert not [line for line in out.splitlines() if leaked.search(line)], path
+        assert "<bool>" not in out and "<list[" not in out, path  # a flag takes no value; a repeatable option its element
 
 
 def test_labs_table_keeps_bracketed_text(cli, monkeypatch):

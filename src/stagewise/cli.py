@@ -21,7 +21,7 @@ from rich.table import Table
 
 from .cli_claims import claims_cmd, print_verdicts
 from .cli_stages import stages_cmd
-from .cli_lab import Stopped, WithLabCommands
+from .cli_lab import Stopped, WithLabCommands, plain_option_types
 from .cli_lm import eval_app, lm_app
 from .cli_sweep import report_cmd, reproduce_cmd, sweep_app
 from .errors import UserError
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from .labs.contract import Lab, SummaryTable
 
+plain_option_types()
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=WithLabCommands,
                   help="Simulate, measure and reproduce staged training dynamics in transformers.")
 app.add_typer(eval_app, name="eval")

@@ -24,6 +24,33 @@ from .runs.stops import signum_of
 out_console = Console()
 
 
+def plain_option_types() -> None:
+    """Help shows a parameter's value type the way a reader types it: a flag none (typer prints
+    ``<bool>``, as if ``--quick true`` were wanted), a repeatable option or a variadic argument
+    its element type (``<str>``, given once per value; not ``<list[str]>``). Installed once on
+    typer's option and argument classes."""
+    from typer.core import TyperArgument, TyperOption
+
+    for cls in (TyperOption, TyperArgument):
+        shown = getattr(cls, "display_type_rich", None)
+        if shown is None or getattr(shown, "stagewise_plain", False):
+            continue
+        cls.display_type_rich = _plain_type(shown)  # type: ignore[method-assign]
+
+
+def _plain_type(shown: Any) -> Any:
+    def display_type_rich(self: Any, ctx: Any) -> str | None:
+        if getattr(self, "is_flag", False):
+            return None
+        text = shown(self, ctx)
+        if isinstance(text, str) and text.startswith("<list[") and text.endswith("]>"):
+            return f"<{text[len('<list['):-2]}>"
+        return text
+
+    display_type_rich.stagewise_plain = True  # type: ignore[attr-defined]
+    return display_type_rich
+
+
 class WithLabCommands(TyperGroup):
     """A group of the app's own commands and, found at first need, the commands labs declare
     (:func:`lab_commands`), listed after the command :attr:`listed_after`."""
