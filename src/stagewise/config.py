@@ -59,7 +59,7 @@ def available_cores() -> int:
     container's cpuset, ``taskset``), not the machine's count: what ``threads: auto`` may use.
     It does not follow the machine's load, on purpose: a run's thread count (and with it the
     order of its floating-point sums) would then depend on what else was running; on a busy
-    machine pass ``--set train.threads=1`` (measured: 2x faster than 2 threads on 2 busy cores)."""
+    machine pass ``--set train.threads=1`` (docs/usage.md "Threads": what was measured)."""
     import os
 
     if hasattr(os, "sched_getaffinity"):
