@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import typer
 from rich.console import Console
@@ -14,6 +17,7 @@ from rich.table import Table
 
 from .config import MAX_SEED
 from .errors import UserError
+from .lmkit.extra import require_lm_extra
 
 eval_app = typer.Typer(no_args_is_help=True, help="Evaluate a model on a benchmark (blimp).")
 lm_app = typer.Typer(no_args_is_help=True, help="LM-lab tools: attention surgery, rank curves, samples for hand checks.")
@@ -41,20 +45,51 @@ def _blimp_folder(data: Path | None) -> Path:
     raise UserError("--data: give the folder of BLiMP's <paradigm>.jsonl files (or set STAGEWISE_DATA to a data root)")
 
 
-def _check_out(out: Path) -> None:
-    """``--out``'s checks, creating nothing: nothing is made on disk until every input has
-    passed (then :func:`_out_dir` creates it)."""
+def _check_out(out: Path, flag: str = "--out") -> None:
+    """``--out``'s checks, before the expensive work and leaving nothing behind: no part of
+    it is a file, and a file can be created (and is removed at once) in it or in its nearest
+    existing parent, which permission bits alone do not tell (root on a read-only mount, ACLs).
+    Nothing is made on disk until every input has passed (then :func:`_staged_out`)."""
     from .orchestrate.runner import check_dir
 
-    check_dir(out, "--out")
+    check_dir(out, flag)
+    existing = next((p for p in [out, *out.parents] if p.exists()), Path("."))
+    try:
+        handle, probe = tempfile.mkstemp(dir=existing, prefix=".stagewise-probe-")
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as err:
+        raise UserError(f"{flag} {out}: cannot write in {existing} ({err.strerror or err})") from None
 
 
-def _out_dir(out: Path) -> Path:
-    """Create ``--out`` (after every check has passed: see :func:`_check_out`)."""
+@contextlib.contextmanager
+def _staged_out(out: Path, flag: str = "--out") -> Iterator[Path]:
+    """Create ``out`` (after every check has passed) and yield a hidden folder inside it; the
+    files written there move into ``out`` when the block ends. A failure or a stop (Ctrl-C)
+    inside the block removes them and the folders this made, so no partial output is left
+    looking complete; an OSError (a full disk, a read-only folder) is one line naming ``out``."""
     from .orchestrate import writable_dir
 
-    writable_dir(out, "--out")
-    return out
+    made = [p for p in [out, *out.parents] if not p.exists()]  # the deepest first
+    staging = None
+    try:
+        writable_dir(out, flag)
+        staging = Path(tempfile.mkdtemp(dir=out, prefix=".partial-"))
+        yield staging
+        for path in sorted(staging.iterdir()):
+            os.replace(path, out / path.name)
+        staging.rmdir()
+    except BaseException as err:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        if isinstance(err, OSError):
+            raise UserError(f"{flag} {out}: cannot write the output ({err.strerror or err}); nothing was written") from None
+        raise
 
 
 @eval_app.command("blimp")
@@ -69,6 +104,7 @@ def eval_blimp_cmd(
 ) -> None:
     """BLiMP minimal-pair accuracy per paradigm and field (log P(good) >= log P(bad), after BOS/EOS: a tie
     counts as right, as in lm-evaluation-harness), with the ties beside it and a warning when many pairs tie."""
+    require_lm_extra("eval blimp")
     from .lmkit.blimp import blimp_accuracy, read_blimp_pairs, score_blimp, write_blimp
     from .labs.lm.refs import load_ref
 
@@ -96,8 +132,9 @@ def eval_blimp_cmd(
     if warning is not None:
         err_console.print(f"warning: {warning}", highlight=False, markup=False, soft_wrap=True)
     if out is not None:
-        paths = write_blimp(scored, result, _out_dir(out))
-        out_console.print(f"wrote {paths['pairs']}", highlight=False, markup=False)
+        with _staged_out(out) as staging:  # all four files or none (a full disk, Ctrl-C)
+            paths = write_blimp(scored, result, staging)
+        out_console.print(f"wrote {out / paths['pairs'].name}", highlight=False, markup=False)
 
 
 @lm_app.command("reduce")
@@ -114,10 +151,11 @@ def reduce_cmd(
 
     A GGUF model is written dequantised; a compact-vocabulary run as the full vocabulary (the
     other ids never win: see docs/lmkit.md)."""
+    require_lm_extra("lm reduce")
     from .lmkit.export import check_exportable, export_hf
     from .labs.lm.refs import load_ref
     from .lmkit.surgery import check_reduce_args, reduce_rank
-    from .runs import atomic_write_text, safe_csv
+    from .runs import safe_csv
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {out}: exists and is not an empty directory")
@@ -127,8 +165,7 @@ def reduce_cmd(
     check_exportable(ref.loaded)  # before any work
     reduction = reduce_rank(ref.loaded.model, select, keep=keep, p=p, method=method, seed=seed)
     table = reduction.table()
-    written = export_hf(ref.loaded, out)  # complete or nothing
-    atomic_write_text(out / "reduction.csv", safe_csv(table))
+    written = export_hf(ref.loaded, out, {"reduction.csv": safe_csv(table)})  # complete or nothing
     line = f"reduced {len(table)} matrices of {ref.label} (keep {keep}, p = {p:g}); wrote {out}"
     note = written.describe()
     out_console.print(f"{line}; {note}" if note else line, markup=False, highlight=False, soft_wrap=True)
@@ -146,6 +183,7 @@ def rank_curve_cmd(
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads"),
 ) -> None:
     """Category counts under rank reduction, per checkpoint and p (the paper's rank-preservation plot)."""
+    require_lm_extra("lm rank-curve")
     from .config import resolve
     from .labs.lm.config import Config
     from .labs.lm.rankcurve import curve_configs, parse_p_range, rank_curve, write_rank_curve
@@ -165,7 +203,8 @@ def rank_curve_cmd(
     refs = [load_ref(m) for m in models]  # each model checked (offline: one line at once), then loaded
     curve_configs(refs, config)
     curve = rank_curve(refs, ps, config=config, selector=select, keep=keep)
-    paths = write_rank_curve(curve, _out_dir(out))
+    with _staged_out(out) as staging:  # every file or none (a full disk, Ctrl-C)
+        paths = [out / path.name for path in write_rank_curve(curve, staging)]
     table = Table(title=escape(f"rank curve (keep {keep})"))
     for col in ("model", "p", "semantic-correct", "type-correct", "type-wrong"):
         table.add_column(col)
@@ -185,13 +224,20 @@ def sample_cmd(
     seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED - 1, help="seed of the draw"),
 ) -> None:
     """Print a seeded random sample of a run's predictions of one category, for a hand check."""
+    require_lm_extra("lm sample")
     from .labs.lm.audit import check_sample_args, sample_predictions
 
-    check_sample_args(category, n, rule, epoch)
+    check_sample_args(category, n, rule, epoch, seed)
     sample, at, total = sample_predictions(run, category, n, rule=rule, epoch=epoch, seed=seed)
     table = Table(title=escape(f"{len(sample)} of {total} {category} predictions ({rule} rule) at epoch {at:g}, seed {seed}"))
-    for col in ("example_id", "group", "prompt", "answer", "prediction", "closed", "open"):
+    columns = ("example_id", "group", "prompt", "answer", "prediction", "closed", "open")
+    for col in columns:
         table.add_column(col, overflow="fold")
     for _, row in sample.iterrows():
-        table.add_row(*(escape(repr(v) if k in ("answer", "prediction") else str(v)) for k, v in row.items()))  # data text, not markup
+        cells = {k: (repr(row[k]) if k == "answer" else row[k]) if isinstance(row[k], str) else "(none)" for k in columns}
+        if isinstance(row["prediction"], str):
+            cells["prediction"] = repr(row["prediction"])  # quoted: a leading space is part of the token
+        else:
+            cells["prediction"] = f"({row['prediction_note']})"  # no top id, or one the tokenizer does not have
+        table.add_row(*(escape(cells[k]) for k in columns))  # data text, never markup
     out_console.print(table)

@@ -27,6 +27,8 @@ transposed by the adapter. Layers are 0-based indices of the HF module list; on
 grouped-query models k and v heads are the K/V heads (:mod:`.adapters`).
 
 Modules: :mod:`.config` (which model), :mod:`.models` (loading, compact vocabulary),
+:mod:`.extra` (the ``lm`` extra's packages, named in one line when missing),
+:mod:`.weightfiles` (safetensors or GGUF only; a GGUF file's layout checked before parsing),
 :mod:`.hub` (can a hub id be had, decided at once), :mod:`.adapters` (per-head weights),
 :mod:`.spectra`, :mod:`.selectors` (which matrices or heads), :mod:`.surgery` (rank
 reduction), :mod:`.export` (a Hugging Face folder), :mod:`.scoring` (log-probabilities of
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from .blimp import BlimpResult, blimp_accuracy, read_blimp_pairs, score_blimp, write_blimp
     from .config import TINY, ModelConfig, TinyModel
     from .export import Export, check_exportable, export_hf
+    from .extra import missing_lm_packages, require_lm_extra
     from .hub import hub_unreachable, local_files_only, require_hub_repo
     from .models import GPT2_VOCAB, LoadedModel, build, check_model, compact_model, gpt2_bpe, load_pretrained, load_tokenizer, tiny_gpt2
     from .readers import read_json, read_json_or_jsonl, read_jsonl, read_sick, read_text
@@ -54,12 +57,14 @@ if TYPE_CHECKING:
     from .spectra import AttentionSpectra, attention_spectra, head_singular_values, qk_singular_values, spectra_hook, spectra_table
     from .selectors import Target, parse_selector
     from .surgery import RankReducer, ReducedMatrix, Reduction, kept_rank, low_rank, reduce_rank
+    from .weightfiles import check_gguf, check_weight_folder
 
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("FUSED", "HEAD_PROJECTIONS", "AttentionAdapter", "GPT2Adapter", "LlamaAdapter", "adapter_for"), ".adapters"),
     **dict.fromkeys(("BlimpResult", "blimp_accuracy", "read_blimp_pairs", "score_blimp", "write_blimp"), ".blimp"),
     **dict.fromkeys(("TINY", "ModelConfig", "TinyModel"), ".config"),
     **dict.fromkeys(("Export", "check_exportable", "export_hf"), ".export"),
+    **dict.fromkeys(("missing_lm_packages", "require_lm_extra"), ".extra"),
     **dict.fromkeys(("hub_unreachable", "local_files_only", "require_hub_repo"), ".hub"),
     **dict.fromkeys(("GPT2_VOCAB", "LoadedModel", "build", "check_model", "compact_model", "gpt2_bpe", "load_pretrained",
                      "load_tokenizer", "tiny_gpt2"), ".models"),
@@ -69,15 +74,17 @@ _EXPORTS: dict[str, str] = {
                      "spectra_table"), ".spectra"),
     **dict.fromkeys(("Target", "parse_selector"), ".selectors"),
     **dict.fromkeys(("RankReducer", "ReducedMatrix", "Reduction", "kept_rank", "low_rank", "reduce_rank"), ".surgery"),
+    **dict.fromkeys(("check_gguf", "check_weight_folder"), ".weightfiles"),
 }
 
 __all__ = [
     "AttentionAdapter", "AttentionSpectra", "BlimpResult", "Export", "FUSED", "GPT2Adapter", "GPT2_VOCAB", "HEAD_PROJECTIONS",
     "LlamaAdapter", "LoadedModel", "ModelConfig", "RankReducer", "ReducedMatrix", "Reduction", "TINY", "Target", "TinyModel", "adapter_for",
-    "attention_spectra", "blimp_accuracy", "build", "check_exportable", "check_model", "compact_model", "export_hf", "gpt2_bpe",
-    "head_singular_values", "hub_unreachable", "kept_rank", "load_pretrained", "load_tokenizer", "local_files_only", "low_rank",
-    "parse_selector", "prefix_token_id", "qk_singular_values", "read_blimp_pairs", "read_json", "read_json_or_jsonl", "read_jsonl",
-    "read_sick", "read_text", "reduce_rank", "require_hub_repo", "score_blimp", "sequence_logprobs", "spectra_hook", "spectra_table",
+    "attention_spectra", "blimp_accuracy", "build", "check_exportable", "check_gguf", "check_model", "check_weight_folder",
+    "compact_model", "export_hf", "gpt2_bpe", "head_singular_values", "hub_unreachable", "kept_rank", "load_pretrained",
+    "load_tokenizer", "local_files_only", "low_rank", "missing_lm_packages", "parse_selector", "prefix_token_id",
+    "qk_singular_values", "read_blimp_pairs", "read_json", "read_json_or_jsonl", "read_jsonl", "read_sick", "read_text",
+    "reduce_rank", "require_hub_repo", "require_lm_extra", "score_blimp", "sequence_logprobs", "spectra_hook", "spectra_table",
     "tiny_gpt2", "token_sequence_logprobs", "write_blimp",
 ]
 

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 
 from ..errors import UserError
 from .models import LoadedModel, _quiet
@@ -244,12 +245,13 @@ def probe_kept_logits(compact: Any, full: Any, vocab_ids: torch.Tensor, seed: in
     return error, mass
 
 
-def export_hf(loaded: LoadedModel, out: Path) -> Export:
+def export_hf(loaded: LoadedModel, out: Path, extra_files: dict[str, str] | None = None) -> Export:
     """Write ``loaded`` as a Hugging Face folder at ``out`` (absent or an empty folder): the
     model in safetensors (a GGUF model dequantised, a compact vocabulary as the full one: see
-    the module docstring) and the tokenizer. Written into a sibling folder and renamed, so a
-    failure leaves nothing; one-line UserError for what cannot be written. A GGUF model loses
-    its (inert) quantizer in place (:func:`release_gguf`).
+    the module docstring), the tokenizer and ``extra_files`` (name -> text, e.g. the
+    reduction table). Written into a sibling folder and renamed, so a failure (a full disk, a
+    read-only folder, Ctrl-C) leaves nothing; one-line UserError for what cannot be written.
+    A GGUF model loses its (inert) quantizer in place (:func:`release_gguf`).
 
     Example::
 
@@ -278,13 +280,18 @@ def export_hf(loaded: LoadedModel, out: Path) -> Export:
         with _quiet():  # transformers' progress bar
             model.save_pretrained(staging)
             loaded.tokenizer.save_pretrained(staging)
+        for name, text in (extra_files or {}).items():
+            (staging / name).write_text(text, encoding="utf-8")
         if emptied:
             out.rmdir()  # empty (the caller checked); a folder that filled meanwhile stops here
         os.replace(staging, out)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, SafetensorError) as err:
         _undo(staging, out if emptied else None, made)
         if isinstance(err, OSError):
-            raise UserError(f"--out {out}: cannot write the model ({err.strerror or err})") from None
+            raise UserError(f"--out {out}: cannot write the model ({err.strerror or err}); nothing was written") from None
+        if isinstance(err, SafetensorError):  # safetensors' writer reports a full disk or a closed folder as its own error
+            why = str(err).splitlines()[0].removeprefix("Error while serializing: ")[:200]
+            raise UserError(f"--out {out}: cannot write the model ({why}); nothing was written") from None
         raise UserError(f"{loaded.name}: transformers cannot save this model ({str(err).splitlines()[0][:200]})") from None
     except BaseException:
         _undo(staging, out if emptied else None, made)

@@ -37,8 +37,11 @@ OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 _TRUE = {"1", "ON", "YES", "TRUE"}
 
 CONFIG_FILE = "config.json"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 """A cached hub model needs config.json and one of these (a GGUF repo: its .gguf file)."""
+
+PICKLE_WEIGHT_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+"""Weights in pickle format, never read (:mod:`.weightfiles`): a cache holding only these is said so."""
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
 """A cached hub tokenizer needs one of these."""
@@ -178,6 +181,18 @@ def model_files_cached(repo: str, gguf_file: str | None = None) -> bool:
     if gguf_file is not None:
         return is_cached(repo, gguf_file)
     return is_cached(repo, CONFIG_FILE) and any(is_cached(repo, f) for f in WEIGHT_FILES)
+
+
+def cached_pickle_weights(repo: str) -> list[str]:
+    """The :data:`PICKLE_WEIGHT_FILES` of hub repo ``repo`` in the local cache (beside its config.json).
+
+    Example::
+
+        cached_pickle_weights("old-org/old-model")  # ["pytorch_model.bin"] for a repo cached before safetensors
+    """
+    if not is_cached(repo, CONFIG_FILE):
+        return []
+    return [f for f in PICKLE_WEIGHT_FILES if is_cached(repo, f)]
 
 
 def tokenizer_files_cached(repo: str) -> bool:

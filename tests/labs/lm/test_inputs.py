@@ -294,15 +294,24 @@ def test_missing_tokenizer_folder_says_it_does_not_exist(cli, tmp_path):
 
 # --- 6. missing shared data: a hint that works for reproduce (STAGEWISE_DATA) ---------------
 
+def error_lines(code: int, err: str) -> list[str]:
+    """reproduce reports every missing prerequisite at once: one `error:` line each."""
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert lines and all(line.startswith("error: ") for line in lines), err
+    assert "Traceback" not in err
+    return lines
+
+
 def test_reproduce_with_empty_data_root_names_stagewise_data(cli, tmp_path, monkeypatch):
     empty = tmp_path / "empty"
     empty.mkdir()
     monkeypatch.setenv("STAGEWISE_DATA", str(empty))
     out = tmp_path / "rep"
-    code, _, err = cli("reproduce", "lm", "--quick", "--out", str(out))
-    line = one_error_line(code, err)
-    assert "$STAGEWISE_DATA" in line and "export STAGEWISE_DATA=" in line and "--set data." not in line
-    assert "counterfact/counterfact_500.json" in line
+    lines = error_lines(*cli("reproduce", "lm", "--quick", "--out", str(out))[::2])
+    for line in lines:  # one per task whose data is missing (counterfact, blimp), each with the hint
+        assert "$STAGEWISE_DATA" in line and "export STAGEWISE_DATA=" in line and "--set data." not in line
+    assert "counterfact/counterfact_500.json" in lines[0]
     assert not out.exists()
 
 
@@ -311,10 +320,10 @@ def test_reproduce_without_data_and_without_hub_is_one_line_at_once(cli, tmp_pat
     offline_by("HF_ENDPOINT", monkeypatch)
     out = tmp_path / "rep"
     start = time.perf_counter()
-    code, _, err = cli("reproduce", "lm", "--quick", "--out", str(out))
-    line = one_error_line(code, err)
+    lines = error_lines(*cli("reproduce", "lm", "--quick", "--out", str(out))[::2])
     assert time.perf_counter() - start < FAST_S
-    assert "hub is unreachable" in line and "export STAGEWISE_DATA=" in line and "--set data." not in line
+    for line in lines:  # one per task's hub dataset, each at once
+        assert "hub is unreachable" in line and "export STAGEWISE_DATA=" in line and "--set data." not in line
     assert not out.exists()
 
 

@@ -79,13 +79,16 @@ REPRODUCE = reproduction(NAME, _REPRODUCE)
 
 
 def check(config: Config) -> None:
-    """Device, dtype, the model (a package, a local folder or GGUF file, or a hub id in the
-    local cache or downloadable now: offline is one line at once) and every task's data (read
-    and validated), before the run folder is made."""
+    """The lm extra's packages, device, dtype, the model (a package, a local folder with
+    safetensors weights or a well-formed GGUF file, or a hub id in the local cache or
+    downloadable now: offline is one line at once) and every task's data (read and
+    validated), before the run folder is made."""
     from ...engine import resolve_device, resolve_dtype
+    from ...lmkit.extra import require_lm_extra
     from ...lmkit.models import check_model
     from .prepare import read_data
 
+    require_lm_extra()  # the lm extra's packages, named in one line (pip install -e '.[lm]')
     device = resolve_device(config.device)
     resolve_dtype(config.dtype, ("float32", "bfloat16"), device)
     check_model(config.model)
