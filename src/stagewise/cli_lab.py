@@ -11,6 +11,8 @@ labs that have it.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -116,7 +118,7 @@ def _click_command(name: str, help_text: str) -> Any:
         config_file: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file of config values"),
         sets: Optional[List[str]] = typer.Option(None, "--set", "-s", help="override one value: a.b=value (repeatable)"),
         seeds: Optional[int] = typer.Option(None, "--seeds", help="number of seeds (seed..seed+K-1)"),
-        json_out: Optional[Path] = typer.Option(None, "--json", help="also write the rows to this JSON file"),
+        json_out: Optional[str] = typer.Option(None, "--json", help="also write the rows to this JSON file"),
     ) -> None:
         run_lab_command(name, lab, preset, config_file, sets or [], seeds, json_out)
 
@@ -126,10 +128,12 @@ def _click_command(name: str, help_text: str) -> Any:
 
 
 def run_lab_command(name: str, lab: str, preset: str | None, config_file: Path | None, sets: list[str],
-                    seeds: int | None, json_out: Path | None) -> None:
+                    seeds: int | None, json_out: str | Path | None) -> None:
     """Lab ``lab``'s command ``name`` on the resolved, checked config: its ``text()`` lines
-    printed, its ``rows`` written to ``json_out`` when given. UserError (one line) for a lab
-    without the command, ``--seeds`` below 1, or what the config checks refuse."""
+    printed, its ``rows`` written to ``json_out`` when given (atomically). UserError (one line)
+    for a lab without the command, ``--seeds`` below 1, a ``json_out`` that cannot be written
+    (checked before the command runs: :func:`check_output_file`; a write that fails after it,
+    e.g. a full disk, leaves no file), or what the config checks refuse."""
     from .config import resolve
     from .labs import REGISTRY, get_lab
     from .orchestrate.runner import available_memory
@@ -142,11 +146,49 @@ def run_lab_command(name: str, lab: str, preset: str | None, config_file: Path |
         raise UserError(f"lab '{lab}' declares no {what}; labs with {name}: {', '.join(having) or 'none'}")
     if seeds is not None and seeds < 1:
         raise UserError(f"--seeds {seeds}: must be >= 1")
+    json_path = None if json_out is None else check_output_file(json_out, "--json")
     config = resolve(value.Config, value.preset_overrides(preset), config_file, sets,
                      {"n_seeds": seeds} if seeds is not None else None)
     value.check(config)
     report = command.run(config, available_memory())
     for line in report.text():
         out_console.print(line, highlight=False, markup=False, soft_wrap=True)
-    if json_out is not None:
-        json_out.write_text(json.dumps({"lab": lab, "preset": preset, "rows": report.rows}, indent=1, default=str) + "\n")
+    if json_path is not None:
+        write_output_file(json_path, "--json", json.dumps({"lab": lab, "preset": preset, "rows": report.rows}, indent=1, default=str) + "\n")
+
+
+def check_output_file(path: str | Path, flag: str) -> Path:
+    """``path`` as a Path when a command can write a file there, checked before any work and
+    leaving nothing behind; one-line UserError otherwise: an empty path, a folder or anything
+    but a regular file, a path under a file, or a folder (the nearest existing one: missing
+    folders are made at the write) where no file can be created (probed with a temp file, so
+    read-only file systems and root alike are caught)."""
+    if not str(path).strip():
+        raise UserError(f"{flag} {str(path)!r}: empty path; give a file name")
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{flag} {path}: is a folder; give a file path")
+    if path.exists() and not path.is_file():
+        raise UserError(f"{flag} {path}: not a regular file; give a file path")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise UserError(f"{flag} {path}: is under {parent}, which is a file; give a path in a folder")
+    folder = next((p for p in path.parents if p.exists()), Path("."))
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".probe")
+    except OSError as err:
+        raise UserError(f"{flag} {path}: cannot write in {folder} ({err.strerror or err}); give a writable location") from None
+    os.close(fd)
+    os.unlink(probe)
+    return path
+
+
+def write_output_file(path: Path, flag: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temp file and rename: a failed write, e.g. a full
+    disk, leaves no partial file); one-line UserError naming the path when it fails."""
+    from .runs.atomic import atomic_write_text
+
+    try:
+        atomic_write_text(path, text)
+    except OSError as err:
+        raise UserError(f"{flag} {path}: cannot write ({err.strerror or err}); nothing was written") from None

@@ -23,7 +23,8 @@ Finite: dict[str, Any] = {"allow_inf_nan": False}
 
 class DataConfig(ConfigModel):
     ADDED = ("q_noise_radius",)
-    d: int = Field(30, ge=1, description="[known] dimension of each feature block, x = [x1; x2] in R^{2d}; value 30 [reconstructed] (our probes)")
+    d: int = Field(30, ge=1, description="[known] dimension of each feature block, x = [x1; x2] in R^{2d}; value 30 [reconstructed] (our probes)\n"
+                   "(floors solve at most 200,000 weights: d <= 316, model.weights=full d <= 223; docs section 4.0b)")
     prompt_len: int = Field(20, ge=2,
         description="[known] L: L-1 labelled context tokens plus the query (assumption: L >> sqrt(d) log d); value 20\n"
         "[reconstructed] (our probes; about sqrt(d) log d at d = 30)")
@@ -34,16 +35,18 @@ class DataConfig(ConfigModel):
         "query there scores ~0 with a bias-free ReLU score, so its loss is pinned near log 2); xor [reconstructed\n"
         "default]: +1 at +-zeta1, -1 at +-zeta2, learnable by the bilinear score")
     p0: float = Field(0.2, ge=0, le=1,
-        description="[reconstructed] probability a token is P-only (Li-Wei-Ma mixture; without it P explains every label)")
-    q0: float = Field(0.2, ge=0, le=1, description="[reconstructed] probability a token is Q-only")
+        description="[reconstructed] probability a token is P-only (Li-Wei-Ma mixture; without it P explains every label)\n"
+        "(p0 = 1: no Q-bearing query, no K2 floor)")
+    q0: float = Field(0.2, ge=0, le=1, description="[reconstructed] probability a token is Q-only (q0 = 1: no P-bearing query, no K1 floor)")
     gamma0: float = Field(1.0, gt=0, **Finite, description="[known] P margin scale (margin gamma0 ||w*||^2, ||w*|| = 1)")
     p_noise: float | None = Field(None, ge=0, **Finite, description="[reconstructed] P noise std; null = 1/sqrt(d)")
     q_noise: float = Field(0.05, ge=0, **Finite, description="[reconstructed] Q noise std (small); ignored when q_noise_radius is set")
     q_noise_radius: float | None = Field(None, gt=0, **Finite,
         description="[reconstructed] high-dimensional Q noise (the gate-noise regime, spec section 5): the Q noise radius\n"
         "R = q_noise sqrt(d) as a multiple of ||zeta||, so q_noise = q_noise_radius ||zeta|| / sqrt(d) (must stay < ||zeta||);\n"
-        "null = use q_noise")
-    zeta: float = Field(0.5, gt=0, **Finite, description="[reconstructed] ||zeta|| of the Q clusters (0.2..1 plausible; 0.5 from our probes)")
+        "null = use q_noise (a radius of 4 or more is the gate-noise regime: no floors there, docs section 4.0b)")
+    zeta: float = Field(0.5, gt=0, **Finite, description="[reconstructed] ||zeta|| of the Q clusters (0.2..1 plausible; 0.5 from our probes)\n"
+                        "(floors need token features of mean squared norm s^2 in [1e-6, 1e6], ||w*|| = 1; docs section 4.0b)")
     w_star: Literal["e1", "random"] = Field("e1", description="[reconstructed] P direction: first basis vector or a random unit vector per seed")
     q_centre: float = Field(0.0, ge=0, **Finite,
         description="[reconstructed] ||z|| of a common Q centre z (orthogonal to zeta1, zeta2) added to every\n"
@@ -116,7 +119,8 @@ class TrainConfig(TrainBase):
         "together); constant = noise * lr_stage1 at every step (annealing lowers the rate only); stage1 = noise * lr_t up to t1,\n"
         "0 after (the noise stops at t1)")
     l2: float = Field(0.01, ge=0, **Finite,
-        description="[known] lambda of the L2 term (lambda/2)(||W||^2 + ||V||^2); value 0.01 [reconstructed] (our probes)")
+        description="[known] lambda of the L2 term (lambda/2)(||W||^2 + ||V||^2); value 0.01 [reconstructed] (our probes)\n"
+        "(floors need lambda / s^4 in [1e-10, 1e3], s^2 the larger token block's mean squared norm, 2 by default; 0: no floor)")
     log_every: int = Field(20, ge=1, le=MAX_STEPS, description="[run] log train and test metrics every k steps (and at t1 and the end)")
     spectrum_every: int = Field(200, ge=1, le=MAX_STEPS, description="[run] log eigenvalues / singular values every k steps (and at t1 and the end)")
     checkpoint_every: int = Field(1000, ge=1, le=MAX_STEPS, description="[run] safetensors checkpoint every k steps (for --resume)")

@@ -86,6 +86,10 @@ BATCH_BYTES = 4 << 30  # problems are solved in batches of at most this floors_b
 # the floors do not depend on the batching (tests/labs/disentangled/test_floors.py), only the peak memory does
 CPU_BATCH = 1  # problems per batch on the CPU: a batch iterates until its slowest member converges, with the dual QPs
 # padded to its largest hinge set. Measured (2 cores, zeta = 2, 4 seeds of the default size): 170 s batched, 23.5 s one by one
+CERTIFICATE_COPIES = 4  # (P, MAX_NEAR) float64 arrays of the certificate's dense columns (einsum, scaled copy, lstsq's)
+MAX_WEIGHTS = 200_000  # P (weights per problem) at most: the certificate's least squares on (P, |Z|) columns costs
+# O(P |Z|^2) per Newton iteration (measured 6 s a solve at P = 180,000: d = 300, N = 100), up to MAX_ITER iterations
+TIME_LIMIT_S = 600.0  # a batch stops iterating after this many seconds (its rows say so): no solve runs unbounded
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class Solution:
     kinks: int  # |Z|: scores held at their kink
     converged: bool
     test: dict[str, float]  # metrics.evaluate's test metrics at the optimum, plus m_P, m_Q
+    timed_out: bool = False  # stopped at TIME_LIMIT_S before converging
 
 
 class _Problem:
@@ -314,9 +319,13 @@ def certificate(problem: _Problem, x: torch.Tensor) -> tuple[torch.Tensor, torch
     return residual, zero.flatten(1).sum(-1)
 
 
-def solve(config: Config, members: list[Member]) -> list[Solution]:
+def solve(config: Config, members: list[Member], time_limit: float | None = None) -> list[Solution]:
     """The numerical floors of ``members`` (each its own problem; :func:`floor_rows` deduplicates),
-    in float64 whatever the run's dtype (the certificate's GRAD_TOL is a float64 tolerance)."""
+    in float64 whatever the run's dtype (the certificate's GRAD_TOL is a float64 tolerance).
+    The iterations stop after MAX_ITER or ``time_limit`` seconds (default TIME_LIMIT_S; checked
+    between iterations), the unconverged members marked ``timed_out`` in the second case."""
+    deadline = time.perf_counter() + (TIME_LIMIT_S if time_limit is None else time_limit)
+    timed_out = False
     config = config.model_copy(update={"model": config.model.model_copy(update={"dtype": "float64"})})
     device = resolve_device(config.device)
     ens = build_ensemble(config, members).to(device)
@@ -331,6 +340,9 @@ def solve(config: Config, members: list[Member]) -> list[Solution]:
         todo = ~(residual < SOLVE_TOL)
         for _ in range(MAX_ITER):
             if not bool(todo.any()):
+                break
+            if time.perf_counter() > deadline:
+                timed_out = True
                 break
             fwd = problem.forward(x)
             value = problem.value(fwd, x)
@@ -360,8 +372,9 @@ def solve(config: Config, members: list[Member]) -> list[Solution]:
         margin = lambda f, mask: ((ens.test.target * f) * mask).sum(-1) / mask.sum(-1)  # noqa: E731  (S,)
         test["m_P"] = margin(f1, ens.test.kind != KINDS["q_only"])
         test["m_Q"] = margin(f2, ens.test.kind != KINDS["p_only"])
-    return [Solution(x[i].cpu(), float(value[i]), float(residual[i]), int(iters[i]), int(zeros[i]),
-                     bool(residual[i] < GRAD_TOL) and math.isfinite(float(value[i])), {k: float(v[i]) for k, v in test.items()})
+    converged = [bool(residual[i] < GRAD_TOL) and math.isfinite(float(value[i])) for i in range(S)]
+    return [Solution(x[i].cpu(), float(value[i]), float(residual[i]), int(iters[i]), int(zeros[i]), converged[i],
+                     {k: float(v[i]) for k, v in test.items()}, timed_out and not converged[i] and bool(todo[i]))
             for i in range(S)]
 
 
@@ -377,18 +390,64 @@ def problem_key(member: Member) -> tuple:
     return (member.seed, member.l2, *(getattr(member, k) for k in DATA_FIELDS))
 
 
+def weights_per_problem(config: Config) -> int:
+    """P: the weights of one floor problem (2 d^2 for block weights, (2d)^2 for full)."""
+    return (4 if config.model.weights == "full" else 2) * config.data.d ** 2
+
+
 def floors_bytes(config: Config, members: list[Member]) -> int:
     """A bytes bound of :func:`floor_rows` on ``members`` beyond the process itself: the
-    prompts, score-sized work arrays of train and test, and the Newton solver (a few (2N)^2
-    arrays per member)."""
+    prompts, score-sized work arrays of train and test, the Newton solver (a few (2N)^2
+    arrays per member) and the certificate's dense (P, MAX_NEAR) columns (one member at a time)."""
     dc = config.data
     unique = len({problem_key(m) for m in members})
     L, d = dc.prompt_len, dc.d
-    params = (4 if config.model.weights == "full" else 2) * d * d
+    params = weights_per_problem(config)
     features = unique * (dc.n_train + dc.n_test) * L * 2 * d * 8 * FEATURE_COPIES
     steps = unique * max(dc.n_train, dc.n_test) * (L - 1) * 8 * STEP_COPIES * 2  # value_grad and the certificate
     solver = unique * (params * 8 * 12 + (2 * dc.n_train) ** 2 * 8 * 4)  # iterates, steps; the prompt-space Cholesky
-    return features + steps + solver
+    certificate = params * MAX_NEAR * 8 * CERTIFICATE_COPIES if unique else 0
+    return features + steps + solver + certificate
+
+
+def size_reason(config: Config) -> str | None:
+    """Why the floor problems of ``config`` are too large to solve (None: they are not): more
+    than MAX_WEIGHTS weights per problem."""
+    params = weights_per_problem(config)
+    if params <= MAX_WEIGHTS:
+        return None
+    full = config.model.weights == "full"
+    d_max = math.isqrt(MAX_WEIGHTS // 4) if full else math.isqrt(MAX_WEIGHTS // 2)
+    return (f"data.d={config.data.d}: {params:,} weights per problem ({'(2d)^2, full' if full else '2 d^2, block'} weights) are above "
+            f"the {MAX_WEIGHTS:,} the floors solver takes: its optimality certificate is a dense least-squares problem on "
+            f"(weights x kinks) columns at every Newton iteration (6 s at 180,000 weights, up to {MAX_ITER} iterations; "
+            f"{params / 180_000:.3g}x that here); floors need data.d <= {d_max}")
+
+
+def regime_reason(config: Config, member: Member) -> str | None:
+    """Why the solver is not run for ``member``'s data (None: it is): the gate-noise regime, a Q
+    noise radius q_noise sqrt(d) of at least gate_noise.RADIUS_RANGE[0] ||zeta|| (token-level kinks
+    everywhere: max |generalised grad| 1.2e-3 after 100 iterations at d 50, L 250, hours at the
+    preset's size; docs/disentangled.md section 6)."""
+    from .gate_noise import RADIUS_RANGE
+
+    dc = config.data
+    radius = dc.model_copy(update={"zeta": member.zeta}).q_noise_std * math.sqrt(dc.d) / member.zeta
+    if radius < RADIUS_RANGE[0]:
+        return None
+    set_by = f"data.q_noise_radius={dc.q_noise_radius:g}" if dc.q_noise_radius is not None else f"data.q_noise={dc.q_noise:g}"
+    return (f"{set_by}: a Q noise radius q_noise sqrt(d) = {radius:.3g} ||zeta|| (>= {RADIUS_RANGE[0]:g}) is the token-level "
+            "gate-noise regime (--preset gate-noise), where the floors solver does not converge (max |generalised grad| 1.2e-3 "
+            f"after {MAX_ITER} iterations at d 50, L 250; docs/disentangled.md section 6); floors need a Q noise radius below "
+            f"{RADIUS_RANGE[0]:g} ||zeta|| (e.g. the two-stage preset, data.q_noise_radius=null)")
+
+
+def floor_reason(config: Config, member: Member) -> str | None:
+    """Why ``member`` has no numerical floor (None: it has one): lambda = 0, lambda or the
+    feature scale outside float64's range (:func:`.theory.floor_range_reason`), too many weights
+    (:func:`size_reason`) or the gate-noise regime (:func:`regime_reason`). Checked from the
+    config alone, before any prompt is drawn."""
+    return theory.floor_range_reason(config, member) or size_reason(config) or regime_reason(config, member)
 
 
 def batches(config: Config, members: list[Member]) -> list[list[Member]]:
@@ -406,15 +465,21 @@ def floor_rows(config: Config, members: list[Member]) -> list[dict[str, Any]]:
     """One row per member (table ``floors``): seed, variant, control, l2, objective, the
     numerical floor (K1, K2 = test K1.p_queries / K2.q_queries, K1.all, K2.all, m_P, m_Q,
     accuracies, J, grad_norm, iterations, kinks, converged, reason) and the analytic one
-    (``analytic.*``, analytic.reason). Identical problems are solved once; lambda = 0 gives no
-    floor and that reason, a solver that ends unconverged its reason (values kept), non-finite
-    NaN values and its reason."""
+    (``analytic.*``, analytic.reason). Identical problems are solved once; a member
+    :func:`floor_reason` refuses (lambda = 0, out of range, too large, gate-noise regime) gives no
+    floor and that reason, a solver that ends unconverged (MAX_ITER, TIME_LIMIT_S) its reason
+    (values kept), non-finite NaN values and its reason."""
     keys = [problem_key(m) for m in members]
-    unique = {k: m for k, m in zip(keys, members) if m.l2 > 0}
+    skipped = {k: floor_reason(config, m) for k, m in zip(keys, members)}
+    unique = {k: m for k, m in zip(keys, members) if skipped[k] is None}
     order = sorted(unique, key=lambda k: (k[0], *k[2:], k[1]))  # data-major: the lambda variants of one dataset together
     solutions: dict[tuple, Solution] = {}
     for batch in batches(config, [unique[k] for k in order]):
-        solutions.update(zip([problem_key(m) for m in batch], solve(config, batch)))
+        batch_keys = [problem_key(m) for m in batch]
+        try:
+            solutions.update(zip(batch_keys, solve(config, batch)))
+        except torch.linalg.LinAlgError as err:  # not seen inside the checked ranges; a run's rows say it, not a traceback
+            skipped.update({k: f"solver failed: {str(err).splitlines()[0]}" for k in batch_keys})
     rows = []
     for key, m in zip(keys, members):
         row: dict[str, Any] = {"seed": m.seed, "variant": m.variant, "control": m.control, "l2": m.l2,
@@ -422,13 +487,15 @@ def floor_rows(config: Config, members: list[Member]) -> list[dict[str, Any]]:
         sol = solutions.get(key)
         if sol is None:
             row.update({c: math.nan for c in TEST_COLUMNS}, J=math.nan, grad_norm=math.nan, iterations=0, kinks=0,
-                       converged=False, reason=theory.NO_L2)
+                       converged=False, reason=skipped[key])
         else:
             finite = math.isfinite(sol.objective) and all(math.isfinite(sol.test[t]) for t in ("test.K1", "test.K2"))
             row.update({c: sol.test[t] if finite else math.nan for c, t in TEST_COLUMNS.items()}, J=sol.objective,
                        grad_norm=sol.grad_norm, iterations=sol.iterations, kinks=sol.kinks, converged=sol.converged)
+            stop = f" (stopped at the time limit of {TIME_LIMIT_S:g} s)" if sol.timed_out else ""
             row["reason"] = ("" if sol.converged else "solver diverged: non-finite objective or test loss" if not finite else
-                             f"not converged: max |generalised grad| {sol.grad_norm:.2e} >= {GRAD_TOL:g} after {sol.iterations} iterations")
+                             f"not converged: max |generalised grad| {sol.grad_norm:.2e} >= {GRAD_TOL:g} after {sol.iterations} "
+                             f"iterations{stop}")
         row.update(theory.analytic_floor(config, m))
         rows.append(row)
     return rows
@@ -469,13 +536,25 @@ def _mean(values: list[float]) -> float:
 
 def floors_report(config: Config, memory_limit: int | None = None) -> FloorsReport:
     """The floors of the config's baseline members (n_seeds seeds, no controls), without
-    training. Raises UserError (one line) for lambda = 0, a size above ``memory_limit`` bytes
-    (what the solver may use beyond the process; checked before any prompt is drawn) or a
-    solver that ends non-finite."""
+    training. Raises UserError (one line), before any prompt is drawn, for lambda = 0, a mixture
+    without P- or Q-bearing tokens (p0 = 1 or q0 = 1), what :func:`floor_reason` refuses (lambda
+    or feature scale outside float64's range, more than MAX_WEIGHTS weights, the gate-noise
+    regime) or a size above ``memory_limit`` bytes (what the solver may use beyond the process);
+    after the solve for a solver that ends non-finite. Unconverged rows (MAX_ITER, TIME_LIMIT_S)
+    are kept with their reason."""
     members = members_from_config(config)
     validate_spec(data_spec(config, members[0]))
+    dc = config.data
     if not config.train.l2 > 0:
         raise UserError(f"train.l2={config.train.l2:g}: {theory.NO_L2}; floors need train.l2 > 0")
+    if dc.p0 >= 1 or dc.q0 >= 1:
+        missing, only = ("P", "Q") if dc.q0 >= 1 else ("Q", "P")
+        raise UserError(f"data.p0={dc.p0:g}, data.q0={dc.q0:g}: every token is {only}-only, so no query bears {missing} and "
+                        f"K{1 if missing == 'P' else 2}* (the floor on {missing}-bearing queries) is undefined; "
+                        "floors need data.p0 < 1 and data.q0 < 1")
+    reason = floor_reason(config, members[0])  # the members differ only in their seed
+    if reason is not None:
+        raise UserError(reason)
     need = max(floors_bytes(config, b) for b in batches(config, list({problem_key(m): m for m in members}.values())))
     if memory_limit is not None and need > memory_limit:
         raise UserError(f"floors need about {need / 2**30:.2f} GiB (n_seeds={config.n_seeds}, d={config.data.d}, "

@@ -93,6 +93,14 @@ def drives(m_p: float, m_q: float, p0: float, q0: float, objective: str = "total
     raise ValueError(f"objective={objective!r}: unknown; allowed: total, branches")
 
 
+def root_bracket(a: float) -> float:
+    """An upper end hi of a bracket [0, hi] of m = a D(m) for any drive D(m) <= s(-m) (a > 0):
+    min(a, 1 + log(1 + a)). hi = a works as D <= 1; when a is large, m = a D(m) < a e^-m has its
+    root below 1 + log(1 + a) (there a e^-m < 1/e < m), so brentq needs ~log(a) fewer halvings
+    (lambda = 1e-300 made a ~ 1e299 and brentq ran out of iterations)."""
+    return min(a, 1.0 + math.log1p(a))
+
+
 def fixed_point(k_p: float, k_q: float, p0: float, q0: float, l2: float, objective: str = "total") -> FixedPoint:
     """The stationary point of GD + L2 in the reduced model W = b w* w*^T, V = a (u1 u1^T + u2 u2^T),
     m_P = k_p b, m_Q = k_q a (k_p = kappa_P, k_q = kappa_Q)::
@@ -105,10 +113,11 @@ def fixed_point(k_p: float, k_q: float, p0: float, q0: float, l2: float, objecti
     linear functions plus a strictly convex term: l is strictly convex, so the root is unique.
 
     Solved as nested 1-D problems with brentq: for fixed m_P, m_Q -> m_Q - A_Q D_Q(m_P, m_Q) is
-    strictly increasing (D_Q decreases in m_Q) with one root in [0, A_Q]; then m_P -> h(m_P) =
-    m_P - A_P D_P(m_P, m_Q(m_P)) is bracketed on [0, A_P] (h(0) <= 0 <= h(A_P), D <= 1). The
-    branches objective decouples (D_P depends on m_P only, D_Q on m_Q only). Raises ValueError
-    for l2 <= 0 (no finite optimum) or a non-positive k."""
+    strictly increasing (D_Q decreases in m_Q) with one root in [0, :func:`root_bracket` (A_Q)];
+    then m_P -> h(m_P) = m_P - A_P D_P(m_P, m_Q(m_P)) is bracketed on [0, root_bracket(A_P)]
+    (h(0) <= 0 <= h(hi): D <= s(-m) < e^-m). The branches objective decouples (D_P depends on
+    m_P only, D_Q on m_Q only). Raises ValueError for l2 <= 0 (no finite optimum) or a
+    non-positive k."""
     from scipy.optimize import brentq
 
     if not l2 > 0:
@@ -116,7 +125,7 @@ def fixed_point(k_p: float, k_q: float, p0: float, q0: float, l2: float, objecti
     if not (k_p > 0 and k_q > 0):
         raise ValueError(f"kappa_P={k_p!r}, kappa_Q={k_q!r}: both must be > 0")
     a_p, a_q = k_p ** 2 / l2, k_q ** 2 / (2 * l2)
-    solve = lambda fn, hi: brentq(fn, 0.0, hi, xtol=ROOT_XTOL, rtol=ROOT_RTOL, maxiter=500)  # noqa: E731
+    solve = lambda fn, a: brentq(fn, 0.0, root_bracket(a), xtol=ROOT_XTOL, rtol=ROOT_RTOL, maxiter=500)  # noqa: E731
 
     def m_q_given(m_p: float) -> float:
         return solve(lambda m: m - a_q * drives(m_p, m, p0, q0, objective)[1], a_q)
@@ -130,15 +139,76 @@ def fixed_point(k_p: float, k_q: float, p0: float, q0: float, l2: float, objecti
     return FixedPoint(m_p, m_q, residual)
 
 
-# --- the analytic floor of a lab member ---------------------------------------------------------------------------
+# --- the range of a floor problem ---------------------------------------------------------------------------------
 NO_L2 = "lambda = 0: no finite optimum (the loss keeps falling as the weights grow), so no floor"
+SCALE2_RANGE = (1e-6, 1e6)  # s^2, the larger token block's mean squared norm, inside this (s in 1e-3..1e3 ||w*||)
+L2_RATIO_RANGE = (1e-10, 1e3)  # lambda / s^4 inside this range
+
+
+def feature_scale2(config: "Config", member: "Member") -> tuple[float, str]:
+    """(s^2, block): the larger mean squared norm of a token's two blocks for ``member``'s data
+    (P: gamma0^2 + p_noise^2 d, Q: q_centre^2 + ||zeta||^2 + q_noise^2 d; inf on overflow) and
+    the config fields that set it. A score x_a^T W q is of order s^2 |W|, the Newton curvature
+    Phi^T Phi of order s^4."""
+    dc = config.data
+    p_noise = 1 / math.sqrt(dc.d) if dc.p_noise is None else dc.p_noise
+    q_noise = dc.model_copy(update={"zeta": member.zeta}).q_noise_std
+    p_block = dc.gamma0 * dc.gamma0 + p_noise * p_noise * dc.d
+    q_block = member.q_centre * member.q_centre + member.zeta * member.zeta + q_noise * q_noise * dc.d
+    if p_block >= q_block:
+        return p_block, f"P block (data.gamma0={dc.gamma0:g}, P noise {p_noise:.3g})"
+    return q_block, f"Q block (data.zeta={member.zeta:g}, data.q_centre={member.q_centre:g}, Q noise {q_noise:.3g})"
+
+
+def floor_range_reason(config: "Config", member: "Member") -> str | None:
+    """Why ``member``'s floor (numerical and analytic) is outside what float64 can solve (None:
+    inside). The floor problem is scale-covariant: features times c with lambda times c^4 is the
+    same problem (W -> W / c^2; tests/labs/disentangled/test_floors_inputs.py), so what matters
+    is lambda / s^4 (s^2 = :func:`feature_scale2`), checked against L2_RATIO_RANGE, and s^2
+    itself against SCALE2_RANGE (the lab's units: ||w*|| = 1):
+
+    - s^2 outside [1e-6, 1e6] (features of norm 1e-3..1e3 ||w*||): the certificate's tolerance
+      (:data:`.floors.GRAD_TOL`) is absolute while the gradient scales like s^2. Above, float64
+      round-off in the gradient reaches it (measured: stalls at 1e-8..1e-6 at s^2 = 1e10);
+      below, it is loose (1e-8 / s^2 of the unit problem's); far out, s^4 and s^8 leave
+      float64's range (zeta = 1e300 was a Cholesky error);
+    - lambda / s^4 < 1e-10: the L2 term is within ~1e6 round-offs of the loss's curvature (up to
+      s^4 / 4) in the Newton system lambda I + Phi^T Phi, which becomes numerically singular
+      (measured: no convergence at 2.5e-13; the margins grow like log(s^4 / lambda) towards
+      lambda = 0, which has no finite optimum);
+    - lambda / s^4 > 1e3: the optimum is within O(s^4 / lambda) of zero weights and every floor
+      is log 2 to about 1e-4 (measured K1* = 0.69308 at 250): nothing is left to solve, and the
+      scores sit within round-off of their kinks (the solver stalls from 2.5e4 on)."""
+    if not member.l2 > 0:
+        return NO_L2
+    scale2, block = feature_scale2(config, member)
+    if not SCALE2_RANGE[0] <= scale2 <= SCALE2_RANGE[1]:
+        return (f"{block}: token features of mean squared norm s^2 = {scale2:.3g} (||w*|| = 1), outside [{SCALE2_RANGE[0]:g}, "
+                f"{SCALE2_RANGE[1]:g}]: the float64 solver's absolute gradient tolerance does not certify an optimum at that scale "
+                "(the gradient scales like s^2); floors need features of norm 1e-3..1e3 (s^2 in that range)")
+    fourth = scale2 * scale2
+    ratio = member.l2 / fourth
+    low, high = L2_RATIO_RANGE
+    allowed = f"floors need lambda / s^4 in [{low:g}, {high:g}], lambda in [{low * scale2 * scale2:.3g}, {high * scale2 * scale2:.3g}] here"
+    if ratio < low:
+        return (f"train.l2={member.l2:g}: lambda / s^4 = {ratio:.3g} (s^2 = {scale2:.3g}, {block}) is below {low:g}: the L2 term "
+                f"is lost against the loss's curvature in float64 (lambda -> 0 has no finite optimum); {allowed}")
+    if ratio > high:
+        return (f"train.l2={member.l2:g}: lambda / s^4 = {ratio:.3g} (s^2 = {scale2:.3g}, {block}) is above {high:g}: the optimum "
+                f"is within O(s^4 / lambda) of zero weights, so every floor is log 2 = {math.log(2):.4f} to about 1e-4; {allowed}")
+    return None
+
+
+# --- the analytic floor of a lab member ---------------------------------------------------------------------------
 
 
 def analytic_reason(config: "Config", member: "Member") -> str | None:
     """Why the fixed point does not apply to ``member`` of ``config`` (None: it applies). It
     was derived for xor Q, split output, block weights, the 1/L normaliser, shared labels, no Q
-    centre, lambda > 0, gamma0 = 1 and P noise 1/sqrt(d) (kappa_P's constant), real targets, and
-    cluster-level gates (Q noise radius q_noise sqrt(d) < ||zeta||, spec section 5)."""
+    centre, lambda > 0, gamma0 = 1 and P noise 1/sqrt(d) (kappa_P's constant), real targets,
+    cluster-level gates (Q noise radius q_noise sqrt(d) < ||zeta||, spec section 5), lambda and
+    feature scale in float64's range (:func:`floor_range_reason`) and both features in the
+    train and test mixtures (p0, q0 < 1)."""
     dc, mc = config.data, config.model
     checks = [(dc.q_geometry == "xor", f"data.q_geometry={dc.q_geometry} (derived for xor)"),
               (mc.output == "split", f"model.output={mc.output} (derived for split)"),
@@ -157,6 +227,13 @@ def analytic_reason(config: "Config", member: "Member") -> str | None:
     if q_noise * math.sqrt(dc.d) >= member.zeta:
         return (f"not applicable: token-level gates (Q noise radius q_noise sqrt(d) = {q_noise * math.sqrt(dc.d):.3g} >= "
                 f"||zeta|| = {member.zeta:g}; derived for cluster-level gates)")
+    out_of_range = floor_range_reason(config, member)
+    if out_of_range is not None:
+        return f"not applicable: {out_of_range}"
+    for name, q0, p0 in (("train", member.q0, member.p0), ("test", dc.q0, dc.p0)):
+        if q0 >= 1 or p0 >= 1:
+            which = "P" if q0 >= 1 else "Q"
+            return f"not applicable: no {which}-bearing tokens in the {name} mixture (p0={p0:g}, q0={q0:g}: kappa_{which} = 0)"
     if kappa_q(dc.prompt_len, member.p0, member.zeta, q_noise) <= 0:
         return f"not applicable: Q noise {q_noise:.3g} >= ||zeta|| / {KAPPA_Q_NOISE} (kappa_Q <= 0)"
     return None
