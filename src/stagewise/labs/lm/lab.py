@@ -91,8 +91,16 @@ def check(config: Config) -> None:
     require_lm_extra()  # the lm extra's packages, named in one line (pip install -e '.[lm]')
     device = resolve_device(config.device)
     resolve_dtype(config.dtype, ("float32", "bfloat16"), device)
-    check_model(config.model)
-    _check_typed(read_data(config))
+    errors: list[UserError] = []  # the model and the data are checked both: every missing prerequisite said at once
+    for check_one in (lambda: check_model(config.model), lambda: _check_typed(read_data(config))):
+        try:
+            check_one()
+        except UserError as err:
+            errors.append(err)
+    if len(errors) == 1:
+        raise errors[0]  # its own type (NotAvailable: a package or model this machine lacks)
+    if errors:
+        raise UserError(*(message for err in errors for message in err.messages))
 
 
 def _check_typed(items: Sequence[Any]) -> None:
