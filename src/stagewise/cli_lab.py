@@ -11,6 +11,7 @@ labs that have it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -154,7 +155,9 @@ def run_lab_command(name: str, lab: str, preset: str | None, config_file: Path |
     for line in report.text():
         out_console.print(line, highlight=False, markup=False, soft_wrap=True)
     if json_path is not None:
-        write_output_file(json_path, "--json", json.dumps({"lab": lab, "preset": preset, "rows": report.rows}, indent=1, default=str) + "\n")
+        rows = [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()} for row in report.rows]
+        text = json.dumps({"lab": lab, "preset": preset, "rows": rows}, indent=1, default=str, allow_nan=False)
+        write_output_file(json_path, "--json", text + "\n")  # strict JSON: a value the solver gave none of is null
 
 
 def check_output_file(path: str | Path, flag: str) -> Path:

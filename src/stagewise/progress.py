@@ -73,6 +73,7 @@ class ProgressEvent:
 
 ProgressCallback = Callable[[ProgressEvent], None]
 _CALLBACKS: list[ProgressCallback] = []
+_BARS: list["Progress"] = []  # the rich bars shown now: one at a time (rich allows one live display per console)
 
 
 @contextmanager
@@ -161,8 +162,8 @@ class Progress:
         self._began = time.monotonic()
         if not self.quiet:
             if getattr(self.stream, "isatty", lambda: False)():
-                self._want_bar = True
-                if not self._lazy_bar:
+                self._want_bar = not _BARS  # work inside work with a bar (floors inside a run): the outer bar only
+                if self._want_bar and not self._lazy_bar:
                     self._start_bar()
             else:
                 self._every = plain_every_s()
@@ -180,6 +181,7 @@ class Progress:
                                  TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[detail]}", markup=False),
                                  console=Console(file=self.stream), transient=self.transient)
         self._bar.start()
+        _BARS.append(self)
         self._task = self._bar.add_task("", total=self.total, completed=self.done, what=self.what, detail=self.detail)
 
     def _tick(self) -> None:
@@ -202,6 +204,12 @@ class Progress:
                 self._call()
 
     __call__ = advance  # a training loop's ``advance(n=1)``
+
+    def note(self, detail: str) -> None:
+        """Say where the current unit is (e.g. ``Newton iteration 12``) without finishing it."""
+        self.detail = detail
+        if self._bar is not None:
+            self._bar.update(self._task, detail=detail)
 
     def event(self) -> ProgressEvent:
         elapsed = time.monotonic() - self._began
@@ -233,5 +241,6 @@ class Progress:
             self._ticker.join(timeout=1.0)
         if self._bar is not None:
             self._bar.stop()
+            _BARS.remove(self)
         if self._callbacks and self.done < self.total:
             self._call()  # where it stopped (a stop request, an error)

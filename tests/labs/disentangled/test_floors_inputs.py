@@ -168,3 +168,37 @@ def test_the_floor_problem_is_scale_covariant():
         assert a["converged"] and b["converged"]
         for key in ("K1", "K2", "J"):
             assert b[key] == pytest.approx(a[key], abs=1e-8), key
+
+
+def test_json_is_strict_a_value_without_a_number_is_null(cli, tmp_path, monkeypatch):
+    """Before: NaN was written as a bare `NaN`, which JSON readers other than Python's refuse."""
+    real = floors.floor_rows
+
+    def with_a_gap(config, members):
+        rows = real(config, members)
+        rows[0]["analytic.K1"] = math.nan
+        return rows
+
+    monkeypatch.setattr(floors, "floor_rows", with_a_gap)
+    out = tmp_path / "rows.json"
+    code, _, stderr = cli("floors", "disentangled", *TINY, "--json", str(out))
+    assert code == 0, stderr
+
+    def refuse(constant):
+        raise AssertionError(f"non-standard JSON constant {constant}")
+
+    rows = json.loads(out.read_text(), parse_constant=refuse)["rows"]
+    assert rows[0]["analytic.K1"] is None and isinstance(rows[0]["K1"], float)
+
+
+def test_floors_without_a_terminal_prints_progress_lines(tmp_path):
+    """`stagewise floors` printed nothing for minutes with stdout not a terminal (round-3 report)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "STAGEWISE_PROGRESS_EVERY": "0.1"}
+    proc = subprocess.run([sys.executable, "-m", "stagewise.cli", "floors", "disentangled", "--seeds", "2", "--set", "data.d=12",
+                           "--set", "data.n_train=200"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("floors: ")]
+    assert lines and all(" problems (" in line for line in lines), proc.stderr

@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +59,7 @@ import torch.nn.functional as F
 from ...engine import resolve_device, resolve_dtype
 from ...engine.perf import training_threads
 from ...errors import UserError
+from ...progress import Progress
 from . import theory
 from .config import Config
 from .data import validate_spec
@@ -319,11 +320,13 @@ def certificate(problem: _Problem, x: torch.Tensor) -> tuple[torch.Tensor, torch
     return residual, zero.flatten(1).sum(-1)
 
 
-def solve(config: Config, members: list[Member], time_limit: float | None = None) -> list[Solution]:
+def solve(config: Config, members: list[Member], time_limit: float | None = None,
+          on_iteration: Callable[[int], None] | None = None) -> list[Solution]:
     """The numerical floors of ``members`` (each its own problem; :func:`floor_rows` deduplicates),
     in float64 whatever the run's dtype (the certificate's GRAD_TOL is a float64 tolerance).
     The iterations stop after MAX_ITER or ``time_limit`` seconds (default TIME_LIMIT_S; checked
-    between iterations), the unconverged members marked ``timed_out`` in the second case."""
+    between iterations), the unconverged members marked ``timed_out`` in the second case.
+    ``on_iteration(i)`` is called before Newton iteration i (progress)."""
     deadline = time.perf_counter() + (TIME_LIMIT_S if time_limit is None else time_limit)
     timed_out = False
     config = config.model_copy(update={"model": config.model.model_copy(update={"dtype": "float64"})})
@@ -338,7 +341,9 @@ def solve(config: Config, members: list[Member], time_limit: float | None = None
         stalls = torch.zeros(S, dtype=torch.long, device=device)
         residual, _ = certificate(problem, x)
         todo = ~(residual < SOLVE_TOL)
-        for _ in range(MAX_ITER):
+        for iteration in range(MAX_ITER):
+            if on_iteration is not None:
+                on_iteration(iteration)
             if not bool(todo.any()):
                 break
             if time.perf_counter() > deadline:
@@ -474,12 +479,15 @@ def floor_rows(config: Config, members: list[Member]) -> list[dict[str, Any]]:
     unique = {k: m for k, m in zip(keys, members) if skipped[k] is None}
     order = sorted(unique, key=lambda k: (k[0], *k[2:], k[1]))  # data-major: the lambda variants of one dataset together
     solutions: dict[tuple, Solution] = {}
-    for batch in batches(config, [unique[k] for k in order]):
-        batch_keys = [problem_key(m) for m in batch]
-        try:
-            solutions.update(zip(batch_keys, solve(config, batch)))
-        except torch.linalg.LinAlgError as err:  # not seen inside the checked ranges; a run's rows say it, not a traceback
-            skipped.update({k: f"solver failed: {str(err).splitlines()[0]}" for k in batch_keys})
+    with Progress(len(order), "floors", unit="problems") as shown:  # a solve can take minutes: a sign of life
+        for batch in batches(config, [unique[k] for k in order]):
+            batch_keys = [problem_key(m) for m in batch]
+            try:
+                solutions.update(zip(batch_keys, solve(config, batch,
+                                                       on_iteration=lambda i: shown.note(f"Newton iteration {i}"))))
+            except torch.linalg.LinAlgError as err:  # not seen inside the checked ranges; a run's rows say it, not a traceback
+                skipped.update({k: f"solver failed: {str(err).splitlines()[0]}" for k in batch_keys})
+            shown.advance(len(batch))
     rows = []
     for key, m in zip(keys, members):
         row: dict[str, Any] = {"seed": m.seed, "variant": m.variant, "control": m.control, "l2": m.l2,
