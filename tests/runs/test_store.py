@@ -5,6 +5,7 @@ prepare killed between its writes is taken."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -20,12 +21,13 @@ import yaml
 
 from runcache import EXAMPLE1_SHORT
 from stagewise.config import resolve
-from stagewise.labs import get_lab
+from stagewise.labs import RunSpec, get_lab
 from stagewise.engine import Diverged
 from stagewise.orchestrate import execute, prepare
 from stagewise.runs import MetricSink, RunDirContext
 
 LAB = get_lab("ntp")
+FAST = dataclasses.replace(LAB, make_figures=lambda *a: [])  # resume tests: the figures are not what is tested
 SMALL = {"seed": 5, "n_seeds": 3, "data": {"vocab_size": 6, "max_len": 5},
          "model": {"init": "random"}, "train": {"steps_stage1": 20, "steps_stage2": 40, "checkpoint_every": 7}}
 
@@ -34,6 +36,12 @@ def small_config(**extra):
     from stagewise.config import deep_merge
 
     return resolve(LAB.Config, deep_merge(SMALL, extra))
+
+
+@pytest.fixture(scope="module")
+def reference(run_cache):
+    """metrics.parquet of the uninterrupted SMALL run (the session cache's, shared with test_store_integrity)."""
+    return pd.read_parquet(run_cache.path(RunSpec(lab="ntp", overrides=SMALL)) / "metrics.parquet")
 
 
 def run_to_end(tmp_path, name, config):
@@ -77,9 +85,8 @@ def test_out_dir_must_be_new(tmp_path):
 
 
 @pytest.mark.parametrize("crash_at", [3, 25, 60])
-def test_resume_after_crash_equals_uninterrupted(tmp_path, monkeypatch, crash_at):
+def test_resume_after_crash_equals_uninterrupted(tmp_path, monkeypatch, crash_at, reference):
     config = small_config()
-    reference = pd.read_parquet(run_to_end(tmp_path, "ref", config).metrics)
 
     original = RunDirContext.log
 
@@ -88,15 +95,15 @@ def test_resume_after_crash_equals_uninterrupted(tmp_path, monkeypatch, crash_at
         if step == crash_at:
             raise KeyboardInterrupt("simulated kill")
 
-    paths = prepare(LAB, config, tmp_path / "crash")
+    paths = prepare(FAST, config, tmp_path / "crash")
     monkeypatch.setattr(RunDirContext, "log", crashing_log)
     with pytest.raises(KeyboardInterrupt):
-        execute(LAB, config, paths, progress=False)
+        execute(FAST, config, paths, progress=False)
     assert json.loads(paths.manifest.read_text())["status"] == "interrupted"
     partial = pd.read_parquet(paths.metrics)  # what was logged so far is kept
     assert partial["step"].max() == crash_at
     monkeypatch.setattr(RunDirContext, "log", original)
-    execute(LAB, config, paths, resume=True, progress=False)
+    execute(FAST, config, paths, resume=True, progress=False)
     assert json.loads(paths.manifest.read_text())["status"] == "done"
     resumed = pd.read_parquet(paths.metrics)
     pd.testing.assert_frame_equal(resumed, reference, check_exact=True)
@@ -193,27 +200,25 @@ def _crash(monkeypatch, at):
 
 
 def _crashed_run(tmp_path, monkeypatch, config, at=45):
-    paths = prepare(LAB, config, tmp_path / "crash")
+    paths = prepare(FAST, config, tmp_path / "crash")
     original = _crash(monkeypatch, at)
     with pytest.raises(KeyboardInterrupt):
-        execute(LAB, config, paths, progress=False)
+        execute(FAST, config, paths, progress=False)
     monkeypatch.setattr(RunDirContext, "log", original)
     return paths
 
 
-def test_metric_stream_cut_after_kill_falls_back_to_older_checkpoint(tmp_path, monkeypatch):
+def test_metric_stream_cut_after_kill_falls_back_to_older_checkpoint(tmp_path, monkeypatch, reference):
     config = small_config()
-    reference = pd.read_parquet(run_to_end(tmp_path, "ref", config).metrics)
     paths = _crashed_run(tmp_path, monkeypatch, config)
     lines = paths.metrics_jsonl.read_text().splitlines(keepends=True)
     paths.metrics_jsonl.write_text("".join(lines[:30]))  # shorter than the newest checkpoint (42 lines) says
-    execute(LAB, config, paths, resume=True, progress=False)
+    execute(FAST, config, paths, resume=True, progress=False)
     pd.testing.assert_frame_equal(pd.read_parquet(paths.metrics), reference, check_exact=True)
 
 
-def test_flipped_byte_in_checkpoint_falls_back(tmp_path, monkeypatch):
+def test_flipped_byte_in_checkpoint_falls_back(tmp_path, monkeypatch, reference):
     config = small_config()
-    reference = pd.read_parquet(run_to_end(tmp_path, "ref", config).metrics)
     paths = _crashed_run(tmp_path, monkeypatch, config)
     newest = sorted(paths.checkpoints.glob("*.safetensors"))[-1]
     blob = bytearray(newest.read_bytes())
@@ -221,7 +226,7 @@ def test_flipped_byte_in_checkpoint_falls_back(tmp_path, monkeypatch):
     newest.write_bytes(bytes(blob))
     ctx = RunDirContext(paths, config.seed_list(), 7, False)
     assert ctx.checkpoints.read(newest) is None  # the checksum catches it
-    execute(LAB, config, paths, resume=True, progress=False)
+    execute(FAST, config, paths, resume=True, progress=False)
     pd.testing.assert_frame_equal(pd.read_parquet(paths.metrics), reference, check_exact=True)
 
 
@@ -230,11 +235,11 @@ def test_second_writer_is_refused(tmp_path):
     from stagewise.runs import RunLock
 
     config = small_config()
-    paths = prepare(LAB, config, tmp_path / "locked")
+    paths = prepare(FAST, config, tmp_path / "locked")
     with RunLock(paths.root):
         with pytest.raises(UserError, match="another stagewise process"):
-            execute(LAB, config, paths, resume=True, progress=False)
-    execute(LAB, config, paths, resume=True, progress=False)  # free again
+            execute(FAST, config, paths, resume=True, progress=False)
+    execute(FAST, config, paths, resume=True, progress=False)  # free again
     assert json.loads(paths.manifest.read_text())["status"] == "done"
 
 
