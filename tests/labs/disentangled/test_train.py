@@ -3,6 +3,7 @@ groups, bad input, divergence, claims from metrics."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -101,14 +102,30 @@ def run_dir(tmp_path, name, config):
     return paths
 
 
+FAST = dataclasses.replace(LAB, make_figures=lambda *a: [])  # resume tests: the figures are not what is tested
+
+
+def _ablations_config():
+    return tiny(experiment={"kind": "ablations", "ablations": ["no-noise", "joint"]}, train={"optimizer": "sgd"})
+
+
+@pytest.fixture(scope="module")
+def ablations_reference(tmp_path_factory):
+    """The uninterrupted ablations run (made once for the module's resume cases)."""
+    folder = tmp_path_factory.mktemp("ablations-ref")
+    paths = prepare(FAST, _ablations_config(), folder / "ref")
+    execute(FAST, _ablations_config(), paths, progress=False)
+    return paths
+
+
 @pytest.mark.parametrize("crash_at_line", [3, 12, 17])
-def test_resume_across_groups_equals_uninterrupted(tmp_path, monkeypatch, crash_at_line):
-    config = tiny(experiment={"kind": "ablations", "ablations": ["no-noise", "joint"]}, train={"optimizer": "sgd"})
-    reference = pd.read_parquet(run_dir(tmp_path, "ref", config).metrics)
-    paths = crash_then_resume(LAB, config, tmp_path / "crash", monkeypatch, crash_at_line)
+def test_resume_across_groups_equals_uninterrupted(tmp_path, monkeypatch, crash_at_line, ablations_reference):
+    config = _ablations_config()
+    reference = pd.read_parquet(ablations_reference.metrics)
+    paths = crash_then_resume(FAST, config, tmp_path / "crash", monkeypatch, crash_at_line)
     pd.testing.assert_frame_equal(pd.read_parquet(paths.metrics), reference, check_exact=True)
     pd.testing.assert_frame_equal(pd.read_parquet(paths.tables / "stages.parquet"),
-                                  pd.read_parquet(tmp_path / "ref" / "tables" / "stages.parquet"), check_exact=True)
+                                  pd.read_parquet(ablations_reference.tables / "stages.parquet"), check_exact=True)
     assert set(reference["variant"]) == {"baseline", "no-noise", "joint", "baseline|control"}
     names = set(reference["metric"])
     assert {"baseline/test.acc.q_only", "no-noise/test.acc.q_only", "joint/test.acc.q_only"} <= names
