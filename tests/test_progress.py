@@ -71,6 +71,7 @@ def test_a_resumed_count_starts_where_it_was_and_the_eta_counts_only_work_done_h
     assert event.eta_s is not None and event.eta_s == pytest.approx(event.elapsed_s / 10 * 40, rel=1e-6)
 
 
+@pytest.mark.usefixtures("no_run_figures")
 def test_execute_spec_sends_training_progress_to_a_callback(tmp_path):
     from stagewise import execute_spec
 
@@ -81,15 +82,16 @@ def test_execute_spec_sends_training_progress_to_a_callback(tmp_path):
     assert all(0 <= e.done <= e.total for e in events)
 
 
-def test_run_without_a_terminal_prints_progress_lines(tmp_path):
-    """`stagewise run` with stdout and stderr to pipes (a log, CI, nohup): lines while it trains."""
-    env = {**os.environ, ENV_EVERY: "0.2"}
-    proc = subprocess.run([sys.executable, "-m", "stagewise.cli", "run", "ntp", "--preset", "example1",
-                           "--set", "train.steps_stage1=1500", "--set", "train.steps_stage2=1500", "--out", str(tmp_path / "r")],
-                          capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if re.fullmatch(r"ntp: \d+/3000 steps \(\d+%\), .* elapsed.*", line)]
-    assert lines, proc.stderr
+@pytest.mark.usefixtures("no_run_figures")
+def test_run_without_a_terminal_prints_progress_lines(cli, tmp_path, monkeypatch):
+    """`stagewise run` with stderr not a terminal (a log, CI, nohup): lines while it trains (the
+    figures, not what is tested, are skipped)."""
+    monkeypatch.setenv(ENV_EVERY, "0.05")
+    code, _, err = cli("run", "ntp", "--preset", "example1", "--set", "train.steps_stage1=1500",
+                       "--set", "train.steps_stage2=1500", "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if re.fullmatch(r"ntp: \d+/3000 steps \(\d+%\), .* elapsed.*", line)]
+    assert lines, err
 
 
 @pytest.mark.slow  # a sweep and a quick reproduction through the CLI in fresh processes: ~45 s

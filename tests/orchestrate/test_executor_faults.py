@@ -107,6 +107,7 @@ class _FullDiskAt:
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd to name a written file")
+@pytest.mark.usefixtures("no_run_figures")  # in-process runs; their figures are not tested here
 def test_enospc_at_the_lock_and_mid_run_is_that_runs_failure(cli, tmp_path, monkeypatch):
     import stagewise.runs.lock as lock_module
 
@@ -126,7 +127,7 @@ def test_enospc_at_the_lock_and_mid_run_is_that_runs_failure(cli, tmp_path, monk
 
     monkeypatch.setattr(RunDirContext, "log", filling)
     out = tmp_path / "o"
-    code, stdout, stderr = cli("sweep", str(spec), "--out", str(out), "--max-parallel", "1")
+    code, stdout, stderr = cli("sweep", str(spec), "--out", str(out), "--max-parallel", "1", "--no-collect")
     assert code == 1 and "Traceback" not in stderr, stderr
     assert stdout.startswith("1 done, 0 skipped, 2 failed, 0 held (3 points"), stdout
     reported = flat(stderr)
@@ -334,6 +335,7 @@ def test_slurm_with_cluster_local_runs_without_sbatch(cli, tmp_path, monkeypatch
         "status"] == "done"
 
 
+@pytest.mark.usefixtures("no_run_figures")  # in-process runs; their figures are not tested here
 def test_a_run_lock_left_by_an_exiting_worker_is_waited_for(tmp_path):
     """A killed worker releases the sweep's lock and the run folder's lock one after the other:
     the next sweep, holding the first, waits for the second instead of failing the run."""

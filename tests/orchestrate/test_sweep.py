@@ -40,6 +40,7 @@ def test_parallel_equals_serial_and_reruns_skip(tmp_path):
     assert [q["hash"] for q in index["points"]] == [p.hash for p in pts]
 
 
+@pytest.mark.usefixtures("no_run_figures")  # in-process runs; their figures are not tested here
 def test_a_held_point_is_left_to_its_holder(tmp_path):
     pts = points()
     (tmp_path / "locks" / pts[0].hash).mkdir(parents=True)
@@ -49,6 +50,7 @@ def test_a_held_point_is_left_to_its_holder(tmp_path):
     assert not (tmp_path / "runs" / pts[0].hash).exists()
 
 
+@pytest.mark.usefixtures("no_run_figures")  # in-process runs; their figures are not tested here
 def test_failures_are_recorded_and_the_rest_completes(tmp_path):
     spec = {"lab": "disentangled", "set": {"n_seeds": 1, "data.d": 4, "data.prompt_len": 4, "data.n_train": 10,
                                            "data.n_test": 10, "train.steps": 6, "train.t1": 3, "model.init_scale": 1.0,

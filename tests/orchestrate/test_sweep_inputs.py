@@ -16,6 +16,7 @@ import yaml
 from stagewise.orchestrate import sweepplan
 from stagewise.orchestrate.sweepplan import SweepSpec, plan
 
+pytestmark = pytest.mark.usefixtures("no_run_figures")  # sweep folders and points are tested here, not run figures
 BASE = {"lab": "ntp", "preset": "example1", "set": {"train.steps_stage1": 10, "train.steps_stage2": 20}}
 
 
@@ -47,7 +48,7 @@ def test_another_sweep_in_the_folder_is_refused_unless_extended(cli, tmp_path):
     assert (out / "sweep.json").read_bytes() == before  # nothing overwritten
     assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(json.loads(before)["points"][i]["hash"]
                                                                       for i in range(2))
-    code, _, err = cli("sweep", str(second), "--out", str(out), "--max-parallel", "1", "--extend")
+    code, _, err = cli("sweep", str(second), "--out", str(out), "--max-parallel", "1", "--extend", "--no-collect")
     assert code == 0, err
     assert labels(out) == ["seed=0", "seed=1", "seed=2"]
     # the first file again is the same sweep continued: every point is kept
@@ -123,7 +124,7 @@ def test_a_truncated_sweep_json_is_rebuilt_by_rerunning_the_same_sweep(cli, tmp_
     (out / "sweep.json").write_text((out / "sweep.json").read_text()[:40])  # a truncated write
     code, _, err = cli("sweep", "collect", str(out))
     one_line(code, err, "run the sweep again (the same sweep file) to rebuild it")
-    code, _, err = cli("sweep", str(path), "--out", str(out), "--max-parallel", "1")
+    code, _, err = cli("sweep", str(path), "--out", str(out), "--max-parallel", "1", "--no-collect")
     assert code == 0, err
     assert "note:" in err and "rebuilding it from this sweep and the 2 run folder(s)" in err
     assert json.loads((out / "sweep.json").read_text())["points"] == whole["points"]
