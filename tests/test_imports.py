@@ -55,10 +55,13 @@ def test_entry_commands_import_nothing_heavy(argv, tmp_path):
     assert loaded == [], f"{'import stagewise' if argv is None else 'stagewise ' + ' '.join(argv)} imported {loaded}"
 
 
-def test_the_probe_sees_heavy_imports(tmp_path):
-    """The check is real: a command that runs code does load torch and the orchestration."""
-    code, loaded = loaded_by(["run", "ntp", "--preset", "example1", "--set", "train.steps_stage1=2",
-                              "--set", "train.steps_stage2=2", "--out", str(tmp_path / "run"), "-q"], tmp_path)
+def test_the_probe_sees_heavy_imports(tmp_path, run_cache):
+    """The check is real: a command that runs code does load torch and the orchestration (here `run
+    --resume` of a finished run, which reads it back and prints its summary: no training, no figures)."""
+    from runcache import EXAMPLE1_SHORT
+
+    run = run_cache.copy(EXAMPLE1_SHORT, tmp_path / "run")
+    code, loaded = loaded_by(["run", "--resume", str(run)], tmp_path)
     assert code == 0 and {"torch", "pandas", "stagewise.orchestrate"} <= set(loaded)
 
 

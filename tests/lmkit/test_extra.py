@@ -95,6 +95,8 @@ print(json.dumps({"status": status, "loaded": sorted(m for m in blocked if m in 
 """
 
 
+@pytest.mark.slow  # a fresh interpreter running both theory labs' smoke runs, figures included: ~9-13 s; CI's quick-start
+# step also runs `stagewise reproduce ntp --quick` after a plain `pip install -e .` (no lm extra)
 def test_theory_labs_run_without_the_lm_extra(tmp_path):
     """Both theory labs' smoke runs (summary and figures included) in one interpreter where every
     package of the lm extra fails to import, as after a plain `pip install -e .`."""
