@@ -150,13 +150,10 @@ def run(config: Config, ctx: RunContext) -> RunResult:
 def _auto_threads(config: Config) -> int:
     """train.threads=auto: 1 for tiny models (small matrices; a second thread was several
     times slower on a busy 2-core machine), every available core for real models."""
-    import os
-
+    from ...config import available_cores
     from ...lmkit.models import is_tiny
 
-    if is_tiny(config.model):
-        return 1
-    return max(1, len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else max(1, os.cpu_count() or 1)
+    return 1 if is_tiny(config.model) else available_cores()
 
 
 summarize = deferred("stagewise.labs.lm.summary", "summarize")
