@@ -17,3 +17,13 @@ def one_error(cli, *args: str) -> str:
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
     assert "Traceback" not in stderr
     return lines[0]
+
+
+def one_error_line(code: int, err: str) -> str:
+    """Check an exit code and stderr already captured: exit 2, exactly one `error:` line, no
+    traceback; return that line."""
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]

@@ -17,16 +17,9 @@ import torch
 
 from stagewise.errors import UserError
 from stagewise.lmkit.weightfiles import check_gguf, check_weight_folder
+from cli_errors import one_error_line
 
 gguf = pytest.importorskip("gguf", reason="the gguf package (the test extra) writes the GGUF files")
-
-
-def one_error_line(code: int, err: str) -> str:
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 class _TouchOnLoad:

@@ -16,16 +16,9 @@ from runcache import smoke_spec
 from stagewise.config import MAX_SEED
 from stagewise.errors import UserError
 from stagewise.labs.lm.audit import decode_top, read_predictions, sample_predictions
+from cli_errors import one_error_line
 
 TABLE = Path("tables") / "predictions.parquet"
-
-
-def one_error_line(code: int, err: str) -> str:
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 @pytest.fixture

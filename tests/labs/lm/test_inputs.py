@@ -18,19 +18,12 @@ from stagewise.labs.lm.categories import CATEGORIES
 from stagewise.labs.lm.rankcurve import MAX_P_POINTS, parse_p_range
 from stagewise.labs.lm.summary import type_before_fact
 from stagewise.labs.lm.tasks import load_examples
+from cli_errors import one_error_line
 
 UNLIKELY = "stagewise-test-org/no-such-model-4c1f"  # a hub id nobody has
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port on loopback: nothing listens
 FAST_S = 5.0  # an offline refusal must come at once, not after the hub client's retries
 PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
-
-
-def one_error_line(code: int, err: str) -> str:
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 def tree(folder: Path) -> list[Path]:

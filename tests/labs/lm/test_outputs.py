@@ -14,16 +14,9 @@ from pathlib import Path
 import pytest
 
 from runcache import smoke_spec
+from cli_errors import one_error_line
 
 ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
-def one_error_line(code: int, err: str) -> str:
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 @pytest.fixture
