@@ -94,18 +94,8 @@ def made_once(tmp_path_factory, worker_id):
 
 @pytest.fixture
 def no_run_figures():
-    """Runs made in this process (``stagewise run``, sweeps with ``--max-parallel 1``, reproduce's
-    in-process runs) skip their figures: for tests of sweep folders, locks and resumes, where the
-    figures (most of a small run's time) are not what is tested; test_plots and the report tests
-    check them."""
-    import dataclasses
-    from contextlib import ExitStack
-
-    from stagewise.labs import REGISTRY
-
-    with ExitStack() as stack:
-        for name in ("ntp", "disentangled"):
-            stack.enter_context(REGISTRY.registered(dataclasses.replace(REGISTRY[name], make_figures=lambda *a: [])))
+    """The test's in-process runs skip their figures (runcache.without_run_figures)."""
+    with runcache.without_run_figures():
         yield
 
 

@@ -16,10 +16,11 @@ a folder whose marker is missing was left by a worker that died mid-run and is m
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from filelock import FileLock
@@ -108,3 +109,19 @@ class RunCache:
             if folder_digest(self.root / key) != recorded:
                 out.append(key)
         return out
+
+
+@contextlib.contextmanager
+def without_run_figures(labs: tuple[str, ...] = ("ntp", "disentangled")) -> Iterator[None]:
+    """Runs made in this process inside the block (``stagewise run``, sweeps with one worker,
+    reproduce's in-process runs) skip their figures: for tests of sweep folders, locks, resumes
+    and readers, where a small run's figures (most of its time) are not what is tested; the
+    plot and report tests check them. The ``no_run_figures`` fixture wraps a test in it."""
+    import dataclasses
+
+    from stagewise.labs import REGISTRY
+
+    with contextlib.ExitStack() as stack:
+        for name in labs:
+            stack.enter_context(REGISTRY.registered(dataclasses.replace(REGISTRY[name], make_figures=lambda *a: [])))
+        yield

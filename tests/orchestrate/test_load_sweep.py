@@ -6,19 +6,17 @@ line for a folder that is not a sweep, a run folder outside it, or a symbolic li
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from runcache import without_run_figures
 
 import stagewise
 from stagewise import SweepView, UserError, load_run, load_sweep
 from stagewise.errors import Note
-from stagewise.labs import registry
 from stagewise.orchestrate.collect import collect_frame
 from stagewise.orchestrate.executors import ExecutorOptions
 from stagewise.orchestrate.load import METRIC_COLUMNS
@@ -32,20 +30,11 @@ SPEC = {"lab": "ntp", "preset": "example1", "set": {"train.steps_stage1": 6, "tr
 AXIS = "train.lr_stage2"
 
 
-@contextlib.contextmanager
-def no_run_figures():
-    """The runs' own figures are not what is tested here (and are most of a tiny run's time)."""
-    lab = registry.REGISTRY["ntp"]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(registry.REGISTRY._labs, "ntp", dataclasses.replace(lab, make_figures=lambda *a: []))
-        yield
-
-
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     out = tmp_path_factory.mktemp("load-sweep") / "sweep"
     spec = SweepSpec.model_validate(SPEC)
-    with no_run_figures():
+    with without_run_figures(labs=("ntp",)):
         run_sweep(plan(spec), out, "ntp", opts=ExecutorOptions(kind="local", max_parallel=1), fold="seeds", axes=list(spec.axes))
     return out
 

@@ -6,19 +6,18 @@ axis figure with its threshold. The checker itself is shown to catch each violat
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+from runcache import without_run_figures
 from matplotlib.collections import PathCollection
 
 from runcache import smoke_spec
 from stagewise import RunSpec, execute_spec
-from stagewise.labs import REGISTRY, get_lab, registry, spec_config
+from stagewise.labs import REGISTRY, get_lab, spec_config
 from stagewise.orchestrate.collect import collect
 from stagewise.orchestrate.executor_options import ExecutorOptions
 from stagewise.orchestrate.sweep import run_sweep
@@ -77,21 +76,12 @@ def experiment_figures(request, tmp_path_factory):
     return request.param, root, list(figures)
 
 
-@contextlib.contextmanager
-def no_run_figures():
-    """The sweep's runs' own figures are walked by lab_figures; here only collect's."""
-    lab = registry.REGISTRY["ntp"]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(registry.REGISTRY._labs, "ntp", dataclasses.replace(lab, make_figures=lambda *a: []))
-        yield
-
-
 @pytest.fixture(scope="module")
 def sweep_figures(tmp_path_factory):
     """(sweep folder, Collected, every Figure collect saved)."""
     out = tmp_path_factory.mktemp("sweep") / "s"
     spec = SweepSpec.model_validate(SWEEP)
-    with no_run_figures():
+    with without_run_figures(labs=("ntp",)):
         run_sweep(plan(spec), out, "ntp", opts=ExecutorOptions(kind="local", max_parallel=1), axes=list(spec.axes),
                   report=spec.report)
     with recording() as figures:
