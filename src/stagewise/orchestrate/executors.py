@@ -215,10 +215,13 @@ _SWEEP_STOPPED: Any = None  # in a pool worker: the sweep's stop Event (:func:`_
 
 
 def _pool_worker_init(parent_pid: int, stopped: Any) -> None:
-    """A pool worker: dies with the sweep (:func:`.lifeline.pool_worker_init`) and keeps the
-    sweep's stop Event, so a task queued before a stop does not start a run after it."""
+    """A pool worker: dies with the sweep (:func:`.lifeline.pool_worker_init`), keeps the sweep's
+    stop Event (a task queued before a stop does not start a run after it) and, while idle,
+    ignores SIGINT/SIGTERM (the sweep passes a stop on to its busy workers only in effect)."""
     global _SWEEP_STOPPED
     _SWEEP_STOPPED = stopped
+    for sig in STOP_SIGNALS:  # an idle worker ignores a stop (no KeyboardInterrupt traceback); a run's own handlers
+        signal.signal(sig, signal.SIG_IGN)  # replace this while it runs (execute: checkpoint, record, return)
     lifeline.pool_worker_init(parent_pid)
 
 

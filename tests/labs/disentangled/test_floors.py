@@ -18,7 +18,7 @@ import pytest
 from stagewise.config import resolve
 from stagewise.errors import UserError
 from stagewise.labs import get_lab
-from stagewise.labs.disentangled import floors, theory
+from stagewise.labs.disentangled import floor_limits, floors, theory
 from stagewise.labs.disentangled.config import Config
 from stagewise.labs.disentangled.floors import GRAD_TOL, _Problem, floor_rows, floors_report
 from stagewise.labs.disentangled.train import Member, build_ensemble, members_from_config
@@ -109,10 +109,10 @@ def test_floors_do_not_depend_on_batching(monkeypatch):
     """All problems in one batch (as on a GPU) give the floors of each solved alone (as on the CPU)."""
     cfg = config(n_seeds=3, data={"d": 8, "prompt_len": 8, "n_train": 60, "n_test": 80})
     members = members_from_config(cfg) + [Member(seed=1, variant="l2-big", noise=0.05, lr_stage1=1.0, lr_stage2=0.1, t1=300, l2=0.05)]
-    monkeypatch.setattr(floors, "CPU_BATCH", len(members))
+    monkeypatch.setattr(floor_limits, "CPU_BATCH", len(members))
     assert len(floors.batches(cfg, members)) == 1
     together = floor_rows(cfg, members)
-    monkeypatch.setattr(floors, "CPU_BATCH", 1)
+    monkeypatch.setattr(floor_limits, "CPU_BATCH", 1)
     for member, row in zip(members, together):
         alone = floor_rows(cfg, [member])[0]
         for key in ("K1", "K2", "m_P", "m_Q", "J"):

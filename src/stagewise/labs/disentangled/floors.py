@@ -62,34 +62,26 @@ from ...errors import UserError
 from ...progress import Progress
 from . import theory
 from .config import Config
+from .floor_limits import (  # noqa: F401 (batches, floors_bytes, problem_key, the limits: re-exported)
+    BATCH_BYTES, CPU_BATCH, MAX_ITER, MAX_NEAR, MAX_WEIGHTS, batches, floor_reason, floors_bytes, problem_key, regime_reason,
+    size_reason, weights_per_problem,
+)
 from .data import validate_spec
 from .metrics import KINDS, evaluate
 from .model import Batch, Forward, _norm_grad, all_scores, branch_outputs, gradients, normalize, objective_loss
-from .train import DATA_FIELDS, Member, build_ensemble, data_spec, init_weights, members_from_config
+from .train import Member, build_ensemble, data_spec, init_weights, members_from_config
 
 GRAD_TOL = 1e-8  # converged: max |entry| of the minimum-norm Clarke subgradient (incl. L2) per member ...
 SOLVE_TOL = 1e-12  # ... while the iterations go on to this (or until steps stall), so floors do not depend on batching
-MAX_ITER = 100  # Newton iterations
 STALL_ITER = 3  # ... stopped early after this many steps below STEP_TOL
 STEP_TOL = 1e-14  # a step this small (max |v| / max(1, max |X|)) changes nothing in float64
 NEAR_REL = 1e-2  # candidate kinks: |s_a| <= NEAR_REL * rms of the member's nonzero scores of that unit ...
-MAX_NEAR = 200  # ... the MAX_NEAR closest at most per member
 ZERO_REL = 1e-10  # the kinks an iterate sits on: |s_a| <= ZERO_REL * rms
 FLAT = 1e-12  # the line search accepts J(X + t v) <= J(X) + FLAT |J| (round-off: decreases of 1e-16 |J| are invisible)
 MAX_HALVINGS = 40  # step halvings of the line search
 JITTER = 1e-12  # added to the (scaled) dual QP's matrix: more hinges than independent rows make it singular
 QP_ITER = 100  # projected Newton iterations of the dual QP ...
 QP_TOL = 1e-14  # ... until max |projected gradient| <= QP_TOL (the QP scaled to unit diagonal maximum)
-FEATURE_COPIES = 2  # (N + T, L, 2d) float64 arrays per problem: stored once, plus the solver's passes over them
-# (measured peak 1.67x the features at d 100, L 500, N = T = 200; the sampler writes chunk by chunk)
-STEP_COPIES = 10  # score-sized (N, C) float64 arrays per problem and pass (value_grad, certificate)
-BATCH_BYTES = 4 << 30  # problems are solved in batches of at most this floors_bytes (at least one problem a batch):
-# the floors do not depend on the batching (tests/labs/disentangled/test_floors.py), only the peak memory does
-CPU_BATCH = 1  # problems per batch on the CPU: a batch iterates until its slowest member converges, with the dual QPs
-# padded to its largest hinge set. Measured (2 cores, zeta = 2, 4 seeds of the default size): 170 s batched, 23.5 s one by one
-CERTIFICATE_COPIES = 4  # (P, MAX_NEAR) float64 arrays of the certificate's dense columns (einsum, scaled copy, lstsq's)
-MAX_WEIGHTS = 200_000  # P (weights per problem) at most: the certificate's least squares on (P, |Z|) columns costs
-# O(P |Z|^2) per Newton iteration (measured 6 s a solve at P = 180,000: d = 300, N = 100), up to MAX_ITER iterations
 TIME_LIMIT_S = 600.0  # a batch stops iterating after this many seconds (its rows say so): no solve runs unbounded
 
 
@@ -388,82 +380,6 @@ TEST_COLUMNS = {"K1": "test.K1.p_queries", "K2": "test.K2.q_queries", "K1.all": 
                 "m_P": "m_P", "m_Q": "m_Q", "acc.p_only": "test.acc.p_only", "acc.q_only": "test.acc.q_only",
                 "acc.p_part": "test.acc.p_part", "acc.q_part": "test.acc.q_part", "acc": "test.acc"}
 """Row column -> the test metric at the optimum it holds (K1, K2: the claims' P-/Q-bearing queries)."""
-
-
-def problem_key(member: Member) -> tuple:
-    """What decides a member's floor problem: seed (data, init), lambda, data fields, control."""
-    return (member.seed, member.l2, *(getattr(member, k) for k in DATA_FIELDS))
-
-
-def weights_per_problem(config: Config) -> int:
-    """P: the weights of one floor problem (2 d^2 for block weights, (2d)^2 for full)."""
-    return (4 if config.model.weights == "full" else 2) * config.data.d ** 2
-
-
-def floors_bytes(config: Config, members: list[Member]) -> int:
-    """A bytes bound of :func:`floor_rows` on ``members`` beyond the process itself: the
-    prompts, score-sized work arrays of train and test, the Newton solver (a few (2N)^2
-    arrays per member) and the certificate's dense (P, MAX_NEAR) columns (one member at a time)."""
-    dc = config.data
-    unique = len({problem_key(m) for m in members})
-    L, d = dc.prompt_len, dc.d
-    params = weights_per_problem(config)
-    features = unique * (dc.n_train + dc.n_test) * L * 2 * d * 8 * FEATURE_COPIES
-    steps = unique * max(dc.n_train, dc.n_test) * (L - 1) * 8 * STEP_COPIES * 2  # value_grad and the certificate
-    solver = unique * (params * 8 * 12 + (2 * dc.n_train) ** 2 * 8 * 4)  # iterates, steps; the prompt-space Cholesky
-    certificate = params * MAX_NEAR * 8 * CERTIFICATE_COPIES if unique else 0
-    return features + steps + solver + certificate
-
-
-def size_reason(config: Config) -> str | None:
-    """Why the floor problems of ``config`` are too large to solve (None: they are not): more
-    than MAX_WEIGHTS weights per problem."""
-    params = weights_per_problem(config)
-    if params <= MAX_WEIGHTS:
-        return None
-    full = config.model.weights == "full"
-    d_max = math.isqrt(MAX_WEIGHTS // 4) if full else math.isqrt(MAX_WEIGHTS // 2)
-    return (f"data.d={config.data.d}: {params:,} weights per problem ({'(2d)^2, full' if full else '2 d^2, block'} weights) are above "
-            f"the {MAX_WEIGHTS:,} the floors solver takes: its optimality certificate is a dense least-squares problem on "
-            f"(weights x kinks) columns at every Newton iteration (6 s at 180,000 weights, up to {MAX_ITER} iterations; "
-            f"{params / 180_000:.3g}x that here); floors need data.d <= {d_max}")
-
-
-def regime_reason(config: Config, member: Member) -> str | None:
-    """Why the solver is not run for ``member``'s data (None: it is): the gate-noise regime, a Q
-    noise radius q_noise sqrt(d) of at least gate_noise.RADIUS_RANGE[0] ||zeta|| (token-level kinks
-    everywhere: max |generalised grad| 1.2e-3 after 100 iterations at d 50, L 250, hours at the
-    preset's size; docs/disentangled.md section 6)."""
-    from .gate_noise import RADIUS_RANGE
-
-    dc = config.data
-    radius = dc.model_copy(update={"zeta": member.zeta}).q_noise_std * math.sqrt(dc.d) / member.zeta
-    if radius < RADIUS_RANGE[0]:
-        return None
-    set_by = f"data.q_noise_radius={dc.q_noise_radius:g}" if dc.q_noise_radius is not None else f"data.q_noise={dc.q_noise:g}"
-    return (f"{set_by}: a Q noise radius q_noise sqrt(d) = {radius:.3g} ||zeta|| (>= {RADIUS_RANGE[0]:g}) is the token-level "
-            "gate-noise regime (--preset gate-noise), where the floors solver does not converge (max |generalised grad| 1.2e-3 "
-            f"after {MAX_ITER} iterations at d 50, L 250; docs/disentangled.md section 6); floors need a Q noise radius below "
-            f"{RADIUS_RANGE[0]:g} ||zeta|| (e.g. the two-stage preset, data.q_noise_radius=null)")
-
-
-def floor_reason(config: Config, member: Member) -> str | None:
-    """Why ``member`` has no numerical floor (None: it has one): lambda = 0, lambda or the
-    feature scale outside float64's range (:func:`.theory.floor_range_reason`), too many weights
-    (:func:`size_reason`) or the gate-noise regime (:func:`regime_reason`). Checked from the
-    config alone, before any prompt is drawn."""
-    return theory.floor_range_reason(config, member) or size_reason(config) or regime_reason(config, member)
-
-
-def batches(config: Config, members: list[Member]) -> list[list[Member]]:
-    """``members`` (unique problems, in order) cut into consecutive batches of at most
-    BATCH_BYTES of :func:`floors_bytes` each (one problem at least), and at most CPU_BATCH
-    problems on the CPU."""
-    per = floors_bytes(config, members[:1]) if members else 0
-    size = max(1, BATCH_BYTES // max(1, per))
-    if resolve_device(config.device).type == "cpu":
-        size = min(size, CPU_BATCH)
-    return [members[i:i + size] for i in range(0, len(members), size)]
 
 
 def floor_rows(config: Config, members: list[Member]) -> list[dict[str, Any]]:

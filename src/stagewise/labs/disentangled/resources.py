@@ -14,7 +14,7 @@ tokens, C = L - 1, d the block dimension, w the run dtype's bytes:
   an evaluation's arrays: STEP_ARRAYS arrays of (S, 2, max(N, T), C) w;
 - weights and their updates: WEIGHT_COPIES arrays of (S, 2d, 2d) w;
 - with ``experiment.floors``: the floors' solver on the group's unique problems
-  (:func:`.floors.floors_bytes`), alive beside the training ensemble;
+  (:func:`.floor_limits.floors_bytes`), alive beside the training ensemble;
 - PROCESS_BASE: the interpreter, torch, pandas and the run store.
 The constants were measured (VmHWM of ``stagewise run``, benchmarks/bench_disentangled.py
 section 4 and tests/labs/disentangled/test_gate_noise.py); :func:`memory_parts` gives the parts.
@@ -108,9 +108,9 @@ def _group_memory(group, chunk_elements: int, prompt_chunks) -> dict[str, int]:
 
 
 def _floors_memory(group) -> int:
-    """The floors' solver: :func:`.floors.floors_bytes` of its largest batch (:func:`.floors.batches`)
+    """The floors' solver: :func:`.floor_limits.floors_bytes` of its largest batch (:func:`.floor_limits.batches`)
     of the group's unique problems with lambda > 0."""
-    from .floors import batches, floors_bytes, problem_key
+    from .floor_limits import batches, floors_bytes, problem_key
 
     unique = list({problem_key(m): m for m in group.members if m.l2 > 0}.values())
     return max((floors_bytes(group.config, b) for b in batches(group.config, unique)), default=0)
