@@ -37,7 +37,8 @@ def per_seed_metrics(out, index_entry) -> pd.DataFrame:
     return frame.sort_values(["metric", "variant", "seed", "step"]).reset_index(drop=True)
 
 
-@pytest.mark.slow  # two sweeps of 6 NTP runs (8 run folders with figures): ~25 s on 2 quiet cores
+@pytest.mark.slow  # two sweeps of 6 NTP runs, 8 run folders (in-process, figures skipped)
+@pytest.mark.usefixtures("no_run_figures")  # the in-process runs' figures are not what is tested
 def test_folded_seeds_equal_unfolded(tmp_path):
     pts = points()
     runs = fold_points(pts, "seeds")

@@ -10,6 +10,7 @@ import pytest
 
 
 @pytest.mark.slow  # a reproduce killed mid-way and run again: ~20 s
+@pytest.mark.usefixtures("no_run_figures")  # the in-process runs' figures are not what is tested
 def test_killed_reproduce_continues_where_it_stopped(tmp_path, monkeypatch):
     from dataclasses import replace
 

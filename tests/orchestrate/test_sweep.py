@@ -65,6 +65,7 @@ def test_failures_are_recorded_and_the_rest_completes(tmp_path):
 
 
 @pytest.mark.slow  # a killed sweep and its rerun beside an uninterrupted one: ~27 s
+@pytest.mark.usefixtures("no_run_figures")  # the in-process runs' figures are not what is tested
 def test_a_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
     pts = points()
     reference = run_local(pts, tmp_path / "ref", "ntp", max_parallel=1)

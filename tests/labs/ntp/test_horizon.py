@@ -110,3 +110,16 @@ def test_iterates_end_closer_to_the_qp_than_to_prop2(tmp_path):
     assert c["holds"] is True and "1/1 seeds differ" in c["evidence"]
     end = frame[frame["step"] == frame["step"].max()].set_index("metric")["value"]
     assert 1 - end["W_kq.cos_target"] < 1 - end["W_kq.cos_prop2"] and end["W_kq.dist_target"] < end["W_kq.dist_prop2"]
+
+
+def test_evidence_of_values_no_seed_has_is_nan_without_a_warning():
+    """Seen pasting the Sweeps-from-Python block: 'RuntimeWarning: All-NaN slice encountered' per run."""
+    import warnings
+
+    from stagewise.labs.ntp.horizon import _fmt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _fmt([float("nan"), float("nan")]) == "nan"
+        assert _fmt([1.0, float("nan"), 3.0]) == "1..3"
+        assert _fmt([2.5]) == "2.5"

@@ -48,6 +48,8 @@ def _fmt(values) -> str:
     arr = np.asarray(values, dtype=float)
     if arr.size == 1:
         return f"{arr.item():.4g}"
+    if np.isnan(arr).all():  # no seed has a value (e.g. no fit): said as such, no All-NaN warning
+        return "nan"
     return f"{np.nanmin(arr):.4g}..{np.nanmax(arr):.4g}"
 
 
