@@ -213,7 +213,8 @@ def report_cmd(folder: Path = typer.Argument(..., help="a run, sweep or reproduc
     from .orchestrate.reporting import write_report
 
     result = write_report(folder)
-    out_console.print(f"report: {result.html} ({result.kind}, {len(result.figures)} figures)", highlight=False, markup=False)
+    out_console.print(f"report: {result.html} ({result.kind}, {len(result.figures)} figures)", highlight=False, markup=False,
+                      soft_wrap=True)
 
 
 class _PointsProgress:
@@ -279,7 +280,8 @@ def reproduce_cmd(
         err_console.print(f"interrupted ({signal.Signals(signum).name}); continue with: stagewise reproduce {lab}"
                           f"{' --quick' if quick else ''} --out {folder}", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(128 + int(signum)) from None
-    out_console.print(f"report: {folder / 'report.html'}  ({claim_checks_line(report)})", highlight=False, markup=False)
+    out_console.print(f"report: {folder / 'report.html'}  ({claim_checks_line(report)})", highlight=False, markup=False,
+                      soft_wrap=True)
     failed = [run for run in report["runs"] if run["status"] != "done"]
     for run in failed:
         err_console.print(f"run {run['name']} {run['status']}: {run['error']} ({folder / run['run_dir']})",
