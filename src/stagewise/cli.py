@@ -364,9 +364,7 @@ def main() -> None:
     except ClickException as err:
         _print_errors([_usage_line(err)])
         sys.exit(err.exit_code)
-    except typer.Abort as err:
-        if isinstance(err.__context__, KeyboardInterrupt):  # click turns a stop into Abort
-            _stopped(signum_of(err.__context__))
+    except typer.Abort:
         err_console.print("aborted", highlight=False)
         sys.exit(1)
     if isinstance(code, int) and not isinstance(code, bool) and code:

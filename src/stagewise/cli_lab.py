@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -176,13 +174,9 @@ def check_output_file(path: str | Path, flag: str) -> Path:
     for parent in path.parents:
         if parent.exists() and not parent.is_dir():
             raise UserError(f"{flag} {path}: is under {parent}, which is a file; give a path in a folder")
-    folder = next((p for p in path.parents if p.exists()), Path("."))
-    try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".probe")
-    except OSError as err:
-        raise UserError(f"{flag} {path}: cannot write in {folder} ({err.strerror or err}); give a writable location") from None
-    os.close(fd)
-    os.unlink(probe)
+    from .orchestrate.runner import probe_writable
+
+    probe_writable(next((p for p in path.parents if p.exists()), Path(".")), flag, path, hint="give a writable location")
     return path
 
 

@@ -50,16 +50,10 @@ def _check_out(out: Path, flag: str = "--out") -> None:
     it is a file, and a file can be created (and is removed at once) in it or in its nearest
     existing parent, which permission bits alone do not tell (root on a read-only mount, ACLs).
     Nothing is made on disk until every input has passed (then :func:`_staged_out`)."""
-    from .orchestrate.runner import check_dir
+    from .orchestrate.runner import check_dir, probe_writable
 
     check_dir(out, flag)
-    existing = next((p for p in [out, *out.parents] if p.exists()), Path("."))
-    try:
-        handle, probe = tempfile.mkstemp(dir=existing, prefix=".stagewise-probe-")
-        os.close(handle)
-        os.unlink(probe)
-    except OSError as err:
-        raise UserError(f"{flag} {out}: cannot write in {existing} ({err.strerror or err})") from None
+    probe_writable(next((p for p in [out, *out.parents] if p.exists()), Path(".")), flag, out)
 
 
 @contextlib.contextmanager

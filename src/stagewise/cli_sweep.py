@@ -181,7 +181,7 @@ def _check_report(sweep) -> None:
 
 def _collect(folder: Path, after_run: bool = False) -> None:
     from .orchestrate.collect import collect
-    from .orchestrate.executors import os_failure
+    from .orchestrate.tasks import os_failure
 
     try:
         result = collect(folder)

@@ -1,6 +1,6 @@
 """Where a sweep's runs execute: a local process pool, Ray tasks, or SLURM job arrays (submitit).
 
-Every executor runs the same worker, :func:`run_task` ("run one spec into its run
+Every executor runs the same worker, :func:`.tasks.run_task` ("run one spec into its run
 directory", through :func:`~stagewise.orchestrate.runner.execute_spec`), and reports
 ``(key, status, error)`` per task as it ends. The options come from the sweep file's
 ``executor:`` section, ``--executor`` and ``--set executor.KEY=VALUE``::
@@ -14,7 +14,7 @@ bounded). Ray and submitit are optional extras (``pip install -e '.[ray]'``, ``'
 a missing one, or ``kind: slurm`` where there is no ``sbatch`` (unless ``cluster: local``),
 is a one-line error before any work.
 
-Faults: :func:`run_task` never raises for one run's problem (a full disk, a ``.lock`` that
+Faults: :func:`.tasks.run_task` never raises for one run's problem (a full disk, a ``.lock`` that
 is a directory), so every executor reports every point and the sweep prints its counts;
 local workers (the pool's, submitit-local's jobs) die with a SIGKILLed sweep
 (:mod:`.lifeline`) and their runs resume on the next sweep.
@@ -22,7 +22,6 @@ local workers (the pool's, submitit-local's jobs) die with a SIGKILLed sweep
 
 from __future__ import annotations
 
-import errno
 import multiprocessing
 import os
 import shutil
@@ -31,126 +30,20 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ..engine import Diverged
 from ..errors import UserError
-from ..labs import RunSpec
-from ..runs import Interrupted, RunLock, read_manifest
-from ..runs.lock import LockHeld
 from ..runs.stops import STOP_SIGNALS, signum_of
 from . import lifeline
 from .executor_options import ExecutorOptions  # noqa: F401 (re-exported: the options live in executor_options.py)
-from .runner import execute_spec
+from .tasks import Report, Task, start_pool_worker, os_failure, run_task
 
-HELD_POLL_S = 0.5       # how often a waiting sweep retries a lock another process holds
-RUN_LOCK_GRACE_S = 30.0  # a run folder lock still held under the sweep lock: its exiting holder gets this long
 WORKER_DEATHS = 2       # a task whose worker dies this many times is marked failed (killed, out of memory)
 STARTUP_DEATHS = 2      # pools broken this many times in a row with no run started stop the sweep (one line)
 STOP_GRACE_S = 120.0    # after a stop, how long the sweep waits for its workers to checkpoint and record it
 RAY_POLL_S = 1.0        # ray.wait timeout, so a stop request is seen within a second
 SLURM_POLL_S = 1.0      # how often submitit jobs are polled
-NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # a full disk or quota: "no space left on device"
-
-
-@dataclass(frozen=True)
-class Task:
-    """One run of a sweep: its spec and its folder ``ROOT/runs/KEY`` (locked at ``ROOT/locks/KEY``)."""
-
-    key: str
-    spec_json: str
-
-
-def _acquire(lock: RunLock, block: bool) -> bool:
-    while True:
-        try:
-            lock.acquire()
-            return True
-        except LockHeld:
-            if not block:
-                return False
-            time.sleep(HELD_POLL_S)
-
-
-def os_failure(err: OSError, doing: str) -> str:
-    """``no space left on device: DOING (FILE)``: an OSError of one run as its failure,
-    with what could not be recorded (``err.stagewise_note``) after a ``;``."""
-    reason = "no space left on device" if err.errno in NO_SPACE else (os.strerror(err.errno) if err.errno else str(err))
-    where = f" ({err.filename})" if err.filename else ""
-    note = getattr(err, "stagewise_note", None)
-    return f"{reason[:1].lower()}{reason[1:]}: {doing}{where}" + (f"; {note}" if note else "")
-
-
-def _when_free(call: Callable[[], Any]) -> Any:
-    """``call()``, retried while the run folder's own lock is held (LockHeld) for up to
-    :data:`RUN_LOCK_GRACE_S`: with the sweep's lock taken, its holder is a process that is
-    exiting (a killed worker releases its two locks one after the other), not a writer."""
-    deadline = time.monotonic() + RUN_LOCK_GRACE_S
-    while True:
-        try:
-            return call()
-        except LockHeld:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(HELD_POLL_S)
-
-
-def run_task(spec_json: str, root: str, key: str, block: bool = False, catch_stop: bool = True,
-             allow_large: bool = False, sinks: tuple[str, ...] = ()) -> tuple[str, str | None]:
-    """(status, error) of one task: ``done`` (ran now), ``skipped`` (done before), ``failed``
-    (failed or diverged; the error is in the run folder when it can be written), ``held``
-    (another process holds it; with ``block`` this waits for it instead), ``interrupted``
-    (SIGINT/SIGTERM in a worker; resumable). In the sweep's own process (``catch_stop=False``)
-    a stop request propagates.
-
-    Never raises for one run's problem, so every executor reports every point: an OSError
-    anywhere (a full disk at the lock, the run folder, the manifest) is ``("failed", "no space
-    left on device: <what>")``, a bad ``.lock`` or input the UserError's line, anything else
-    the error as the manifest records it. SystemExit (a scheduler's requeue) propagates."""
-    if _SWEEP_STOPPED is not None and _SWEEP_STOPPED.is_set():
-        return "interrupted", "the sweep was stopped before this run started; run the sweep again to run it"
-    run_dir = Path(root) / "runs" / key
-    lock = RunLock(Path(root) / "locks" / key)
-    doing = f"creating the lock folder {lock.path.parent}"
-    try:
-        spec = RunSpec.from_json(spec_json)
-        lock.path.parent.mkdir(parents=True, exist_ok=True)
-        doing = f"taking the lock {lock.path}"
-        if not _acquire(lock, block):
-            return "held", None
-        try:
-            doing = f"reading {run_dir / 'manifest.json'}"
-            if (run_dir / "manifest.json").is_file() and read_manifest(run_dir).get("status") == "done":
-                return "skipped", None
-            doing = f"running into {run_dir}"
-            manifest = _when_free(lambda: execute_spec(spec, run_dir, progress=False, allow_large=allow_large, sinks=sinks,
-                                                       raise_on_failure=True))
-        finally:
-            lock.release()
-        if manifest.get("status") == "done":
-            return "done", None
-        return "failed", f"{manifest.get('status')}: {manifest.get('error')}"
-    except Interrupted as err:
-        if not catch_stop:
-            raise
-        return "interrupted", f"stopped by {err}; run the sweep again to resume"
-    except UserError as err:
-        cause = err.__context__  # a disk that filled while the run folder was made: said as such
-        if isinstance(cause, OSError) and cause.errno in NO_SPACE:
-            return "failed", os_failure(cause, doing)
-        return "failed", "; ".join(err.messages)
-    except OSError as err:
-        return "failed", os_failure(err, doing)
-    except Exception as err:  # recorded in the manifest by execute (when it can be written)
-        status = "diverged" if isinstance(err, Diverged) else "failed"
-        message = str(err) if isinstance(err, Diverged) else f"{type(err).__name__}: {err}"
-        note = getattr(err, "stagewise_note", None)
-        return "failed", f"{status}: {message}" + (f" ({note})" if note else "")
-
-
-Report = Callable[[str, str, "str | None"], None]  # (key, status, error) as each task ends
 
 
 # ------------------------------------------------------------------------------ local
@@ -182,7 +75,7 @@ def run_local(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Repo
         progressed = False
         stopped = context.Event()  # set on a stop: a worker starts no further run
         with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
-                                 initializer=_pool_worker_init, initargs=(os.getpid(), stopped)) as pool:
+                                 initializer=start_pool_worker, initargs=(os.getpid(), stopped)) as pool:
             futures = {pool.submit(run_task, t.spec_json, str(root), t.key, block, True, opts.allow_large,
                                    tuple(opts.sinks)): t for t in todo}
             pending = set(futures)
@@ -209,20 +102,6 @@ def run_local(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Repo
                 report(task.key, "failed", f"its worker process died {deaths[task.key]} times (killed or out of memory)")
             else:
                 todo.append(task)
-
-
-_SWEEP_STOPPED: Any = None  # in a pool worker: the sweep's stop Event (:func:`_pool_worker_init`)
-
-
-def _pool_worker_init(parent_pid: int, stopped: Any) -> None:
-    """A pool worker: dies with the sweep (:func:`.lifeline.pool_worker_init`), keeps the sweep's
-    stop Event (a task queued before a stop does not start a run after it) and, while idle,
-    ignores SIGINT/SIGTERM (the sweep passes a stop on to its busy workers only in effect)."""
-    global _SWEEP_STOPPED
-    _SWEEP_STOPPED = stopped
-    for sig in STOP_SIGNALS:  # an idle worker ignores a stop (no KeyboardInterrupt traceback); a run's own handlers
-        signal.signal(sig, signal.SIG_IGN)  # replace this while it runs (execute: checkpoint, record, return)
-    lifeline.pool_worker_init(parent_pid)
 
 
 def _report_finished(finished: set[Any], futures: dict[Any, Task], report: Report, broken: list[Task]) -> bool:

@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import socket
+import tempfile
 import threading
 import traceback
 from contextlib import contextmanager
@@ -101,6 +102,18 @@ def check_dir(path: Path, flag: str) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         what = "directory is not writable" if existing == path else f"cannot create the directory ({existing} is not writable)"
         raise UserError(f"{flag} {path}: {what}")
+
+
+def probe_writable(folder: Path, flag: str, path: Path, hint: str = "") -> None:
+    """One-line UserError (``FLAG PATH: cannot write in FOLDER (...)[; hint]``) unless a file can
+    be created in ``folder``; the probe file is removed at once. Permission bits alone miss root
+    on a read-only mount and ACLs, so the outputs that are checked before long work probe."""
+    try:
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".stagewise-probe-")
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as err:
+        raise UserError(f"{flag} {path}: cannot write in {folder} ({err.strerror or err})" + (f"; {hint}" if hint else "")) from None
 
 
 def writable_dir(path: Path, flag: str) -> None:
