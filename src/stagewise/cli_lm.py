@@ -135,11 +135,11 @@ def eval_blimp_cmd(
 def reduce_cmd(
     model: str = typer.Argument(..., help="hub id, local HF folder, .gguf file, or a run directory (RUN@EPOCH)"),
     select: str = typer.Option(..., "--select", help="selector, e.g. 'blocks.1-6.attn.{qkv,o}' or 'blocks.0.attn.q.head.1'"),
-    keep: str = typer.Option("largest", "--keep", help="largest | smallest singular directions"),
+    keep: str = typer.Option("largest", "--keep", help="largest | smallest | random singular directions (random: k of them drawn with --seed)"),
     p: float = typer.Option(..., "--p", help="rank preservation in (0, 1]: keep floor(p r) directions"),
     out: Path = typer.Option(..., "--out", help="write the edited model here as a Hugging Face folder"),
     method: str = typer.Option("exact", "--method", help="exact | randomized (seeded; largest only)"),
-    seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED - 1, help="seed of the randomized SVD"),
+    seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED - 1, help="seed of the randomized SVD and of --keep random"),
 ) -> None:
     """Rank-reduce selected attention matrices and save the edited model (safetensors + tokenizer).
 
@@ -167,25 +167,38 @@ def reduce_cmd(
 
 @lm_app.command("rank-curve")
 def rank_curve_cmd(
-    models: List[str] = typer.Argument(..., help="run directories (RUN@EPOCH), or models with --task/--data"),
+    models: List[str] = typer.Argument(..., help="run directories (RUN@EPOCH), or models with --task/--data; with --claim "
+                                      "an early and a late checkpoint of each run: RUN@5 RUN@30 RUN2@5 RUN2@30 ..."),
     p: str = typer.Option("0.1:1.0:0.1", "--p", help="START:STOP:STEP or a comma list"),
     select: Optional[str] = typer.Option(None, "--select", help="default: the authors' blocks.1-6.attn.{qkv,o} (GPT-2 >= 7 blocks)"),
-    keep: str = typer.Option("largest", "--keep", help="largest | smallest"),
+    keep: str = typer.Option("largest", "--keep", help="largest | smallest | random (--draws seeded draws per p)"),
     task: Optional[str] = typer.Option(None, "--task", help="data for models that are not runs: counterfact, hotpotqa, ..."),
     data: Optional[Path] = typer.Option(None, "--data", help="the task's file or folder"),
-    out: Path = typer.Option(Path("rank-curve"), "--out", help="output folder (table, CSV, figure)"),
+    out: Path = typer.Option(Path("rank-curve"), "--out", help="output folder (table, CSV, figure; with --claim the claim JSON)"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads"),
+    rule: str = typer.Option("open", "--rule", help="type rule of the counts: open (declared answer types; the lab's "
+                             "thresholds.type_rule default) | closed (answers of the same group in the sample)"),
+    draws: int = typer.Option(5, "--draws", help="random-direction draws per checkpoint and p (keep random, --claim)"),
+    seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED - 1, help="base seed of the random-direction draws"),
+    claim: bool = typer.Option(False, "--claim", help="judge the spectral claim (spectral_small_directions_early) over "
+                               "the runs: keep-largest, random and keep-smallest on the examples correct at both checkpoints"),
 ) -> None:
-    """Category counts under rank reduction, per checkpoint and p (the paper's rank-preservation plot)."""
+    """Category counts under rank reduction, per checkpoint and p (the paper's rank-preservation plot);
+    with --claim, the spectral claim against the random-direction baseline over runs (seeds)."""
     require_lm_extra("lm rank-curve")
     from .config import resolve
     from .labs.lm.config import Config
-    from .labs.lm.rankcurve import curve_configs, parse_p_range, rank_curve, write_rank_curve
+    from .labs.lm.rankcurve import check_curve_args, curve_configs, parse_p_range, rank_curve, write_rank_curve
     from .labs.lm.refs import load_ref
     from .lmkit.surgery import check_reduce_args
 
     ps = parse_p_range(p)  # bounded (MAX_P_POINTS) before any list is built
     check_reduce_args(keep, ps[0])
+    check_curve_args(rule, draws)
+    if claim and (task is not None or data is not None):
+        raise UserError("--claim compares checkpoints of runs of this lab, on each run's own data; drop --task/--data")
+    if claim and len(models) < 2:
+        raise UserError(f"--claim needs an early and a late checkpoint of each run (RUN@5 RUN@30 ...); got {len(models)} model")
     _check_out(out)
     config = None
     if task is not None or data is not None:
@@ -196,15 +209,50 @@ def rank_curve_cmd(
     _torch_threads(threads)
     refs = [load_ref(m) for m in models]  # each model checked (offline: one line at once), then loaded
     curve_configs(refs, config)
-    curve = rank_curve(refs, ps, config=config, selector=select, keep=keep)
+    if claim:
+        _spectral_claim(refs, ps, select, draws, seed, rule, out)
+        return
+    curve = rank_curve(refs, ps, config=config, selector=select, keep=keep, rule=rule, draws=draws, seed=seed)
     with _staged_out(out) as staging:  # every file or none (a full disk, Ctrl-C)
         paths = [out / path.name for path in write_rank_curve(curve, staging)]
-    table = Table(title=escape(f"rank curve (keep {keep})"))
-    for col in ("model", "p", "semantic-correct", "type-correct", "type-wrong"):
+    shown = curve.table.groupby(["model", "p"], sort=False)[["semantic-correct", "type-correct", "type-wrong", "excluded"]].mean()
+    how = f"random, mean of {draws} draws" if keep == "random" else keep
+    table = Table(title=escape(f"rank curve (keep {how}; {rule} type rule)"))
+    for col in ("model", "p", "semantic-correct", "type-correct", "type-wrong", "excluded"):
         table.add_column(col)
-    for _, row in curve.table.iterrows():
-        table.add_row(escape(str(row["model"])), f"{row['p']:.2f}", *(str(row[c]) for c in ("semantic-correct", "type-correct", "type-wrong")))
+    for (label, at), row in shown.iterrows():
+        table.add_row(escape(str(label)), f"{at:.2f}", *(f"{row[c]:g}" for c in ("semantic-correct", "type-correct", "type-wrong", "excluded")))
     out_console.print(table)
+    out_console.print(f"wrote {paths[0]}", highlight=False, markup=False)
+
+
+def _spectral_claim(refs, ps, select, draws, seed, rule, out) -> None:
+    """``lm rank-curve --claim``: the curves over E, the per-seed values, the claim, the files, the verdict line."""
+    from .labs.lm.spectralclaim import at_p, judge, pair_checkpoints, per_seed_values, spectral_curves, write_spectral
+    from .labs.lm.spectralspec import CLAIM_P
+
+    pairs = pair_checkpoints(refs)
+    curves = spectral_curves(pairs, ps, selector=select, draws=draws, seed=seed, rule=rule)
+    values = per_seed_values(curves.table)
+    result = judge(values)
+    with _staged_out(out) as staging:  # every file or none (a full disk, Ctrl-C)
+        paths = [out / path.name for path in write_spectral(curves, result, staging)]
+    stats = at_p(curves.table)
+    table = Table(title=escape(f"retained fraction of E at p = {CLAIM_P:g} ({curves.selector}; random: mean +- sd of "
+                               f"{draws} draws; {rule} type rule)"))
+    for col in ("seed", "E", "stage", "keep largest", "random", "keep smallest", "rho"):
+        table.add_column(col)
+    for row in values.itertuples():
+        for stage in ("early", "late"):
+            cell = {k: stats.loc[(row.seed, stage, k)] for k in ("largest", "random", "smallest")}
+            rho = getattr(row, f"rho_{stage}")
+            table.add_row(str(row.seed), str(row.n), stage, f"{cell['largest']['mean']:.3f}",
+                          f"{cell['random']['mean']:.3f} +- {cell['random']['std']:.3f}", f"{cell['smallest']['mean']:.3f}",
+                          "n/a" if rho != rho else f"{rho:.3f}")
+    out_console.print(table)
+    per_seed = ", ".join(f"seed {r.seed}: {r.value:.3g} (did {r.did:.3g})" for r in values.itertuples())
+    out_console.print(f"rho_early - rho_late per seed: {per_seed}", highlight=False, markup=False, soft_wrap=True)
+    out_console.print(result.line(), highlight=False, markup=False, soft_wrap=True)
     out_console.print(f"wrote {paths[0]}", highlight=False, markup=False)
 
 

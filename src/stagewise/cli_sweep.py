@@ -42,9 +42,11 @@ def claim_checks_line(report: Mapping[str, Any]) -> str:
     matrix counts per verdict (one cell each), so the two say the same numbers."""
     claims = [c for run in report["runs"] for c in run.get("claims") or []]
     holds = sum(c["holds"] is True for c in claims)
-    untestable = sum(c["holds"] is None for c in claims)
-    return (f"{len(report['runs'])} runs, {holds} of {len(claims)} claim checks hold"
-            + (f", {untestable} not testable" if untestable else ""))
+    unconcerned = sum(c["holds"] is None and c.get("verdict") == "not applicable" for c in claims)
+    untestable = sum(c["holds"] is None for c in claims) - unconcerned
+    return (f"{len(report['runs'])} runs, {holds} of {len(claims) - unconcerned} claim checks hold"
+            + (f", {untestable} not testable" if untestable else "")
+            + (f" ({unconcerned} not applicable)" if unconcerned else ""))
 
 def _split_sets(sets: List[str]) -> tuple[dict, list[str]]:
     """``--set executor.KEY=V`` -> executor options; every other ``--set`` -> config overrides."""

@@ -301,7 +301,7 @@ def _legacy_keys(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
     added = getattr(type(model), "ADDED", ())
     fields = type(model).model_fields
     for key, value in dumped.items():
-        if key in added and getattr(model, key) == fields[key].default:
+        if key in added and getattr(model, key) == fields[key].get_default(call_default_factory=True):
             continue  # a field added later, at its default: hashed as before it existed
         sub = getattr(model, key, None)
         if isinstance(sub, BaseModel) and isinstance(value, dict):

@@ -16,7 +16,8 @@ transformers = pytest.importorskip("transformers")
 
 from stagewise.errors import UserError  # noqa: E402
 from stagewise.lmkit.adapters import GPT2Adapter, LlamaAdapter, adapter_for  # noqa: E402
-from stagewise.lmkit.surgery import RankReducer, Target, kept_rank, parse_selector, reduce_rank  # noqa: E402
+from stagewise.lmkit.surgery import (  # noqa: E402
+    RankReducer, Target, kept_rank, low_rank, parse_selector, random_directions, reduce_rank)
 
 VOCAB, D_MODEL, N_HEADS, N_KV, N_LAYERS = 64, 32, 4, 2, 2
 FWD_TOL = 1e-6  # float32 forward pass vs our per-head recomputation
@@ -456,3 +457,68 @@ def test_reduction_table_lists_every_target():
     assert set(table["keep"]) == {"smallest"} and list(table["location"])[0] == "model.layers.0.self_attn.v_proj.weight[8:16, :]"
     with pytest.raises(KeyError):
         red["blocks.0.attn.q"]
+
+
+# ---- keep="random": the control of keep-largest / keep-smallest -----------------------------
+def test_random_directions_choose_k_uniformly():
+    gen = torch.Generator().manual_seed(0)
+    mask = random_directions(4000, 6, 2, gen)  # (4000, 6)
+    assert mask.dtype == torch.bool and bool((mask.sum(1) == 2).all())
+    freq = mask.double().mean(0)  # each index kept with probability k / r = 1/3
+    assert (freq - 1 / 3).abs().max() < 0.03  # 4000 draws: sd 0.0075 per index
+    pairs = {tuple(torch.nonzero(row).flatten().tolist()) for row in mask}
+    assert len(pairs) == math.comb(6, 2)  # every 2-subset occurs
+
+
+def test_random_keeps_k_of_the_matrix_own_singular_directions():
+    model = gpt2().double()
+    a = adapter_for(model)
+    orig = a.matrix(model, 0, "qkv")
+    red = reduce_rank(model, "blocks.0.attn.qkv", "random", 0.25, seed=3)
+    s, s_new = _svdvals(orig), _svdvals(a.matrix(model, 0, "qkv"))
+    k = math.floor(0.25 * len(s))
+    kept = s_new[:k]
+    assert s_new[k:].abs().max() < SVD_TOL  # rank k
+    match = (kept[:, None] - s[None, :]).abs().argmin(1)  # each kept value is one of the original's
+    torch.testing.assert_close(kept, s[match], atol=SVD_TOL, rtol=0)
+    assert len(set(match.tolist())) == k and sorted(match.tolist()) != list(range(k))  # k distinct, not simply the top k
+    assert abs(red.items[0].fro_kept ** 2 - float(kept.square().sum() / s.square().sum())) < SVD_TOL
+    assert red.items[0].kept == k and red.items[0].changed
+
+
+def test_random_with_k_equal_r_is_the_identity():
+    model = gpt2().double()
+    a = adapter_for(model)
+    w = a.matrix(model, 1, "o")[None]  # (1, m, n)
+    torch.testing.assert_close(low_rank(w, min(w.shape[-2:]), "random", seed=5), w, atol=SVD_TOL, rtol=0)
+    before = params(model)
+    red = reduce_rank(model, "blocks.*.attn", "random", 1.0, seed=5)
+    assert not any(i.changed for i in red.items)
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
+
+
+def test_random_draws_are_seeded_and_agree_between_the_entry_points():
+    model = llama()
+    selector = "blocks.*.attn.{q,o}, blocks.1.attn.k.head.0"
+    reducer = RankReducer(model, selector)
+    runs = {}
+    for name, seed in (("a", 11), ("b", 11), ("c", 12)):
+        target = copy.deepcopy(model)
+        reducer.apply(target, "random", 0.5, seed=seed)
+        runs[name] = params(target)
+    direct = copy.deepcopy(model)
+    reduce_rank(direct, selector, "random", 0.5, seed=11)
+    assert all(torch.equal(runs["a"][n], p) for n, p in runs["b"].items())
+    assert all(torch.equal(runs["a"][n], p) for n, p in params(direct).items())
+    assert any(not torch.equal(runs["a"][n], p) for n, p in runs["c"].items())
+    one = RankReducer(model, "blocks.0.attn.o")  # one group: the same draw as low_rank with that seed
+    target = copy.deepcopy(model)
+    one.apply(target, "random", 0.5, seed=4)
+    a = adapter_for(model)
+    expected = low_rank(a.matrix(model, 0, "o")[None], a.d_model // 2, "random", seed=4)[0].to(torch.float32)
+    torch.testing.assert_close(a.matrix(target, 0, "o"), expected, atol=1e-6, rtol=0)
+
+
+def test_randomized_svd_refuses_random_directions():
+    with pytest.raises(UserError, match="only keeps the largest"):
+        reduce_rank(gpt2(), "blocks.0.attn.o", "random", 0.5, method="randomized")

@@ -120,7 +120,7 @@ def test_version1_summary_still_reads(tmp_path):
     assert summary.schema_version == 1
     assert [c.verdict for c in summary.claims] == ["holds", "not testable"]
     assert all(c.source is None and c.spec_id is None and c.condition() == "" for c in summary.claims)
-    assert summary.counts() == {"holds": 1, "fails": 0, "not testable": 1}
+    assert summary.counts() == {"holds": 1, "fails": 0, "not testable": 1, "not applicable": 0}
 
 
 OLD_SOURCES_SUMMARY = {
@@ -284,3 +284,17 @@ def test_show_on_a_truncated_summary(cli, tmp_path, done_run):
     (run / "summary.json").write_text('{"lab": "ntp"}')
     code, _, err = cli("show", str(run))
     one_line(code, err, "not a stagewise summary")
+
+
+def test_not_applicable_is_neither_judged_nor_untestable():
+    spec = ClaimSpec(id="typed", statement="s", source=own("here"), quantity="q", relation=">", threshold=0.0,
+                     control="c", aggregation="paired-bootstrap")
+    claim = spec.not_applicable("a type claim; this task's answers are label words")
+    assert claim.holds is None and claim.verdict == "not applicable" and claim.aggregation == "paired-bootstrap"
+    assert "label words" in claim.reason
+    again = Claim.model_validate(claim.model_dump(mode="json"))  # survives summary.json
+    assert again.verdict == "not applicable"
+    summary = Summary(lab="x", seeds=[0], claims=[claim, spec.result(1.0)])
+    assert summary.counts() == {"holds": 1, "fails": 0, "not testable": 0, "not applicable": 1}
+    with pytest.raises(ValueError, match="disagrees"):
+        Claim(id="x", statement="s", holds=True, verdict="not applicable")

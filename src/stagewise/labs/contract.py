@@ -222,6 +222,10 @@ class Lab:
     summary_tables: Mapping[str, Callable[[Summary], SummaryTable | None]] = field(default_factory=dict)
     """Tables ``stagewise show`` prints after the summary's scalars: name -> a function of the
     run's Summary giving a :class:`SummaryTable`, or None when the summary holds nothing for it."""
+    across_runs: Callable[[Sequence[tuple[Any, Summary]]], list[Claim]] | None = None
+    """The lab's claims over seeds: given the (config, summary) of every finished run of a sweep
+    or a reproduce, the claims judged by their declared aggregation (``ClaimSpec.aggregation``)
+    across the runs that differ only in seed and control; shown beside the claims matrix."""
     metric_aliases: Mapping[str, str] = field(default_factory=dict)
     """Old metric names the lab no longer logs -> their current names (``{"opt_attn_min":
     "train.opt_attn.min"}``). Run folders written before a rename read with the current names:

@@ -6,6 +6,13 @@ to k = floor(p r) directions::
 
     keep="largest":   W_k = sum_{i < k} s_i u_i v_i^T        (best rank-k approximation, Eckart-Young)
     keep="smallest":  W_k = sum_{i >= r - k} s_i u_i v_i^T   (the k smallest directions)
+    keep="random":    W_k = sum_{i in S} s_i u_i v_i^T       (S: k of the r indices, uniformly at random)
+
+keep="random" is the control of the other two: the same operation (keep k of the matrix's own
+singular directions) with the directions chosen without regard to their size. S is drawn
+without replacement, independently for every target (every matrix, or every head), from a CPU
+``torch.Generator`` seeded with ``seed`` (:func:`random_directions`); the same seed, selector
+and model shapes give the same directions. E ||W_k||_F^2 = (k / r) ||W||_F^2.
 
 Exact SVD runs in float64 and the result is cast back to the weight's dtype. A target whose
 k equals r is not touched at all (so p = 1.0 leaves the model bit-identical). Biases are never
@@ -30,7 +37,7 @@ from stagewise.lmkit.selectors import Target, parse_selector
 RANK_TOL = 1e-6
 """k = floor(p * r + RANK_TOL): p * r within this of an integer counts as that integer (0.7 * 10 -> 7)."""
 
-KEEPS = ("largest", "smallest")
+KEEPS = ("largest", "smallest", "random")
 METHODS = ("exact", "randomized")
 
 
@@ -49,6 +56,8 @@ def low_rank(a: torch.Tensor, k: int, keep: str = "largest", *, method: str = "e
              oversample: int = 10, n_iter: int = 4) -> torch.Tensor:
     """a (B, m, n) rebuilt from k singular directions per matrix, in float64.
 
+    keep="random" draws the k directions of every matrix with a CPU generator seeded with
+    ``seed`` (:func:`random_directions`; the same draw as :meth:`RankReducer.apply` on one group).
     "exact": torch.linalg.svd. "randomized" (keep="largest" only): Halko, Martinsson & Tropp
     (2011) range finder with l = min(k + oversample, m, n) Gaussian probes drawn from a CPU
     torch.Generator seeded with ``seed`` (same result on any device) and ``n_iter`` subspace
@@ -75,6 +84,8 @@ def low_rank(a: torch.Tensor, k: int, keep: str = "largest", *, method: str = "e
         ub, s, vh = torch.linalg.svd(q.transpose(-1, -2) @ a, full_matrices=False)  # (B, l, l), (B, l), (B, l, n)
         return _from_svd(q @ ub, s, vh, k, "largest")  # q @ ub: (B, m, l)
     u, s, vh = torch.linalg.svd(a, full_matrices=False)  # (B, m, r), (B, r), (B, r, n)
+    if keep == "random":
+        return _from_mask(u, s, vh, random_directions(a.shape[0], r, k, torch.Generator().manual_seed(seed)))
     return _from_svd(u, s, vh, k, keep)
 
 
@@ -83,6 +94,26 @@ def _from_svd(u: torch.Tensor, s: torch.Tensor, vh: torch.Tensor, k: int, keep: 
     n = s.shape[-1]
     part = slice(0, k) if keep == "largest" else slice(n - k, n)
     return (u[..., part] * s[:, None, part]) @ vh[:, part, :]  # (B, m, n)
+
+
+def random_directions(b: int, r: int, k: int, generator: torch.Generator) -> torch.Tensor:
+    """(b, r) bool: for each of b matrices, k of its r direction indices chosen uniformly at
+    random without replacement (the k smallest of r i.i.d. uniform scores: every k-subset is
+    equally likely). Draws b * r numbers from ``generator`` (CPU).
+
+    Example::
+
+        random_directions(2, 5, 2, torch.Generator().manual_seed(0)).sum(1)   # tensor([2, 2])
+    """
+    scores = torch.rand(b, r, generator=generator, dtype=torch.float64)  # (b, r)
+    ranks = scores.argsort(dim=1).argsort(dim=1)  # (b, r) rank of each score within its row
+    return ranks < k  # (b, r)
+
+
+def _from_mask(u: torch.Tensor, s: torch.Tensor, vh: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """sum of the directions where ``mask`` (B, l) is True: u (B, m, l), s (B, l), vh (B, l, n)."""
+    kept = s * mask.to(device=s.device, dtype=s.dtype)  # (B, l) the dropped directions' s set to 0
+    return (u * kept[:, None, :]) @ vh  # (B, m, n)
 
 
 @dataclass(frozen=True)
@@ -194,19 +225,30 @@ class RankReducer:
                 self._groups.append(_Group(proj, whole, tuple(members), torch.stack(mats).to(torch.float64), mats[0].dtype))
         self._svd: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
-    def _reduce(self, i: int, k: int, keep: str, method: str, seed: int, oversample: int, n_iter: int) -> torch.Tensor:
+    def _reduce(self, i: int, k: int, keep: str, method: str, seed: int, oversample: int, n_iter: int,
+                generator: torch.Generator | None = None) -> torch.Tensor:
         original = self._groups[i].original  # (B, m, n)
         if method == "randomized":
             return low_rank(original, k, keep, method=method, seed=seed, oversample=oversample, n_iter=n_iter)
         if i not in self._svd:
             self._svd[i] = torch.linalg.svd(original, full_matrices=False)  # (B, m, r), (B, r), (B, r, n)
+        if keep == "random":
+            if generator is None:
+                raise ValueError("keep='random' needs the apply call's generator")
+            u, s, vh = self._svd[i]
+            return _from_mask(u, s, vh, random_directions(s.shape[0], s.shape[1], k, generator))  # (B, m, n)
         return _from_svd(*self._svd[i], k, keep)  # (B, m, n)
 
     def apply(self, model, keep: str = "largest", p: float = 1.0, *, method: str = "exact", seed: int = 0,
               oversample: int = 10, n_iter: int = 4) -> Reduction:
-        """Reduce every target of ``model`` (in place) to k = floor(p r) directions; see :func:`reduce_rank`."""
+        """Reduce every target of ``model`` (in place) to k = floor(p r) directions; see :func:`reduce_rank`.
+
+        keep="random": one ``torch.Generator`` seeded with ``seed`` per call, drawn from group by
+        group in the reducer's order (groups whose k equals r draw nothing), so a call's
+        directions depend only on ``seed``, ``p`` and the selection."""
         check_reduce_args(keep, p, method, oversample, n_iter)
         a = self.adapter
+        generator = torch.Generator().manual_seed(int(seed)) if keep == "random" else None
         done: dict[Target, ReducedMatrix] = {}
         for i, g in enumerate(self._groups):
             rows, cols = g.original.shape[-2:]
@@ -218,7 +260,7 @@ class RankReducer:
                     done[t] = ReducedMatrix(t.name, a.location(t.layer, g.proj, t.head), shape, r, k, 1.0, 0.0, False)
                 continue
             with torch.no_grad():
-                new = self._reduce(i, k, keep, method, seed, int(oversample), int(n_iter))  # (B, m, n) float64
+                new = self._reduce(i, k, keep, method, seed, int(oversample), int(n_iter), generator)  # (B, m, n) float64
                 norm = torch.linalg.matrix_norm(g.original)  # (B,)
                 safe = torch.where(norm > 0, norm, 1.0)  # (B,)
                 kept_frac = torch.where(norm > 0, torch.linalg.matrix_norm(new) / safe, 1.0).tolist()

@@ -49,12 +49,15 @@ from ..report.html import FigureEntry, inside_folder
 from ..report.pages import Page, SweepPointView, reproduce_html_page, run_page, sweep_page
 from ..runs import read_manifest
 from ..runs.links import refuse_links
-from ..runs.store import atomic_write_text
+from ..runs.store import atomic_write_json, atomic_write_text
+from .overseeds import over_seeds
 from .sweep import index as sweep_index
 from .sweepplan import point_lines
 
 KINDS = ("run", "sweep", "reproduce")
 REPORT = "report.html"
+OVER_SEEDS = "over_seeds.json"
+"""A sweep's claims over seeds (``Lab.across_runs``), beside its report."""
 COPIED_FIGURES = Path("report") / "figures"
 
 
@@ -241,20 +244,27 @@ def _write_sweep(folder: Path, collect_fn: Callable[[Path], Any] | None) -> Repo
         frame, pngs, warnings = collected.frame, list(collected.figures), warnings + list(collected.warnings)
     except UserError as err:
         frame, pngs, warnings = pd.DataFrame(), [], warnings + [f"collect: {m}" for m in err.messages]
-    declared, made, written = _declarations(folder, [str(p["run_dir"]) for p in points])
+    declared, made, written, unconcerned = _declarations(folder, [str(p["run_dir"]) for p in points])
+    over = over_seeds(run_dir for p in points if (run_dir := _inside(folder, folder / str(p["run_dir"]))) is not None)
+    if over:
+        atomic_write_json(folder / OVER_SEEDS, {"claims": [c.model_dump(mode="json") for c in over]})
     sources = {**declared_sources(index.get("lab")), **written}
     page = sweep_page(index, views, frame, _figure_entries(folder, pngs), warnings, links, folder, declared,
-                      {v.label: made[v.run_dir] for v in views if v.run_dir in made}, sources)
+                      {v.label: made[v.run_dir] for v in views if v.run_dir in made}, sources,
+                      {v.label: unconcerned[v.run_dir] for v in views if v.run_dir in unconcerned}, over)
     return _result(page, folder / REPORT, "sweep", run_reports=tuple(pages.values()), warnings=tuple(warnings))
 
 
-def _declarations(folder: Path, run_dirs: list[str]) -> tuple[dict[str, Claim], dict[str, frozenset[str]], dict[str, str]]:
+def _declarations(folder: Path, run_dirs: list[str]) -> tuple[dict[str, Claim], dict[str, frozenset[str]], dict[str, str],
+                                                             dict[str, dict[str, str]]]:
     """(claim id -> the first Claim with that id in the summaries of the run folders inside
     ``folder``: the declarations the sweep's claims matrix shows; run_dir -> the ids of the
     claims its summary makes, so that a claim a run does not make is shown absent, not "not
-    testable"; the summaries' sources, paper key -> heading), unreadable summaries skipped."""
+    testable"; the summaries' sources, paper key -> heading; run_dir -> {id: reason} of the
+    claims its summary says are not applicable), unreadable summaries skipped."""
     out: dict[str, Claim] = {}
     made: dict[str, frozenset[str]] = {}
+    unconcerned: dict[str, dict[str, str]] = {}
     sources: dict[str, str] = {}
     for key in dict.fromkeys(run_dirs):
         run_dir = _inside(folder, folder / key)
@@ -265,11 +275,12 @@ def _declarations(folder: Path, run_dirs: list[str]) -> tuple[dict[str, Claim], 
         except UserError:
             continue
         made[key] = frozenset(c.id for c in summary.claims)
+        unconcerned[key] = {c.id: c.reason for c in summary.claims if c.verdict == "not applicable"}
         for c in summary.claims:
             out.setdefault(c.id, c)
         for paper, heading in summary.sources.items():
             sources.setdefault(paper, heading)
-    return out, made, sources
+    return out, made, sources, unconcerned
 
 
 # ------------------------------------------------------------------------ reproduce

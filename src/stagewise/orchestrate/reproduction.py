@@ -31,6 +31,7 @@ from ..report.html import reproduce_markdown
 from ..runs import read_manifest
 from ..runs.store import atomic_write_json, atomic_write_text
 from .executors import ExecutorOptions
+from .overseeds import over_seeds
 from .reporting import reproduce_page
 from .runner import check_size, execute_spec, writable_dir
 from .sweep import PointResult, preflight, run_runs
@@ -109,6 +110,9 @@ def reproduce(lab: Lab, folder: str | Path, *, quick: bool = False, progress: bo
             seconds[spec.name] = round(time.perf_counter() - start, 2)
     runs_out = [_run_one(spec, config, folder, seconds[spec.name]) for spec, config in zip(specs, configs)]
     report = {"lab": lab.name, "quick": quick, "runs": runs_out, "sources": dict(lab.sources)}
+    over = over_seeds(folder / "runs" / spec.name for spec in specs)
+    if over:
+        report["over_seeds"] = [c.model_dump(mode="json") for c in over]
     _write_report(report, folder)
     return report
 

@@ -15,7 +15,7 @@ orders the groups of a report.
 After a run, :meth:`ClaimSpec.result` turns the measured per-seed values into a
 :class:`Claim`: the declaration's fields plus the value(s), the per-seed pass fraction and
 the verdict, in one vocabulary everywhere (:data:`VERDICTS`): ``holds`` / ``fails`` /
-``not testable`` (with the reason). A claim over seeds (``over="every"``) holds when every
+``not testable`` / ``not applicable`` (each with the reason). A claim over seeds (``over="every"``) holds when every
 seed's value passes; its ``value`` is the worst seed's. An ensemble claim (``over="run"``)
 is one value for the whole run. :meth:`Claim.with_not_testable` turns a result into "not testable"
 (e.g. data outside the theory), :meth:`Claim.with_required_fraction` judges a per-seed
@@ -48,9 +48,15 @@ from ..errors import UserError
 SCHEMA_VERSION = 2
 """summary.json's schema: 1 = claims as (id, statement, holds, evidence); 2 = declared claims."""
 
-Verdict = Literal["holds", "fails", "not testable"]
-VERDICTS: tuple[str, ...] = ("holds", "fails", "not testable")
+Verdict = Literal["holds", "fails", "not testable", "not applicable"]
+VERDICTS: tuple[str, ...] = ("holds", "fails", "not testable", "not applicable")
+UNJUDGED: tuple[str, ...] = ("not testable", "not applicable")
+"""The verdicts of a claim that was not judged (``holds`` None): *not testable* where the claim
+applies but this run cannot decide it (too few epochs, a tie); *not applicable* where the claim
+does not concern the run (a type claim on a classification task), with the reason."""
 Relation = Literal[">=", ">", "<=", "<"]
+Aggregation = Literal["paired-bootstrap", "sign-test"]
+"""How a claim's per-run values aggregate over seeds (described in :data:`~.seedstats.AGGREGATIONS`)."""
 _PASSES = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less}
 
 SourceKind = Literal["paper", "reviewer", "own"]
@@ -177,6 +183,9 @@ class ClaimSpec(BaseModel):
     floor: str = ""
     control: str = Field(min_length=1)
     over: Literal["every", "run"] = "every"
+    aggregation: Aggregation | None = None
+    """How the claim's per-run values aggregate over seeds (:data:`~.seedstats.AGGREGATIONS`),
+    declared with it; None: each run is judged alone."""
 
     def condition(self) -> str:
         """``quantity relation threshold`` as text."""
@@ -193,7 +202,7 @@ class ClaimSpec(BaseModel):
         cid = self.id if case is None else f"{self.id}_{case}"
         return dict(id=cid, spec_id=self.id, statement=self.statement, source=self.source, quantity=self.quantity,
                     relation=self.relation, threshold=self.threshold, unit=self.unit, floor=self.floor,
-                    control=self.control)
+                    control=self.control, aggregation=self.aggregation)
 
     def result(self, values: Any, evidence: str = "", *, seeds: Sequence[int] | None = None,
                case: str | None = None, statement: str | None = None) -> "Claim":
@@ -244,6 +253,15 @@ class ClaimSpec(BaseModel):
         return Claim(**fields, holds=None, verdict="not testable", reason=reason, evidence=evidence,
                      value=value, per_seed=per_seed, pass_fraction=fraction)
 
+    def not_applicable(self, reason: str, evidence: str = "", *, case: str | None = None,
+                       statement: str | None = None) -> "Claim":
+        """The claim does not concern this run (``reason``: why, e.g. "a type claim; BLiMP and
+        SICK answers are label words, not typed answers"): never judged, never "fails"."""
+        fields = self._declared(case)
+        if statement is not None:
+            fields["statement"] = statement
+        return Claim(**fields, holds=None, verdict="not applicable", reason=reason, evidence=evidence)
+
 
 class Claim(BaseModel):
     """One tested claim: the declaration (:class:`ClaimSpec`'s fields, ``source`` None in
@@ -269,6 +287,7 @@ class Claim(BaseModel):
     unit: str = ""
     floor: str = ""
     control: str = ""
+    aggregation: Aggregation | None = None
     value: float | None = None
     per_seed: dict[str, float | None] = Field(default_factory=dict)
     pass_fraction: float | None = None
@@ -279,7 +298,7 @@ class Claim(BaseModel):
         expected = "not testable" if self.holds is None else "holds" if self.holds else "fails"
         if self.verdict is None:
             object.__setattr__(self, "verdict", expected)
-        elif self.verdict != expected:
+        elif self.verdict != expected and not (self.holds is None and self.verdict in UNJUDGED):
             raise ValueError(f"claim {self.id}: verdict {self.verdict!r} disagrees with holds={self.holds}")
         return self
 

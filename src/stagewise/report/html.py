@@ -37,7 +37,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from .matrix import NONE_TEXT, REASON_CHARS, SIGNIFICANT, Column, Matrix, RunClaims, as_claim, element_id, is_number
-from .matrix import markdown_cell, matrix_markdown, number, runs_matrix
+from .matrix import markdown_cell, matrix_markdown, number, over_seeds_lines, over_seeds_matrix, runs_matrix
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 """The page templates (package data: ``report/templates/*``)."""
@@ -237,6 +237,10 @@ def reproduce_markdown(report: dict[str, Any], sources: Mapping[str, str] | None
              f"{matrix.n_claims} claims over {len(report['runs'])} runs, {matrix.n_checks} claim checks: "
              + ", ".join(f"{word} {n}" for word, n in counts.items()), "", "## Claims", ""]
     lines += matrix_markdown(matrix) or ["no claims", ""]
+    over = [as_claim(c) for c in report.get("over_seeds") or []]
+    if over:
+        lines += ["## Claims over seeds", ""] + matrix_markdown(over_seeds_matrix(over, sources))
+        lines += [f"- {markdown_cell(line)}" for line in over_seeds_lines(over)] + [""]
     lines += ["## Runs", ""]
     for run in report["runs"]:
         heading = (f"### {run['name']} (preset {run.get('preset')}, seeds {run.get('seeds')}, {run['status']}, "

@@ -45,7 +45,8 @@ REASON_CHARS = 90
 TITLE_CHARS = 300
 """Characters of an undeclared claim's evidence shown as its cell's hover text."""
 
-CSS_CLASS = {"holds": "holds", "fails": "fails", "not testable": "nottestable", ABSENT: "absent"}
+CSS_CLASS = {"holds": "holds", "fails": "fails", "not testable": "nottestable", "not applicable": "notapplicable",
+             ABSENT: "absent"}
 """Verdict -> css class of its cell."""
 
 
@@ -276,7 +277,8 @@ def _worst(values: list[float], claim: Claim | None) -> float:
 
 
 def sweep_matrix(frame: pd.DataFrame, columns: Mapping[str, Column], claims: Mapping[str, Claim],
-                 made: Mapping[str, frozenset[str]] | None = None, sources: Mapping[str, str] | None = None) -> Matrix:
+                 made: Mapping[str, frozenset[str]] | None = None, sources: Mapping[str, str] | None = None,
+                 unconcerned: Mapping[str, Mapping[str, str]] | None = None) -> Matrix:
     """Claims x sweep points from the collect table (a row per run and seed; ``claim.ID``
     the run's verdict, ``claim_value.ID`` its value where collected). ``columns``: point
     label -> column (frame order is used for points missing there); ``claims``: id -> a
@@ -287,7 +289,9 @@ def sweep_matrix(frame: pd.DataFrame, columns: Mapping[str, Column], claims: Map
     shows the worst ``claim_value`` of the point when that column exists, else ``k/n``
     testable rows holding. ``made``: point label -> the ids of the claims its run's summary
     makes; a claim outside it is :data:`ABSENT` (the collect table's <NA> alone cannot tell
-    a claim the run does not make from one it cannot test). ``sources``: paper key -> heading."""
+    a claim the run does not make from one it cannot test). ``sources``: paper key -> heading;
+    ``unconcerned``: point label -> {claim id: reason} of the claims its run says are not
+    applicable (their cell says so, with the reason)."""
     ids = [str(c)[len("claim."):] for c in frame.columns if str(c).startswith("claim.")]
     if not ids or "point" not in frame.columns:
         return Matrix((), ())
@@ -302,6 +306,10 @@ def sweep_matrix(frame: pd.DataFrame, columns: Mapping[str, Column], claims: Map
         for col, (point, group) in zip(cols, groups):
             if made is not None and str(point) in made and cid not in made[str(point)]:
                 cells[cid].append(Cell(ABSENT))
+                continue
+            reason = (unconcerned or {}).get(str(point), {}).get(cid)
+            if reason is not None:
+                cells[cid].append(Cell("not applicable", href=col.href, title=reason, reason=reason[:REASON_CHARS]))
                 continue
             held = [_holds(v) for v in group[f"claim.{cid}"]]
             n_true, n_test = sum(h is True for h in held), sum(h is not None for h in held)
@@ -349,3 +357,19 @@ def matrix_markdown(matrix: Matrix) -> list[str]:
                          + " | ".join(markdown_cell(cell_text(c)) for c in cells) + " |")
         lines.append("")
     return lines
+
+
+def over_seeds_matrix(claims: Sequence[Claim], sources: Mapping[str, str] | None = None) -> Matrix:
+    """The claims over seeds (:func:`stagewise.report.seedstats.judge_over_seeds`) as a matrix
+    of one column: each claim's verdict against its controls, its judged value (the interval's
+    end), ``k/n`` seeds passing alone."""
+    if not claims:
+        return Matrix((), ())
+    n = max(len(c.per_seed) for c in claims) or 1
+    return runs_matrix([RunClaims(Column(f"over seeds ({n})"), list(claims), n, lambda cid: None)], sources)
+
+
+def over_seeds_lines(claims: Sequence[Claim]) -> list[str]:
+    """One line per claim over seeds: id, verdict, evidence (the intervals and the controls)."""
+    return [f"{c.id}: {c.verdict}" + (f" ({c.reason})" if c.reason else "") + (f"; {c.evidence}" if c.evidence else "")
+            for c in claims]

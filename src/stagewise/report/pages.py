@@ -40,7 +40,8 @@ from ..runs import read_manifest
 from ..runs.names import rename_keys
 from .claims import Claim, Summary, read_summary
 from .html import FigureEntry, figures, inside_folder, render, reproduce_matrix
-from .matrix import Column, RunClaims, as_claim, element_id, number, runs_matrix, sweep_matrix
+from .matrix import (Column, RunClaims, as_claim, element_id, number, over_seeds_lines, over_seeds_matrix, runs_matrix,
+                     sweep_matrix)
 
 STAGE_KEYS = frozenset({"per_seed", "mean", "min", "max", "n_reached", "n_seeds"})
 """Keys every stage entry of a StageReport-shaped dict has."""
@@ -296,14 +297,17 @@ def _collected(frame: pd.DataFrame, links: Mapping[str, str]) -> tuple[list[str]
 def sweep_page(index: dict[str, Any], points: Sequence[SweepPointView], frame: pd.DataFrame,
                figure_entries: Sequence[FigureEntry], warnings: Sequence[str], links: dict[str, str],
                folder: str | Path, claims: Mapping[str, Claim] | None = None,
-               made: Mapping[str, frozenset[str]] | None = None, sources: Mapping[str, str] | None = None) -> Page:
+               made: Mapping[str, frozenset[str]] | None = None, sources: Mapping[str, str] | None = None,
+               unconcerned: Mapping[str, Mapping[str, str]] | None = None, over_seeds: Sequence[Claim] = ()) -> Page:
     """The report of a sweep ``folder``: the claims x points matrix (each point's cell
     linked to its run's report), failures, figures (only those inside ``folder`` are
     embedded), then the runs and the collect table folded. ``links`` maps a run's
     ``run_dir`` or hash (as in the frame) to its report href (relative to ``folder``);
     ``claims``: claim id -> a Claim of some run (its declaration for the row header);
     ``made``: point label -> the ids of the claims its run makes (see :func:`sweep_matrix`);
-    ``sources``: paper key -> heading."""
+    ``sources``: paper key -> heading; ``unconcerned``: point label -> {claim id: reason} of the
+    claims its run says are not applicable; ``over_seeds``: the lab's claims over seeds
+    (``Lab.across_runs``), shown after the matrix."""
     title = f"stagewise sweep {index.get('lab', '?')}: {len(points)} points"
     statuses = dict(sorted(Counter(p.status for p in points).items()))
     by_label = {p.label: p for p in points}
@@ -315,11 +319,12 @@ def sweep_page(index: dict[str, Any], points: Sequence[SweepPointView], frame: p
                                               else str(group["status"].iloc[0]))
             columns[str(point)] = Column(str(point), _point_href(group.iloc[0], links), status,
                                          view.lines if view else ())
-    matrix = sweep_matrix(frame, columns, claims or {}, made, sources)
+    matrix = sweep_matrix(frame, columns, claims or {}, made, sources, unconcerned)
     cols, rows = _collected(frame, links)
     block = figures(figure_entries, folder)
     html = render("sweep.html", title=title, statuses=statuses, axes=[str(a) for a in index.get("axes") or []],
-                  warnings=list(warnings), claims=matrix, bad=[p for p in points if p.status != "done"], points=points,
+                  warnings=list(warnings), claims=matrix, over_seeds=over_seeds_matrix(over_seeds, sources),
+                  over_seeds_lines=over_seeds_lines(over_seeds), bad=[p for p in points if p.status != "done"], points=points,
                   figures=block.html, columns=cols, rows=rows, n_rows=len(frame))
     return Page(title, str(html), block.embedded, block.missing)
 
@@ -394,7 +399,9 @@ def reproduce_html_page(report: dict[str, Any], folder: Path, links: dict[str, s
                             evidence_rows(claims, lambda cid, name=name: element_id("ev", name, cid), shown),
                             block.html))
     statuses = dict(sorted(Counter(r.status for r in runs).items()))
-    html = render("reproduce.html", title=title, claims=matrix, runs=runs, statuses=statuses)
+    over = [as_claim(c) for c in report.get("over_seeds") or []]
+    html = render("reproduce.html", title=title, claims=matrix, runs=runs, statuses=statuses,
+                  over_seeds=over_seeds_matrix(over, sources), over_seeds_lines=over_seeds_lines(over))
     return Page(title, str(html), tuple(embedded), tuple(missing))
 
 

@@ -145,7 +145,8 @@ def test_half_drop_epoch():
 
 
 # ------------------------------------------------------------------ runs
-SMALL = {"task": {"name": "counterfact"}, "model": {"compact_vocab": True, "tiny": {"n_layer": 1, "n_embd": 32, "n_head": 2}},
+SMALL = {"task": {"name": "counterfact"}, "baselines": {"kinds": ["bow", "bow-last"]},
+         "model": {"compact_vocab": True, "tiny": {"n_layer": 1, "n_embd": 32, "n_head": 2}},
          "train": {"epochs": 4, "batch_size": 8, "lr": 3e-3, "log_every": 1, "snapshot_epochs": [2]}}
 
 
@@ -275,10 +276,17 @@ def test_rank_curve_at_p1_equals_the_run_and_falls_with_p(cli, small_run, tmp_pa
     pred = pd.read_parquet(root / "tables" / "predictions.parquet")
     for label, epoch in ((f"{root.name}@4", 4), (f"{root.name}@2", 2)):
         at = table[(table["model"] == label) & (table["p"] == 1.0)].iloc[0]
-        expected = pred[pred["epoch"] == epoch]["category"].value_counts()
-        assert at["semantic-correct"] == expected.get("semantic-correct", 0)
-        assert at["type-wrong"] == expected.get("type-wrong", 0)
+        expected = pred[pred["epoch"] == epoch]["category_open"].value_counts()  # the default rule: open
+        assert at["rule"] == "open"
+        for category in ("semantic-correct", "type-correct", "type-wrong", "excluded"):
+            assert at[category] == expected.get(category, 0)
     assert (tmp_path / "rc" / "rank_curve.png").exists()
+    code, _, err = cli("lm", "rank-curve", f"{root}@2", "--p", "1.0", "--rule", "closed", "--out", str(tmp_path / "closed"))
+    assert code == 0, err
+    at = pd.read_parquet(tmp_path / "closed" / "rank_curve.parquet").iloc[0]
+    expected = pred[pred["epoch"] == 2]["category"].value_counts()
+    assert at["rule"] == "closed" and at["excluded"] == 0
+    assert (at["type-correct"], at["type-wrong"]) == (expected.get("type-correct", 0), expected.get("type-wrong", 0))
 
 
 # ------------------------------------------------------------------ GGUF (SmolLM2), when installed

@@ -159,7 +159,7 @@ def test_train_before_step_first_record_is_the_untrained_model(lm_data_root, tmp
     """One batch per epoch and no dropout: epoch 1's training-pass record is the model before
     any update, i.e. the eval-mode epoch-0 record of the default recording."""
     after = execute_spec(RunSpec(lab="lm", overrides=TINY), tmp_path / "a", raise_on_failure=True)
-    before_cfg = {**TINY, "train": {**TINY["train"], "record": "train-before-step"}}
+    before_cfg = {**TINY, "train": {**TINY["train"], "record": "train-before-step", "eval_epochs": [0, 2]}}
     before = execute_spec(RunSpec(lab="lm", overrides=before_cfg), tmp_path / "b", raise_on_failure=True)
     assert after["status"] == before["status"] == "done"
     pa = pd.read_parquet(tmp_path / "a" / "tables" / "predictions.parquet")
@@ -173,6 +173,14 @@ def test_train_before_step_first_record_is_the_untrained_model(lm_data_root, tmp
     a1 = pa[pa["epoch"] == 1].sort_values("example_id").reset_index(drop=True)
     b2 = pb[pb["epoch"] == 2].sort_values("example_id").reset_index(drop=True)
     np.testing.assert_allclose(a1["answer_logprob"], b2["answer_logprob"], rtol=1e-5, atol=1e-6)
+    # train.eval_epochs beside the authors' recording: eval mode at epochs 0 and 2, as eval-after-epoch's records
+    ev = pd.read_parquet(tmp_path / "b" / "tables" / "eval_predictions.parquet")
+    assert sorted(ev["epoch"].unique()) == [0.0, 2.0]
+    for epoch in (0, 2):
+        mine = ev[ev["epoch"] == epoch].sort_values("example_id").reset_index(drop=True)
+        theirs = pa[pa["epoch"] == epoch].sort_values("example_id").reset_index(drop=True)
+        assert (mine["category"] == theirs["category"]).all()
+        np.testing.assert_allclose(mine["answer_logprob"], theirs["answer_logprob"], rtol=1e-5, atol=1e-6)
 
 
 def test_train_before_step_resumes_mid_epoch_exactly(lm_data_root, tmp_path, monkeypatch):
@@ -181,7 +189,8 @@ def test_train_before_step_resumes_mid_epoch_exactly(lm_data_root, tmp_path, mon
 
     from resume_helpers import signal_at_step
 
-    cfg = {**TINY, "train": {**TINY["train"], "record": "train-before-step", "batch_size": 8, "epochs": 3}}
+    cfg = {**TINY, "baselines": {"kinds": ["bow", "bow-last"]},
+           "train": {**TINY["train"], "record": "train-before-step", "batch_size": 8, "epochs": 3, "eval_epochs": [0, 2]}}
     execute_spec(RunSpec(lab="lm", overrides=cfg), tmp_path / "full", raise_on_failure=True)
     signal_at_step(monkeypatch, 6, signal.SIGTERM)  # mid epoch 2
     with pytest.raises(KeyboardInterrupt):
@@ -189,9 +198,24 @@ def test_train_before_step_resumes_mid_epoch_exactly(lm_data_root, tmp_path, mon
     assert json.loads((tmp_path / "r" / "manifest.json").read_text())["status"] == "interrupted"
     monkeypatch.undo()
     execute_spec(RunSpec(lab="lm", overrides=cfg), tmp_path / "r", raise_on_failure=True)
-    for name in ("metrics.parquet", "tables/predictions.parquet"):
+    for name in ("metrics.parquet", "tables/predictions.parquet", "tables/baseline_predictions.parquet",
+                 "tables/eval_predictions.parquet"):
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "r" / name), pd.read_parquet(tmp_path / "full" / name),
                                       check_exact=True)
+
+
+def test_places_by_granularity_and_row_kinds():
+    """Issue 27: a country name is never a city by the lexicon (GeoNames has cities named like
+    countries), unless the data's own answer of a city relation is that name."""
+    assert {"mexico", "luxembourg", "france", "europe", "bavaria"}.isdisjoint(lexicon("city"))
+    assert "mexico" in lexicon("country") and "bavaria" in lexicon("region") and "paris" in lexicon("city")
+    assert {"mexico", "paris", "bavaria"} <= lexicon("place")
+    # capital of Luxembourg (P36, city) is " Luxembourg": the data's own answer makes it a city for that relation
+    space = _space([" Luxembourg", " Paris"], ["P36", "P17"], [" Luxembourg", " Mexico", " Paris", " Lyon", " French"])
+    assert categorize_open(space, torch.tensor([1, 3])).tolist() == [TYPE_WRONG, TYPE_WRONG]  # Mexico not a city; Lyon not a country
+    assert categorize_open(space, torch.tensor([3, 1])).tolist() == [TYPE_CORRECT, TYPE_CORRECT]
+    assert space.types.kind_names(torch.tensor([1, 2, 4, 0])) == ["country", "city", "language", "country"]
+    assert space.types.example_types() == ["city", "country"]
 
 
 def test_record_mode_refusals(cli, tmp_path):

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .categories import CATEGORIES, AnswerSpace, answer_space, categorize
     from .config import Config
     from .tasks import Example, Sentence, load_examples, load_sentences
+    from .twotask import LabelPrior, label_prior
 
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("AttentionAdapter", "adapter_for"), "...lmkit.adapters"),
@@ -27,11 +28,12 @@ _EXPORTS: dict[str, str] = {
     "Config": ".config",
     **dict.fromkeys(("LoadedModel", "build", "gpt2_bpe"), "...lmkit.models"),
     **dict.fromkeys(("Example", "Sentence", "load_examples", "load_sentences"), ".tasks"),
+    **dict.fromkeys(("LabelPrior", "label_prior"), ".twotask"),
 }
 
 __all__ = [
     "CATEGORIES", "AnswerSpace", "AttentionAdapter", "Config", "Example", "LoadedModel", "Sentence", "adapter_for",
-    "answer_space", "build", "categorize", "gpt2_bpe", "load_examples", "load_sentences",
+    "answer_space", "build", "categorize", "gpt2_bpe", "load_examples", "load_sentences", "LabelPrior", "label_prior",
 ]
 
 

@@ -20,6 +20,17 @@ rule decides from the prompt's declared *type* alone:
 * a prediction is type-correct (open) when it is not the answer and its string is in the
   lexicon of the example's type.
 
+Places by granularity (issue 27): city, country, continent and region are disjoint kinds. A
+name that is a country (or a continent, or a region) is never a city, although GeoNames holds
+cities named like countries ("Mexico", "Luxembourg"), unless the question asks for a city and
+the data's own answer of a city relation is that name (a capital named like its country).
+``place`` (P131, P276, P740: "located in", of any size) keeps every kind.
+
+Besides the rule, every model row gets its *kind* (:data:`KIND_ORDER`: the first kind whose
+lexicon holds its string, places by granularity first), so a report can ask whether the model
+predicts a kind whatever the question asks (a prior that ignores the question) and how many
+type-wrong answers are a place of the wrong granularity.
+
 Everything is computed once per run as a (V', T) boolean matrix over the model rows, so
 categorizing N predictions is two gathers, as for the closed rule.
 """
@@ -53,6 +64,7 @@ RELATION_TYPES: dict[str, str | None] = {
     "P19": "city", "P20": "city", "P36": "city", "P159": "city", "P190": "city", "P937": "city",
     # a place of any size (city, region, country or continent)
     "P131": "place", "P276": "place", "P740": "place",
+    # (region: a first-level division or historical region; no CounterFact relation asks for one alone)
     # language
     "P37": "language", "P103": "language", "P364": "language", "P407": "language", "P1412": "language",
     # the rest, from the shipped lexicon
@@ -69,6 +81,13 @@ HOTPOTQA_TYPES: dict[str, str | None] = {"yes/no": "yes/no", "date": "date", "nu
 """HotpotQA answer kind (:func:`.tasks.answer_kind`) -> type ("other" answers are names of anything: unclear)."""
 
 PREDICATE_TYPES = ("date", "number")
+
+PLACE_KINDS = ("country", "continent", "region", "city")
+"""Places by granularity, disjoint, in the order a name is assigned: a country name is a country."""
+
+KIND_ORDER = (*PLACE_KINDS, "language", "occupation", "sport_position", "field", "genre", "instrument", "religion",
+              "office", "sport", "organisation", "yes/no")
+"""Every lexicon kind a model row can be (:attr:`TypeSpace.row_kind`), first match wins."""
 """Types decided by a pattern, not a lexicon (:func:`.tasks.answer_kind`)."""
 
 
@@ -112,6 +131,12 @@ def _geonames() -> dict[str, frozenset[str]]:
             "us_state": frozenset(states)}
 
 
+def _coarser_than_city() -> frozenset[str]:
+    """Names of countries (with their aliases), continents and regions: never a city by the lexicon."""
+    geo, shipped = _geonames(), _shipped()
+    return geo["country"] | shipped["country_alias"] | geo["continent"] | geo["us_state"] | shipped["region"]
+
+
 @lru_cache(maxsize=1)
 def _languages() -> frozenset[str]:
     """English names of the ISO 639-1 languages (langcodes + language-data)."""
@@ -141,7 +166,11 @@ def lexicon(type_name: str) -> frozenset[str]:
 
 def _lexicon(type_name: str) -> frozenset[str]:
     shipped = _shipped()
-    if type_name in ("city", "country", "continent"):
+    if type_name == "city":
+        return _geonames()["city"] - _coarser_than_city()
+    if type_name == "region":
+        return _geonames()["us_state"] | shipped["region"]
+    if type_name in ("country", "continent"):
         geo = _geonames()
         extra = shipped["country_alias"] if type_name == "country" else frozenset()
         return geo[type_name] | extra
@@ -164,12 +193,26 @@ class TypeSpace:
         example_type: (N,) int64, each example's type index, -1 when its group's type is unclear.
         types: the T type names.
         excluded: {group: examples} of the groups whose type is unclear.
+        row_kind: (V',) int64, index into :data:`KIND_ORDER` of model row v's kind, -1: none.
     """
 
     row_type: torch.Tensor
     example_type: torch.Tensor
     types: tuple[str, ...]
     excluded: dict[str, int]
+    row_kind: torch.Tensor | None = None
+
+    def kind_names(self, rows: torch.Tensor) -> list[str | None]:
+        """The kind of each model row in ``rows`` (N,) (None: no kind)."""
+        if self.row_kind is None:
+            return [None] * len(rows)
+        names = (*KIND_ORDER, None)
+        return [names[k] for k in self.row_kind[rows].tolist()]  # -1 -> None (the last entry)
+
+    def example_types(self) -> list[str | None]:
+        """Each example's type name (None: unclear)."""
+        names = (*self.types, None)
+        return [names[k] for k in self.example_type.tolist()]
 
 
 def type_space(tasks: Sequence[str], groups: Sequence[str], answers: Sequence[str], row_strings: Sequence[str],
@@ -217,4 +260,13 @@ def type_space(tasks: Sequence[str], groups: Sequence[str], answers: Sequence[st
     row_type = torch.zeros(len(row_strings), len(types), dtype=torch.bool)  # (V', T)
     row_type[torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long)] = True
     excluded = dict(Counter(group for task, group in zip(tasks, groups) if group_type(task, group) is None))
-    return TypeSpace(row_type, example_type, types, excluded)
+    return TypeSpace(row_type, example_type, types, excluded, row_kinds(row_strings))
+
+
+def row_kinds(row_strings: Sequence[str]) -> torch.Tensor:
+    """(V',) int64: the first kind of :data:`KIND_ORDER` whose lexicon holds row v's string, or -1."""
+    lexicons = [lexicon(k) for k in KIND_ORDER]
+    first: dict[str, int] = {}
+    for j, members in reversed(list(enumerate(lexicons))):  # earlier kinds overwrite later ones
+        first.update(dict.fromkeys(members, j))
+    return torch.tensor([first.get(normalize(t), -1) for t in row_strings], dtype=torch.long)

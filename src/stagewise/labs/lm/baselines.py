@@ -1,0 +1,203 @@
+"""No-attention baselines trained beside the run's model: the declared controls of the type claims.
+
+The audit of issue 27 found that a model without attention reproduces the "type-correct
+before facts" phase: what the claim measures is a model that sees the prompt's template
+learning the template's frequent answer of the right type before subject-specific facts.
+These baselines make that explanation a control the transformer must beat.
+
+Each baseline is a linear softmax over features of the prompt's real tokens x_1..x_n
+(a shared embedding table E, (V'+1, d); row V' stands for "no token"):
+
+* ``bow``: logits = W [ (1/n) sum_i E x_i ] + b, W (V', d): a mean bag of words, no order;
+* ``bow-last``: logits = W [ (1/n) sum_i E x_i ; E x_n ; E x_{n-1} ; ... ; E x_{n-k+1} ] + b,
+  W (V', (k+1) d): the bag plus the last k tokens in place (k = ``baselines.last_k``; "no
+  token" where n < k): enough to read the template's end, still no attention.
+
+They train on the same examples, in the same batches and order, with the same optimizer
+kind, weight decay and schedule as the run (the rate ``baselines.lr``, default the run's;
+a from-scratch linear model at a pretrained model's 5e-6 barely moves, so the lm presets of
+a pretrained model declare their own), and are recorded at the same points, with the same
+recording (an eval pass, or the training pass before each update), into the
+``baseline_predictions`` table, categorised by the same rules.
+
+All baselines of a run are one module: their parameters are stacked per kind, a batch is one
+gather and one matmul per kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from .batching import Encoded
+from .categories import EXCLUDED, SEMANTIC, TYPE_CORRECT, TYPE_WRONG, AnswerSpace, category_names
+from .records import Evaluation, TrainPassRecorder, evaluation, score_logits
+
+INIT_SCALE = 0.02
+"""Standard deviation of the embeddings' and the output matrix's initial entries (GPT-2's)."""
+
+BASELINE_SEED_OFFSET = 7_919
+"""The baselines' initialisation generator is seeded by ``seed * 1_000_003 + BASELINE_SEED_OFFSET``:
+independent of the model's initialisation and the shuffling stream."""
+
+
+def baseline_name(kind: str, last_k: int) -> str:
+    """The name a baseline's records carry: ``bow`` or ``bow-last2``."""
+    return kind if kind == "bow" else f"bow-last{last_k}"
+
+
+class Baseline(torch.nn.Module):
+    """One no-attention baseline (see the module docstring).
+
+    Args:
+        n_rows: V', the model's output rows (the answers' row ids).
+        d: embedding width.
+        last_k: tokens read in place (0: the plain bag of words).
+        generator: seeds the initial weights.
+    """
+
+    def __init__(self, n_rows: int, d: int, last_k: int, generator: torch.Generator):
+        super().__init__()
+        self.n_rows, self.last_k = n_rows, last_k
+        self.embed = torch.nn.Parameter(torch.randn(n_rows + 1, d, generator=generator) * INIT_SCALE)  # (V'+1, d)
+        self.out = torch.nn.Parameter(torch.randn(n_rows, (last_k + 1) * d, generator=generator) * INIT_SCALE)  # (V', (k+1)d)
+        self.bias = torch.nn.Parameter(torch.zeros(n_rows))  # (V',)
+
+    def features(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(B, (k+1) d) features of right-padded prompts ``ids`` (B, L) with ``lengths`` (B,)."""
+        real = torch.arange(ids.shape[1], device=ids.device)[None, :] < lengths[:, None]  # (B, L)
+        e = self.embed[ids.clamp(max=self.n_rows)] * real[..., None]  # (B, L, d), pads zeroed
+        parts = [e.sum(1) / lengths[:, None].to(e.dtype)]  # (B, d) the mean bag of words
+        for j in range(self.last_k):  # the j-th token from the end, or "no token"
+            col = lengths - 1 - j  # (B,)
+            tok = torch.where(col >= 0, ids.gather(1, col.clamp(min=0)[:, None])[:, 0],
+                              torch.full_like(col, self.n_rows))  # (B,)
+            parts.append(self.embed[tok])  # (B, d)
+        return torch.cat(parts, dim=1)  # (B, (k+1) d)
+
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(B, V') logits."""
+        return self.features(ids, lengths) @ self.out.T + self.bias  # (B, V')
+
+
+class Baselines:
+    """The run's baselines, their optimizers and (with the authors' recording) their recorders.
+
+    ``kinds``: ``bow`` / ``bow-last``; every step goes through :meth:`step` with the same rows
+    as the model's update; :meth:`evaluate` scores every example; :meth:`state` /
+    :meth:`restore` checkpoint them with the run."""
+
+    def __init__(self, kinds: list[str], last_k: int, d: int, n_rows: int, seed: int, top_k: int,
+                 make_optimizer: Any, targets: torch.Tensor, record_train_pass: bool):
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + BASELINE_SEED_OFFSET)
+        self.names = [baseline_name(k, last_k) for k in kinds]
+        self.models = {name: Baseline(n_rows, d, 0 if kind == "bow" else last_k, gen) for name, kind in zip(self.names, kinds)}
+        self.opts = {name: make_optimizer(list(m.parameters())) for name, m in self.models.items()}
+        self.k = min(top_k, n_rows)
+        self.recorders = {name: TrainPassRecorder(targets, self.k) for name in self.names} if record_train_pass else None
+
+    def step(self, enc: Encoded, rows: torch.Tensor, lr: float) -> None:
+        """One update of every baseline on the batch ``rows`` (B,) at rate ``lr`` (the authors'
+        recording scores the batch before the update)."""
+        ids, lengths, target = enc.ids[rows], enc.lengths[rows], enc.targets[rows]  # (B, L), (B,), (B,)
+        for name, model in self.models.items():
+            opt = self.opts[name]
+            for group in opt.param_groups:
+                group["lr"] = lr
+            logits = model(ids, lengths)  # (B, V')
+            if self.recorders is not None:
+                self.recorders[name].add(rows, logits)
+            loss = F.cross_entropy(logits, target)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+    @torch.inference_mode()
+    def evaluate(self, enc: Encoded, space: AnswerSpace, batch: int) -> dict[str, Evaluation]:
+        """Every baseline's :class:`~.records.Evaluation` of every example: from the epoch's
+        training pass (authors' recording, then cleared) or an evaluation now."""
+        out: dict[str, Evaluation] = {}
+        for name, model in self.models.items():
+            if self.recorders is not None:
+                out[name] = self.recorders[name].evaluation(space)
+                self.recorders[name].clear()
+                continue
+            n = len(enc)
+            top = torch.empty(n, self.k, dtype=torch.long)
+            probs = torch.empty(n, self.k, dtype=torch.float64)
+            rank = torch.empty(n, dtype=torch.long)
+            logprob = torch.empty(n, dtype=torch.float64)
+            for rows in torch.split(torch.arange(n), batch):
+                logits = model(enc.ids[rows], enc.lengths[rows])  # (B, V')
+                top[rows], probs[rows], rank[rows], logprob[rows] = score_logits(logits, enc.targets[rows], self.k)
+            out[name] = evaluation(space, top, probs, rank, logprob)
+        return out
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """Parameters, optimizer states and recorders as ``baseline.NAME.*`` tensors."""
+        out: dict[str, torch.Tensor] = {}
+        for name, model in self.models.items():
+            for pname, p in model.named_parameters():
+                out[f"baseline.{name}.param.{pname}"] = p.detach()
+            for i, st in self.opts[name].state_dict()["state"].items():
+                for key, value in st.items():
+                    out[f"baseline.{name}.opt.{i}.{key}"] = value if torch.is_tensor(value) else torch.tensor(value)
+            if self.recorders is not None:
+                out.update({f"baseline.{name}.{k}": v for k, v in self.recorders[name].state().items()})
+        return out
+
+    def restore(self, tensors: dict[str, torch.Tensor]) -> None:
+        """The state :meth:`state` saved; a checkpoint without it (written before the run had
+        baselines) is refused: the baselines would not have seen the same batches."""
+        for name, model in self.models.items():
+            prefix = f"baseline.{name}."
+            if not any(k.startswith(prefix) for k in tensors):
+                raise ValueError(f"the checkpoint holds no state of baseline {name}: it was written without baselines")
+            with torch.no_grad():
+                for pname, p in model.named_parameters():
+                    p.copy_(tensors[f"{prefix}param.{pname}"])
+            state: dict[int, dict[str, torch.Tensor]] = {}
+            for key, value in tensors.items():
+                if key.startswith(f"{prefix}opt."):
+                    _, i, field = key[len(prefix):].split(".", 2)
+                    state.setdefault(int(i), {})[field] = value
+            opt = self.opts[name]
+            opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})
+            if self.recorders is not None:
+                self.recorders[name].restore({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix + "rec.")})
+
+
+def baseline_records(enc: Encoded, evaluations: dict[str, Evaluation], epoch: float,
+                     vocab_ids: torch.Tensor | None) -> pd.DataFrame:
+    """The ``baseline_predictions`` table part of one record: per baseline and example the
+    top-1 id (original tokenizer ids), the answer's rank and log-probability and both rules'
+    categories."""
+    parts = []
+    tasks = np.asarray(enc.tasks, dtype=object)[enc.task.numpy()]
+    for name, ev in evaluations.items():
+        top1 = ev.top_rows[:, 0] if vocab_ids is None else vocab_ids[ev.top_rows[:, 0]]  # (N,)
+        parts.append(pd.DataFrame({
+            "baseline": name, "example_id": list(enc.example_ids), "task": tasks,
+            "epoch": np.full(len(enc), epoch, dtype=np.float64), "category": category_names(ev.codes),
+            "category_open": category_names(ev.codes_open) if ev.codes_open is not None
+            else np.full(len(enc), None, dtype=object),
+            "top_id": top1.numpy(), "answer_rank": ev.answer_rank.numpy(), "answer_logprob": ev.answer_logprob.numpy()}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def baseline_metrics(evaluations: dict[str, Evaluation]) -> dict[str, torch.Tensor]:
+    """``baseline.NAME.{loss, semantic_correct, type_correct, type_wrong, type_correct_open, ...}``."""
+    out: dict[str, torch.Tensor] = {}
+    for name, ev in evaluations.items():
+        out[f"baseline.{name}.loss"] = (-ev.answer_logprob).mean()
+        for code, label in ((SEMANTIC, "semantic_correct"), (TYPE_CORRECT, "type_correct"), (TYPE_WRONG, "type_wrong")):
+            out[f"baseline.{name}.{label}"] = (ev.codes == code).sum().double()
+        if ev.codes_open is not None:
+            out[f"baseline.{name}.type_correct_open"] = (ev.codes_open == TYPE_CORRECT).sum().double()
+            out[f"baseline.{name}.type_wrong_open"] = (ev.codes_open == TYPE_WRONG).sum().double()
+            out[f"baseline.{name}.excluded_open"] = (ev.codes_open == EXCLUDED).sum().double()
+    return out
