@@ -11,7 +11,8 @@
 #   OUT_DIR   OUT_DIR/work: the run folders (checkpoints, snapshots), the rank curves, calls.tsv (wall times);
 #             OUT_DIR/results: what to take home (< 16 MiB, checked): summary.md, and per arm summary.json,
 #             show.txt, metrics, categories.csv, categories_by_example.parquet, rank_curve/, figures/
-#   ARM       authors | masked (or the preset names); default both, one after the other
+#   ARM       authors | masked (or the preset names); default both, one after the other; reduced | reduced-masked:
+#             the reduced regime (counterfact-smollm2-authors-reduced[-masked]: 14 records, 30 examples, 300 epochs)
 #
 # Exit status: 0 every arm done and summarised; 75 not finished (TIME_LIMIT reached, or the script was stopped by
 # SIGINT/SIGTERM): call again with the same arguments to resume; 2 a bad argument or something missing (one line
@@ -32,6 +33,7 @@
 #
 # CPU smoke test (16 min on 2 busy cores, measured): EPOCHS=2 LIMIT=5 RANK_P=0.5,1.0 examples/gpu/authors_regime.sh DATA /tmp/smoke
 set -euo pipefail
+{  # the whole script is read before it runs: an edit of this file during a call (a git pull) cannot change that call
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -59,7 +61,9 @@ for arm in "$@"; do
     case $arm in
         authors | counterfact-smollm2-authors) ARMS+=(counterfact-smollm2-authors) ;;
         masked | counterfact-smollm2-authors-masked) ARMS+=(counterfact-smollm2-authors-masked) ;;
-        *) die "ARM $arm: not an arm; use authors, masked (or ${PRESETS[*]})" ;;
+        reduced | counterfact-smollm2-authors-reduced) ARMS+=(counterfact-smollm2-authors-reduced) ;;
+        reduced-masked | counterfact-smollm2-authors-reduced-masked) ARMS+=(counterfact-smollm2-authors-reduced-masked) ;;
+        *) die "ARM $arm: not an arm; use authors, masked, reduced, reduced-masked (or their preset names)" ;;
     esac
 done
 [ ${#ARMS[@]} -gt 0 ] || ARMS=("${PRESETS[@]}")
@@ -182,13 +186,14 @@ overrides() {
     local sets=(--set "device=$DEVICE" --set "dtype=$DTYPE" --set "data.root=$DATA")
     if [ "${TF32:-0}" = 1 ]; then sets+=(--set "train.tf32=true"); fi
     if [ -n "${EPOCHS:-}" ]; then
-        local kept
-        kept=$("$PY" -c '
+        local kept evals
+        read -r kept evals < <("$PY" -c '
 import sys
 from stagewise.labs import get_lab
 train = get_lab("lm").preset_overrides(sys.argv[1])["train"]
-print("[" + ", ".join(str(e) for e in train.get("snapshot_epochs", []) if e <= int(sys.argv[2])) + "]")' "$1" "$EPOCHS")
-        sets+=(--set "train.epochs=$EPOCHS" --set "train.snapshot_epochs=$kept")
+within = lambda key: "[" + ",".join(str(e) for e in train.get(key, []) if e <= int(sys.argv[2])) + "]"  # noqa: E731
+print(within("snapshot_epochs"), within("eval_epochs"))' "$1" "$EPOCHS")
+        sets+=(--set "train.epochs=$EPOCHS" --set "train.snapshot_epochs=$kept" --set "train.eval_epochs=$evals")
     fi
     if [ -n "${LIMIT:-}" ]; then sets+=(--set "task.limit=$LIMIT"); fi
     printf '%s\n' "${sets[@]}"
@@ -272,3 +277,4 @@ done
 index || failed=1
 echo "wall time of this call: $((SECONDS / 60)) min $((SECONDS % 60)) s"
 exit "$failed"
+}

@@ -191,12 +191,13 @@ def _torch_state() -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """One uninterrupted call of the tiny setting, both arms, an empty WHEELDIR."""
+    """One uninterrupted call of the tiny setting, the authors' arm (the masked arm differs in one preset flag,
+    tests/labs/lm/test_cuda.py; one arm keeps the slow tier's cost down), an empty WHEELDIR."""
     _needs_smollm2()
     root = tmp_path_factory.mktemp("authors-regime")
     (root / "wheels").mkdir()
     before = _torch_state()
-    done = _script(SHARED_DATA, root / "out", WHEELDIR=str(root / "wheels"), **TINY)
+    done = _script(SHARED_DATA, root / "out", "authors", WHEELDIR=str(root / "wheels"), **TINY)
     return done, before, _torch_state(), root / "out"
 
 
@@ -205,8 +206,8 @@ def _claims(results: Path, arm: str) -> list[tuple]:
     return [(c["id"], c["verdict"], c.get("value"), c.get("reason")) for c in summary["claims"]]
 
 
-@pytest.mark.slow  # two SmolLM2-135M runs (2 epochs, 12 examples) and two one-point rank curves: 5-12 min on 2 busy cores
-def test_the_tiny_setting_runs_both_arms_and_leaves_small_results(tiny):
+@pytest.mark.slow  # a SmolLM2-135M run (2 epochs, 12 examples) and a one-point rank curve: 2-6 min on 2 busy cores
+def test_the_tiny_setting_runs_an_arm_and_leaves_small_results(tiny):
     done, before, after, out = tiny
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert after == before  # torch's version and location unchanged
@@ -216,7 +217,7 @@ def test_the_tiny_setting_runs_both_arms_and_leaves_small_results(tiny):
     assert 0 < size < LIMIT_BYTES
     assert f"results: {results}" in done.stdout
     assert (results / "summary.md").is_file()
-    for arm in ARMS:
+    for arm in ARMS[:1]:
         assert (out / "work" / arm / "manifest.json").is_file()
         for name in ("summary.md", "summary.json", "show.txt", "metrics.parquet", "categories.csv",
                      "categories_by_example.parquet", "rank_curve/rank_curve.csv"):

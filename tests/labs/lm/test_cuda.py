@@ -23,6 +23,7 @@ from stagewise.config import deep_merge, resolve
 from stagewise.labs import get_lab
 
 SCRIPT = Path(__file__).resolve().parents[3] / "examples" / "gpu" / "authors_regime.sh"
+REDUCED = ("counterfact-smollm2-authors-reduced", "counterfact-smollm2-authors-reduced-masked")
 AUTHORS = ("counterfact-smollm2-authors", "counterfact-smollm2-authors-masked")
 CATEGORIES = ("train.semantic_correct", "train.type_correct", "train.type_wrong")
 
@@ -105,10 +106,25 @@ def test_authors_presets_differ_only_in_the_padding():
 
 
 def test_script_overrides_validate():
-    """The --set overrides the script passes for a short run (EPOCHS=2 LIMIT=5 EVAL_BATCH=16) are valid."""
+    """The --set overrides the script passes for a short run (EPOCHS=2 LIMIT=5) are valid."""
     lab = get_lab("lm")
     sets = ["device=cpu", "dtype=float32", "train.epochs=2", "train.snapshot_epochs=[]", "task.limit=5",
             "train.eval_batch_size=16"]
     for preset in AUTHORS:
         config = resolve(lab.Config, lab.preset_overrides(preset), None, sets)
         assert config.train.epochs == 2 and config.train.snapshot_epochs == [] and config.task.limit == 5
+    for preset in REDUCED:  # the script keeps the log-spaced evaluations within EPOCHS
+        config = resolve(lab.Config, lab.preset_overrides(preset), None, [*sets, "train.eval_epochs=[0,1,2]"])
+        assert config.train.eval_epochs == [0, 1, 2] and config.task.sample == 14
+
+
+def test_reduced_authors_presets_are_the_authors_regime_on_a_subset():
+    """The reduced regime differs from the authors' only in the subset, the CPU, the log-spaced
+    evaluations and the checkpoint interval; its two arms only in the padding."""
+    lab = get_lab("lm")
+    full, reduced, masked = (_flat(resolve(lab.Config, lab.preset_overrides(p)).model_dump(mode="json"))
+                             for p in (AUTHORS[0], *REDUCED))
+    assert {k for k in full.keys() | reduced.keys() if full.get(k) != reduced.get(k)} == \
+        {"device", "task.sample", "train.eval_epochs", "train.checkpoint_every"}
+    assert {k for k in reduced.keys() | masked.keys() if reduced.get(k) != masked.get(k)} == {"train.reproduce_original_padding"}
+    assert reduced["train.lr"] == 5e-6 and reduced["train.epochs"] == 300 and reduced["train.record"] == "train-before-step"

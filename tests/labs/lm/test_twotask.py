@@ -17,6 +17,7 @@ import torch
 from cli_errors import one_error
 from lm_fixtures import SHARED_DATA
 from resume_helpers import signal_at_step
+from runcache import without_run_figures
 
 from stagewise import RunSpec, execute_spec
 from stagewise.config import validate
@@ -214,7 +215,14 @@ def test_a_held_out_paradigm_not_in_the_data_is_one_line(cli, tmp_path):
 
 
 # ------------------------------------------------------------------ a run
-def test_run_records_held_out_metrics_and_resumes_exactly(tmp_path, monkeypatch, no_run_figures):
+@pytest.fixture
+def no_lm_figures():
+    """The test's in-process lm runs skip their figures (most of a tiny run's time)."""
+    with without_run_figures(("lm",)):
+        yield
+
+
+def test_run_records_held_out_metrics_and_resumes_exactly(tmp_path, monkeypatch, no_lm_figures):
     execute_spec(RunSpec(lab="lm", overrides=TINY_RUN), tmp_path / "ref", raise_on_failure=True)
     metrics = pd.read_parquet(tmp_path / "ref" / "metrics.parquet")
     wanted = {f"{kind}.{task}" for kind in ("eval.loss_minus_floor", "eval.accuracy_minus_majority", "prior.floor",
@@ -239,7 +247,7 @@ def test_run_records_held_out_metrics_and_resumes_exactly(tmp_path, monkeypatch,
 
 @pytest.mark.slow  # two minutes of training on the shared data (the quick reproduce's permuted-labels control)
 @pytest.mark.skipif(not (SHARED_DATA / "blimp").is_dir(), reason=f"needs the shared data at {SHARED_DATA}")
-def test_permuted_labels_make_the_claim_not_testable_or_fail(tmp_path, no_run_figures):
+def test_permuted_labels_make_the_claim_not_testable_or_fail(tmp_path, no_lm_figures):
     from stagewise.labs.lm.lab import _QUICK_TWO
 
     overrides = {**_QUICK_TWO, "data": {"root": str(SHARED_DATA)}}
@@ -247,4 +255,6 @@ def test_permuted_labels_make_the_claim_not_testable_or_fail(tmp_path, no_run_fi
                  raise_on_failure=True)
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     claim = next(c for c in summary["claims"] if c["id"] == "syntax_before_semantics")
+    # seed 0 at the quick size; at the full size seed 2 of the control "holds" (BLiMP +0.062 by chance at 2 records):
+    # the declared margin is within the noise of 340 held-out BLiMP examples (docs/lm.md, "The two-task study")
     assert claim["verdict"] in ("not testable", "fails"), claim

@@ -88,7 +88,7 @@ SYNTAX_BEFORE_SEMANTICS = ClaimSpec(
     control="blimp-sick-tiny-permuted (task.permute_labels: labels permuted within each task and part, seeded, label "
     "marginals kept exactly; must be not testable or fail: no held-out accuracy can beat its majority share) and "
     "blimp-tiny-alone / sick-tiny-alone (each task trained alone: its own beat-the-prior epoch, against which the "
-    "mixture's order is read)")
+    "mixture's order is read)", aggregation="paired-bootstrap")
 
 # ---- the spectral claim (issue 27): see spectralspec.py for the quantity, declared before the runs
 CLAIM_P = 0.2

@@ -135,6 +135,8 @@ def estimate(config: Config) -> Resources:
     """Training state (4 copies of the weights), activations of one batch; the run folder."""
     t = config.train
     stats = data_stats(config)
+    if stats is None:  # hub data, or data this machine cannot read (the check says which): no bound worth refusing on
+        return Resources(0, 0, "no estimate until the data is read (its size is known after loading)")
     weight_bytes: int | None
     if is_tiny(config.model):
         rows = stats.vocab_rows if stats is not None and stats.vocab_rows else GPT2_VOCAB
@@ -152,7 +154,7 @@ def estimate(config: Config) -> Resources:
             d, layers = raw.get("hidden_size", raw.get("n_embd", d)), raw.get("num_hidden_layers", raw.get("n_layer", layers))
     memory = weight_bytes // 4 * BYTES_PER_PARAM_TRAIN + t.batch_size * width * d * layers * ACTIVATION_FACTOR
     disk = disk_budget(config, weight_bytes, stats)
-    n = sum(stats.examples.values()) if stats is not None else MAX_EXAMPLES
+    n = sum(stats.examples.values())
     return Resources(int(memory), disk.peak, f"weights {weight_bytes / 2**20:.1f} MiB; training state x4; {n} examples, "
                                              f"{t.epochs + 1} evaluations; disk: {disk.describe()}")
 

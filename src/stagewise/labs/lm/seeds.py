@@ -19,7 +19,8 @@ from .claimspecs import CLAIMS
 from .config import Config
 from .summary import control_name
 
-SEED_FIELDS = (("seed",), ("task", "sample_seed"), ("task", "shuffle_groups"), ("task", "replace_answers"))
+SEED_FIELDS = (("seed",), ("task", "sample_seed"), ("task", "shuffle_groups"), ("task", "replace_answers"),
+               ("task", "permute_labels"))
 """Config fields that vary within a family (the seed key and the control); everything else defines it."""
 
 REAL = "real"

@@ -41,8 +41,9 @@ SELECTIONS = ("largest", "random", "smallest")
 STAGES = ("early", "late")
 AGGREGATION = SPEC.aggregation or "paired-bootstrap"
 _P_TOL = 1e-9
-_IGNORED = ("seed", "device", "train.threads", "train.snapshot_epochs", "train.checkpoint_every")
-"""Config keys that may differ between the runs of one claim (everything else must agree)."""
+_IGNORED = ("seed", "task.sample_seed", "device", "train.threads", "train.snapshot_epochs", "train.checkpoint_every")
+"""Config keys the runs of one claim may differ in (everything else must agree): the seed key (init, order and
+subsample: seeds.SEED_FIELDS) and how the run was executed."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,7 +91,7 @@ def pair_checkpoints(refs: Sequence[ModelRef]) -> list[CheckpointPair]:
                         and not any(k == i or k.startswith(i + ".") for i in _IGNORED))
         if differ:
             raise UserError(f"{pair.run}: differs from {first.run} in {differ[0]} ({other.get(differ[0])!r} vs "
-                            f"{base.get(differ[0])!r}); the runs of one claim differ only in the seed")
+                            f"{base.get(differ[0])!r}); the runs of one claim differ only in the seed (seed, task.sample_seed)")
         if pair.seed in seen:
             raise UserError(f"{pair.run} and {seen[pair.seed]}: both have seed {pair.seed}; one run per seed")
         seen[pair.seed] = pair.run
