@@ -54,6 +54,11 @@ FIGURES = {  # one panel per task where a figure has them; measured, rounded up
     "spectra": FigureSize(png=64_000, pdf=16_000, curves=5.0),
 }
 FIGURE_BYTES_PER_TASK = {"loss": 10_000, "categories": 40_000}  # PNG + PDF bytes of each further task's curves or panel
+BASELINE_ROW_BYTES = 50  # a baseline_predictions row (measured ~44 on the smoke run)
+SUMMARY_TYPE_BYTES = 16_000  # the type claims' details: both rules' counts, sensitivity, the prior, descriptions (measured ~14 kB)
+SUMMARY_BYTES_PER_BASELINE_RECORD = 90  # one baseline's category counts at one record in summary.json
+HELDOUT_SUMMARY_BYTES_PER_TASK = 5_000  # details.two_task per task: floors, majority, beat-the-prior records (measured ~4.5 kB)
+HELDOUT_NAMES_PER_TASK = 12  # prior.*, eval.* and train.*_minus_* metrics per task and record (twotask.py)
 ACTIVATION_FACTOR = 16  # bytes per (token x d_model x layer) of activations kept for backward
 
 
@@ -172,6 +177,11 @@ def _heads(config: Config) -> tuple[int, int, int]:
             raw.get("hidden_size", raw.get("n_embd", 1024)))
 
 
+def t_kinds(config: Config) -> list[str]:
+    """The baselines trained beside the model (answer framing only)."""
+    return list(config.baselines.kinds) if config.task.framing == "answer" else []
+
+
 def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStats | None = None) -> DiskBudget:
     """The run folder of ``config`` by part (see the module docstring)."""
     t, task = config.train, config.task
@@ -192,8 +202,14 @@ def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStat
 
     # stream: evaluations, logged training steps, spectra
     mixture = T > 1
+    kinds = list(t_kinds(config)) if answer else []
+    held = answer and (task.heldout is not None or bool(task.heldout_paradigms))
+    share = task.heldout if task.heldout is not None else 0.25
+    n_held = math.ceil(n * share / (1 - share)) if held else 0  # held-out examples beside the n trained ones
     if answer:
         eval_names = 8 * (1 + (T if mixture else 0)) + 1  # loss, three counts, accuracy, the open rule's three (+ per task), epoch
+        eval_names += 7 * len(kinds)  # baseline.NAME.{loss, three counts, the open rule's three}
+        eval_names += (HELDOUT_NAMES_PER_TASK * T + 2) if held else 0  # the held-out evaluation (+ minimal pairs, epoch)
     else:
         eval_names = 1 + (T if mixture else 0) + 1  # loss (+ per task), epoch
     inside = (total // t.eval_every - t.epochs if t.eval_every and t.eval_every <= n_batches else 0)  # evaluations inside epochs
@@ -216,8 +232,13 @@ def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStat
     states = 2 if t.optimizer in ("adam", "adamw") else 0
     meta = 400 + 8 * evaluations * 3  # epoch, batch, step, the stream's cover, the table parts
     recorder = n * (16 * t.top_k + 17) if answer and t.record == "train-before-step" else 0  # its (N, k) x 2 + 3 (N,) buffers
-    checkpoint = safetensors_bytes((1 + states) * weight_bytes + tensors * 4 + RNG_STATE_BYTES + 16 * T + recorder,
-                                   (1 + states + 1) * tensors + 2 + (5 if recorder else 0), meta)
+    b_rows = stats.vocab_rows if stats is not None and stats.vocab_rows else GPT2_VOCAB
+    b_params = sum((b_rows + 1) * config.baselines.d + b_rows * ((0 if k == "bow" else config.baselines.last_k) + 1)
+                   * config.baselines.d + b_rows for k in kinds)  # embed (V'+1, d), out (V', (k+1) d), bias (V',)
+    b_state = (1 + states) * 4 * b_params + len(kinds) * recorder
+    checkpoint = safetensors_bytes((1 + states) * weight_bytes + tensors * 4 + RNG_STATE_BYTES + 16 * T + recorder + b_state,
+                                   (1 + states + 1) * tensors + 2 + (5 if recorder else 0)
+                                   + len(kinds) * (3 * (1 + states) + 1 + (5 if recorder else 0)), meta)
     budget.add_checkpoints(saved, checkpoint)
     rows = stats.vocab_rows if stats is not None and stats.vocab_rows else 0
     snapshots = len(set(t.snapshot_epochs) | ({t.epochs} if t.epochs > 0 else {0}))
@@ -229,13 +250,21 @@ def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStat
     else:
         table = PARQUET_BASE_BYTES + n * evaluations * SENTENCE_ROW_BYTES
     budget.add("tables", table)
+    if held:  # heldout_predictions: every held-out example at every record
+        budget.add("tables", PARQUET_BASE_BYTES + n_held * evaluations * (PREDICTION_ROW_BYTES + PREDICTION_BYTES_PER_TOP * t.top_k))
+    if kinds:  # baseline_predictions: a row per baseline, example and record
+        budget.add("tables", PARQUET_BASE_BYTES + len(kinds) * n * evaluations * BASELINE_ROW_BYTES)
+    if answer and t.eval_epochs:  # eval_predictions beside the authors' recording
+        budget.add("tables", PARQUET_BASE_BYTES + n * len(t.eval_epochs) * (PREDICTION_ROW_BYTES + PREDICTION_BYTES_PER_TOP * t.top_k))
     if t.spectra_every:
         spectra = PARQUET_BASE_BYTES + (t.epochs + 1) * PROJECTIONS * layers * d_model * SPECTRA_ROW_BYTES
         budget.add("tables", spectra)
         table = max(table, spectra)
     budget.transient = max(budget.transient, table)
 
-    budget.add("summary.json", SUMMARY_BYTES + SUMMARY_BYTES_PER_TASK * (T - 1))
+    typed = answer and any(task in ("counterfact", "hotpotqa") for task in tasks)
+    budget.add("summary.json", SUMMARY_BYTES + SUMMARY_BYTES_PER_TASK * (T - 1) + (SUMMARY_TYPE_BYTES if typed else 0)
+               + len(kinds) * evaluations * SUMMARY_BYTES_PER_BASELINE_RECORD + (HELDOUT_SUMMARY_BYTES_PER_TASK * T if held else 0))
     figures = ["loss"] + (["categories", "answer_rank"] if answer else []) + (["spectra"] if t.spectra_every else [])
     points = {"loss": logged + evaluations, "categories": evaluations, "answer_rank": evaluations,
               "spectra": spectra_lines}
