@@ -99,8 +99,9 @@ def test_phase_closed_form():
     assert ph.max_share == pytest.approx(0.75)
     never = phase(_counts([(0, 1, 9), (0, 1, 9), (5, 0, 5)]), 0.5)
     assert never.majority_epoch is None and never.lead == 0 and never.max_share == pytest.approx(0.1)
+    assert never.phase_share == 0 and ph.phase_share == ph.max_share  # no phase: share 0, as declared
     no_facts = phase(_counts([(0, 1, 9), (0, 8, 2), (0, 9, 1)]), 0.5)  # never learns facts: the phase lasts to the end
-    assert no_facts.semantic_half_epoch is None and no_facts.lead == 1 and no_facts.max_share == pytest.approx(0.9)
+    assert no_facts.semantic_half_epoch is None and no_facts.lead == 1 and no_facts.phase_share == pytest.approx(0.9)
 
 
 def _rows(counts: pd.DataFrame, **extra) -> pd.DataFrame:

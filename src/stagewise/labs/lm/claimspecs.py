@@ -51,7 +51,8 @@ TYPE_SHARE_BEYOND_BASELINE = ClaimSpec(
     id="type_share_beyond_baseline", statement="the transformer's type-correct phase is stronger than the no-attention "
     "baseline's: its largest type-correct share of the wrong predictions before its semantic half-way epoch exceeds "
     "the baseline's (before the baseline's own half-way epoch)." + _BASELINE + _RULE, source=_STAGES,
-    quantity="the transformer's max type-correct share before the facts minus the bow-last baseline's", relation=">",
+    quantity="the transformer's max type-correct share before the facts (0 without a phase) minus the bow-last baseline's",
+    relation=">",
     threshold=0.0, unit="", over="run", control=_CONTROL + "; the baseline itself is the run's within-run control",
     aggregation="paired-bootstrap")
 # (a) "type-wrong answers fall to half of their epoch-0 count before semantic-correct reaches half" was a claim

@@ -29,11 +29,12 @@ def baselines_table(summary: Summary) -> SummaryTable | None:
     compared = summary.details.get("baseline_comparison")
     if not isinstance(compared, dict) or "baseline" not in compared:
         return None
-    rows = tuple((name, entry.get("majority_epoch"), entry.get("semantic_half_epoch"), entry.get("lead"), entry.get("max_share"))
+    rows = tuple((name, entry.get("majority_epoch"), entry.get("semantic_half_epoch"), entry.get("lead"), entry.get("max_share"),
+                  entry.get("phase_share"))
                  for name, entry in (("transformer", compared["model"]),
                                      (str(compared.get("baseline_name", "baseline")), compared["baseline"])))
     return SummaryTable(("type phase (declared rule and h)", "type majority epoch", "facts half-way epoch", "lead (epochs)",
-                         "max share before facts"), rows)
+                         "max share before facts", "phase share (0 without a phase)"), rows)
 
 
 def prior_table(summary: Summary) -> SummaryTable | None:

@@ -12,7 +12,9 @@ question tasks only) at threshold h:
 * lead = (e_sem, else the last record) - e_share, floored at 0, and 0 when e_share is None or
   not before e_sem (no phase);
 * max share = max share(e) over the records before e_sem (all records when e_sem is None),
-  0 when no record comes before.
+  0 when no record comes before; the phase share = the max share when there is a phase (lead
+  > 0), else 0: as declared, "a phase that never happens counts as a lead of 0 and a share of
+  0" (the difference claims compare phase shares; the max share is reported beside).
 
 ``type_before_fact`` keeps its own rule (:func:`.summary.type_before_fact`: a phase that never
 happens is NaN, so it fails); the difference claims compare the lead and the max share of the
@@ -47,6 +49,7 @@ class Phase:
     majority_epoch: float | None
     lead: float
     max_share: float
+    phase_share: float
     records: int
 
     def as_dict(self) -> dict[str, Any]:
@@ -64,7 +67,8 @@ def phase(counts: pd.DataFrame, half: float) -> Phase:
     end = e_sem if e_sem is not None else (float(epochs[-1]) if len(epochs) else None)
     lead = max(0.0, end - e_share) if e_share is not None and end is not None else 0.0
     before = share[epochs < e_sem] if e_sem is not None else share
-    return Phase(e_sem, e_share, float(lead), float(before.max()) if len(before) else 0.0, int(len(epochs)))
+    top = float(before.max()) if len(before) else 0.0
+    return Phase(e_sem, e_share, float(lead), top, top if lead > 0 else 0.0, int(len(epochs)))
 
 
 def _first(epochs: np.ndarray, condition: np.ndarray) -> float | None:
@@ -114,9 +118,10 @@ def difference_claims(model: pd.DataFrame, baseline: pd.DataFrame | None, rule: 
         return [s.not_testable("fewer than 2 records", statement=s.statement + suffix) for s in specs], facts
     evidence = (f"{rule} rule, h = {half:g}: transformer lead {mine.lead:g} epochs (type majority at "
                 f"{_e(mine.majority_epoch)}, facts half-way at {_e(mine.semantic_half_epoch)}), max share before the facts "
-                f"{mine.max_share:.2f}; {facts['baseline_name']} lead {theirs.lead:g} (majority at {_e(theirs.majority_epoch)}, "
-                f"facts at {_e(theirs.semantic_half_epoch)}), max share {theirs.max_share:.2f}")
-    lead, share = mine.lead - theirs.lead, mine.max_share - theirs.max_share
+                f"{mine.max_share:.2f} (phase share {mine.phase_share:.2f}); {facts['baseline_name']} lead {theirs.lead:g} "
+                f"(majority at {_e(theirs.majority_epoch)}, facts at {_e(theirs.semantic_half_epoch)}), max share "
+                f"{theirs.max_share:.2f} (phase share {theirs.phase_share:.2f}); a phase that never happens has lead 0 and share 0")
+    lead, share = mine.lead - theirs.lead, mine.phase_share - theirs.phase_share
     facts.update(lead_difference=lead, share_difference=share)
     claims = [specs[0].result(lead, evidence + (" (the transformer does not exceed the template-frequency baseline)"
                                                 if lead <= 0 else ""), statement=specs[0].statement + suffix),
@@ -144,8 +149,8 @@ def sensitivity(model: pd.DataFrame, baseline: pd.DataFrame | None, raw: Any) ->
             if other is not None:
                 mine, theirs = phase(counts, h), phase(other, h)
                 row.update(lead_difference=mine.lead - theirs.lead, lead_holds=mine.lead - theirs.lead > 0,
-                           share_difference=round(mine.max_share - theirs.max_share, 4),
-                           share_holds=mine.max_share - theirs.max_share > 0)
+                           share_difference=round(mine.phase_share - theirs.phase_share, 4),
+                           share_holds=mine.phase_share - theirs.phase_share > 0)
             out.append(row)
     return out
 
