@@ -66,3 +66,16 @@ def test_over_seeds_section_in_claims_md_and_the_reproduce_page(tmp_path):
     page = reproduce_html_page(report, tmp_path)
     assert "Claims over seeds" in page.html and "lead_over_seeds" in page.html
     assert "1 claims over 1 runs, 1 claim checks" in md  # the over-seeds verdicts are not per-run checks
+
+
+def test_sign_test_aggregation_counts_the_passing_side_of_the_relation():
+    """A "<" claim passes on values below its threshold: 6 of 6 below is p = 1/64 (holds)."""
+    from stagewise.report.claims import ClaimSpec, own
+    from stagewise.report.seedstats import judge_over_seeds
+
+    spec = ClaimSpec(id="err", statement="the error is small", source=own("test"), quantity="error", relation="<",
+                     threshold=0.1, control="c", over="run", aggregation="sign-test")
+    low = judge_over_seeds(spec, dict(enumerate([0.01, 0.02, 0.0, 0.05, 0.03, 0.04])), {})
+    assert low.verdict == "holds" and low.value == pytest.approx(1 / 64) and low.pass_fraction == 1.0
+    high = judge_over_seeds(spec, dict(enumerate([0.5] * 6)), {})
+    assert high.verdict == "fails" and high.pass_fraction == 0.0

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .finite import Diverged, check_finite, find_nonfinite, nonfinite_members
     from .optim import BatchedOptimizer, OptimizerName, group_norm
     from .seeds import SeedStreams, stream_word
-    from .state import pack, unpack
+    from .state import load_optimizer_tensors, load_parameters, optimizer_tensors, pack, unpack
 
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("DTYPES", "DeviceName", "resolve_device", "resolve_dtype"), ".device"),
@@ -25,12 +25,13 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("Diverged", "check_finite", "find_nonfinite", "nonfinite_members"), ".finite"),
     **dict.fromkeys(("BatchedOptimizer", "OptimizerName", "group_norm"), ".optim"),
     **dict.fromkeys(("SeedStreams", "stream_word"), ".seeds"),
-    **dict.fromkeys(("pack", "unpack"), ".state"),
+    **dict.fromkeys(("pack", "unpack", "optimizer_tensors", "load_optimizer_tensors", "load_parameters"), ".state"),
 }
 
 __all__ = ["DTYPES", "BatchedOptimizer", "DeviceName", "Diverged", "Loop", "OptimizerName", "SeedStreams", "StepOutput",
-           "TrainingDriver", "check_finite", "find_nonfinite", "group_norm", "nonfinite_members", "pack", "resolve_device",
-           "resolve_dtype", "stream_word", "unpack"]
+           "TrainingDriver", "check_finite", "find_nonfinite", "group_norm", "load_optimizer_tensors", "load_parameters",
+           "nonfinite_members",
+           "optimizer_tensors", "pack", "resolve_device", "resolve_dtype", "stream_word", "unpack"]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)

@@ -7,13 +7,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..config import validate
 from ..errors import UserError
 from ..labs import get_lab
-from ..report.claims import Claim, Summary, read_summary
-from ..runs import read_manifest
+from ..report.claims import Claim, Summary
+from ..report.runview import read_run
 
 
 def finished_runs(run_dirs: Iterable[Path]) -> list[tuple[str, Any, Summary]]:
@@ -22,13 +20,12 @@ def finished_runs(run_dirs: Iterable[Path]) -> list[tuple[str, Any, Summary]]:
     out = []
     for run_dir in run_dirs:
         try:
-            manifest = read_manifest(run_dir)
-            if manifest.get("status") != "done" or not (run_dir / "summary.json").is_file():
+            run = read_run(run_dir)
+            if run.manifest.get("status") != "done" or run.summary is None:
                 continue
-            lab = get_lab(str(manifest["lab"]))
-            data = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
-            out.append((lab.name, validate(lab.Config, data), read_summary(run_dir / "summary.json")))
-        except (UserError, OSError, yaml.YAMLError, KeyError, TypeError):
+            lab = get_lab(str(run.manifest["lab"]))
+            out.append((lab.name, validate(lab.Config, run.config), run.summary))
+        except (UserError, OSError, KeyError, TypeError):
             continue
     return out
 

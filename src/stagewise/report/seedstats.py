@@ -96,16 +96,30 @@ def _interval(values: Mapping[Any, float | None]) -> tuple[Interval | None, int]
     return (bootstrap_interval(finite) if finite else None), len(values) - len(finite)
 
 
+def _judge(spec: ClaimSpec, values: Mapping[Any, float | None]) -> tuple[bool, str, float | None]:
+    """(passes, the numbers in words, the deciding value) of one condition's per-seed values by
+    ``spec.aggregation``: paired-bootstrap: the interval passes the condition as a whole and no
+    seed lacks a value (the deciding value: the interval's end nearest the threshold);
+    sign-test: the one-sided p of "value passes" <= :data:`SIGN_ALPHA` (the deciding value: p)."""
+    if spec.aggregation == "paired-bootstrap":
+        iv, missing = _interval(values)
+        text = (iv.text() if iv else "no finite value") + (f", {missing} seed(s) without a value" if missing else "")
+        deciding = None if iv is None else (iv.low if spec.relation in (">", ">=") else iv.high)
+        return _passes(spec.relation, spec.threshold, iv) and not missing, text, deciding
+    sign = 1.0 if spec.relation in (">", ">=") else -1.0  # count the values on the passing side
+    finite = [sign * float(v) for v in values.values() if v is not None and math.isfinite(v)]
+    above, n, p = sign_test(finite, sign * spec.threshold)
+    return p <= SIGN_ALPHA, f"{above} of {n} seeds {spec.relation} {spec.threshold:g}, sign test p = {p:.3g}", p
+
+
 def judge_over_seeds(spec: ClaimSpec, real: Mapping[Any, float | None], controls: Mapping[str, Mapping[Any, float | None]],
                      *, case: str = "over_seeds", label: str = "") -> Claim:
-    """The claim over seeds by its declared ``spec.aggregation``, against its controls.
+    """The claim over seeds by its declared ``spec.aggregation`` (:func:`_judge`), against its controls.
 
     ``real``: seed -> the claim's value in each run (None / NaN: the event never happened,
-    counted as a failing seed); ``controls``: control name -> seed -> value. paired-bootstrap:
-    the real runs' interval must pass the claim's condition as a whole (its low end above a
-    ``>`` threshold) with no failing seed, and every control's must not; the paired differences
-    real - control (same seed) are reported with their interval. sign-test: the real values'
-    one-sided p <= :data:`SIGN_ALPHA`, and every control's above it."""
+    counted as a failing seed); ``controls``: control name -> seed -> value. The claim holds when
+    the real runs pass and every control fails; with paired-bootstrap the paired differences
+    real - control (same seed) are reported with their interval."""
     if spec.aggregation is None:
         raise ValueError(f"claim {spec.id}: no declared aggregation")
     fields = spec._declared(case)
@@ -114,33 +128,15 @@ def judge_over_seeds(spec: ClaimSpec, real: Mapping[Any, float | None], controls
     per_seed = {str(k): (float(v) if v is not None and math.isfinite(v) else None) for k, v in real.items()}
     if not real:
         return Claim(**fields, holds=None, verdict="not testable", reason="no run of the real condition")
-    parts: list[str] = []
-    if spec.aggregation == "paired-bootstrap":
-        iv, missing = _interval(real)
-        ok = _passes(spec.relation, spec.threshold, iv) and not missing
-        parts.append(f"real: {iv.text() if iv else 'no finite value'}" + (f", {missing} seed(s) without a value" if missing else "")
-                     + f": {'passes' if ok else 'does not pass'} {spec.relation} {spec.threshold:g}")
-        value = None if iv is None else (iv.low if spec.relation in (">", ">=") else iv.high)
-    else:
-        above, n, p = sign_test([v for v in per_seed.values() if v is not None], spec.threshold)
-        ok = p <= SIGN_ALPHA
-        parts.append(f"real: {above} of {n} seeds {spec.relation} {spec.threshold:g}, sign test p = {p:.3g}")
-        value = p
+    ok, text, value = _judge(spec, real)
+    parts = [f"real: {text}" + (f": {'passes' if ok else 'does not pass'} {spec.relation} {spec.threshold:g}"
+                                if spec.aggregation == "paired-bootstrap" else "")]
     controls_fail = True
     for name, values in controls.items():
-        if spec.aggregation == "paired-bootstrap":
-            civ, cmissing = _interval(values)
-            passes = _passes(spec.relation, spec.threshold, civ) and not cmissing
-            diffs = paired_differences(dict(real), dict(values))
-            div = bootstrap_interval(list(diffs.values())) if diffs else None
-            parts.append(f"control {name}: {civ.text() if civ else 'no finite value'}"
-                         + (f", {cmissing} seed(s) without a value" if cmissing else "")
-                         + f" -> {'passes too (the claim is not specific)' if passes else 'fails it'}"
-                         + (f"; real - control per seed {div.text()}" if div else ""))
-        else:
-            above, n, p = sign_test([float(v) for v in values.values() if v is not None and math.isfinite(v)], spec.threshold)
-            passes = p <= SIGN_ALPHA
-            parts.append(f"control {name}: {above} of {n}, p = {p:.3g} -> {'passes too' if passes else 'fails it'}")
+        passes, ctext, _ = _judge(spec, values)
+        part = f"control {name}: {ctext} -> {'passes too (the claim is not specific)' if passes else 'fails it'}"
+        diffs = paired_differences(dict(real), dict(values)) if spec.aggregation == "paired-bootstrap" else {}
+        parts.append(part + (f"; real - control per seed {bootstrap_interval(list(diffs.values())).text()}" if diffs else ""))
         controls_fail = controls_fail and not passes
     if not controls:
         parts.append("no control runs among these runs: judged on the real runs alone")
@@ -148,7 +144,6 @@ def judge_over_seeds(spec: ClaimSpec, real: Mapping[Any, float | None], controls
         parts.append(f"with {len(real)} seeds the interval is crude and a sign test cannot reach p <= 0.05 "
                      f"(smallest p = {2.0 ** -len(real):.3g})")
     holds = bool(ok and controls_fail)
-    finite = [v for v in per_seed.values() if v is not None]
-    fraction = float(np.mean([spec.passes([v])[0] for v in finite] + [False] * (len(per_seed) - len(finite))))
+    fraction = float(spec.passes([math.nan if v is None else v for v in per_seed.values()]).mean())
     return Claim(**fields, holds=holds, verdict="holds" if holds else "fails", evidence="; ".join(parts),
                  value=value, per_seed=per_seed, pass_fraction=fraction)

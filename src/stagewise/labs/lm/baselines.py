@@ -33,6 +33,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from ...engine import load_optimizer_tensors, load_parameters, optimizer_tensors, unpack
 from .batching import Encoded
 from .categories import EXCLUDED, SEMANTIC, TYPE_CORRECT, TYPE_WRONG, AnswerSpace, category_names
 from .records import Evaluation, TrainPassRecorder, evaluation, score_logits
@@ -141,11 +142,8 @@ class Baselines:
         """Parameters, optimizer states and recorders as ``baseline.NAME.*`` tensors."""
         out: dict[str, torch.Tensor] = {}
         for name, model in self.models.items():
-            for pname, p in model.named_parameters():
-                out[f"baseline.{name}.param.{pname}"] = p.detach()
-            for i, st in self.opts[name].state_dict()["state"].items():
-                for key, value in st.items():
-                    out[f"baseline.{name}.opt.{i}.{key}"] = value if torch.is_tensor(value) else torch.tensor(value)
+            out.update({f"baseline.{name}.param.{k}": p.detach() for k, p in model.named_parameters()})
+            out.update({f"baseline.{name}.opt.{k}": v for k, v in optimizer_tensors(self.opts[name]).items()})
             if self.recorders is not None:
                 out.update({f"baseline.{name}.{k}": v for k, v in self.recorders[name].state().items()})
         return out
@@ -157,16 +155,8 @@ class Baselines:
             prefix = f"baseline.{name}."
             if not any(k.startswith(prefix) for k in tensors):
                 raise ValueError(f"the checkpoint holds no state of baseline {name}: it was written without baselines")
-            with torch.no_grad():
-                for pname, p in model.named_parameters():
-                    p.copy_(tensors[f"{prefix}param.{pname}"])
-            state: dict[int, dict[str, torch.Tensor]] = {}
-            for key, value in tensors.items():
-                if key.startswith(f"{prefix}opt."):
-                    _, i, field = key[len(prefix):].split(".", 2)
-                    state.setdefault(int(i), {})[field] = value
-            opt = self.opts[name]
-            opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})
+            load_parameters(model, unpack(tensors, prefix + "param"))
+            load_optimizer_tensors(self.opts[name], unpack(tensors, prefix + "opt"))
             if self.recorders is not None:
                 self.recorders[name].restore({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix + "rec.")})
 

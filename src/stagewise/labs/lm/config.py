@@ -17,6 +17,8 @@ from .heldout import check_task_config
 TaskName = Literal["counterfact", "hotpotqa", "blimp", "sick"]
 DEFAULT_MIXTURE: tuple[TaskName, ...] = ("blimp", "sick")  # task.mixture's default
 TASKS: tuple[str, ...] = ("counterfact", "hotpotqa", "blimp", "sick")
+QUESTION_TASKS: tuple[str, ...] = ("counterfact", "hotpotqa")
+"""Tasks whose answers have types (a question's answer): the type claims concern only their predictions."""
 DATA_ENV = "STAGEWISE_DATA"  # default for data.root: a folder in the layout of the project's shared data
 MAX_EPOCHS = 100_000
 

@@ -12,7 +12,7 @@ from typing import Any
 from ...errors import UserError
 from ..contract import Lab, RunContext, RunResult, deferred, reproduction
 from .claimspecs import CLAIMS, SOURCES
-from .config import Config
+from .config import QUESTION_TASKS, Config
 from .showtables import baselines_table, prior_table, sensitivity_table
 
 NAME = "lm"
@@ -144,7 +144,7 @@ def _check_typed(items: Sequence[Any]) -> None:
     judge (the relations without one are listed in answertypes.RELATION_TYPES as None or absent)."""
     from .answertypes import group_type
 
-    asked = [item for item in items if getattr(item, "task", None) in ("counterfact", "hotpotqa")]
+    asked = [item for item in items if getattr(item, "task", None) in QUESTION_TASKS]
     if asked and all(group_type(item.task, item.group) is None for item in asked):
         groups = sorted({f"{item.task}:{item.group}" for item in asked})
         shown = ", ".join(groups[:8]) + (f" and {len(groups) - 8} more" if len(groups) > 8 else "")

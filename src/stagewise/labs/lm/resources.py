@@ -33,7 +33,7 @@ from ...lmkit.models import GPT2_VOCAB, PKG, is_tiny, package_folder
 from ...report.sizes import FigureSize
 from ...runs.sizes import PARQUET_BASE_BYTES, DiskBudget, safetensors_bytes, stream_bytes
 from ..contract import Resources
-from .config import Config
+from .config import QUESTION_TASKS, Config
 
 BYTES_PER_PARAM_TRAIN = 4 * 4  # fp32 weights, gradients and AdamW's two moments
 GGUF_EXPANSION = 8  # a 4-bit GGUF file de-quantized to float32 (32 / 4 bits)
@@ -177,11 +177,6 @@ def _heads(config: Config) -> tuple[int, int, int]:
             raw.get("hidden_size", raw.get("n_embd", 1024)))
 
 
-def t_kinds(config: Config) -> list[str]:
-    """The baselines trained beside the model (answer framing only)."""
-    return list(config.baselines.kinds) if config.task.framing == "answer" else []
-
-
 def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStats | None = None) -> DiskBudget:
     """The run folder of ``config`` by part (see the module docstring)."""
     t, task = config.train, config.task
@@ -202,7 +197,7 @@ def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStat
 
     # stream: evaluations, logged training steps, spectra
     mixture = T > 1
-    kinds = list(t_kinds(config)) if answer else []
+    kinds = list(config.baselines.kinds) if answer else []  # the baselines trained beside the model
     held = answer and (task.heldout is not None or bool(task.heldout_paradigms))
     share = task.heldout if task.heldout is not None else 0.25
     n_held = math.ceil(n * share / (1 - share)) if held else 0  # held-out examples beside the n trained ones
@@ -250,19 +245,20 @@ def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStat
     else:
         table = PARQUET_BASE_BYTES + n * evaluations * SENTENCE_ROW_BYTES
     budget.add("tables", table)
+    prediction = PREDICTION_ROW_BYTES + PREDICTION_BYTES_PER_TOP * t.top_k  # one predictions-like row
     if held:  # heldout_predictions: every held-out example at every record
-        budget.add("tables", PARQUET_BASE_BYTES + n_held * evaluations * (PREDICTION_ROW_BYTES + PREDICTION_BYTES_PER_TOP * t.top_k))
+        budget.add("tables", PARQUET_BASE_BYTES + n_held * evaluations * prediction)
     if kinds:  # baseline_predictions: a row per baseline, example and record
         budget.add("tables", PARQUET_BASE_BYTES + len(kinds) * n * evaluations * BASELINE_ROW_BYTES)
     if answer and t.eval_epochs:  # eval_predictions beside the authors' recording
-        budget.add("tables", PARQUET_BASE_BYTES + n * len(t.eval_epochs) * (PREDICTION_ROW_BYTES + PREDICTION_BYTES_PER_TOP * t.top_k))
+        budget.add("tables", PARQUET_BASE_BYTES + n * len(t.eval_epochs) * prediction)
     if t.spectra_every:
         spectra = PARQUET_BASE_BYTES + (t.epochs + 1) * PROJECTIONS * layers * d_model * SPECTRA_ROW_BYTES
         budget.add("tables", spectra)
         table = max(table, spectra)
     budget.transient = max(budget.transient, table)
 
-    typed = answer and any(task in ("counterfact", "hotpotqa") for task in tasks)
+    typed = answer and any(task in QUESTION_TASKS for task in tasks)
     budget.add("summary.json", SUMMARY_BYTES + SUMMARY_BYTES_PER_TASK * (T - 1) + (SUMMARY_TYPE_BYTES if typed else 0)
                + len(kinds) * evaluations * SUMMARY_BYTES_PER_BASELINE_RECORD + (HELDOUT_SUMMARY_BYTES_PER_TASK * T if held else 0))
     figures = ["loss"] + (["categories", "answer_rank"] if answer else []) + (["spectra"] if t.spectra_every else [])

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
-
 from ...config import canonical
 from ...report.claims import Claim, Summary
 from ...report.seedstats import judge_over_seeds
@@ -70,7 +68,3 @@ def across_runs(runs: Sequence[tuple[Config, Summary]]) -> list[Claim]:
 def _label(config: Config) -> str:
     return f"{config.task.name}, {config.model.name or 'tiny'}, {config.train.epochs} epochs"
 
-
-def claim_runs(pairs: Sequence[tuple[Any, Summary]]) -> list[tuple[Config, Summary]]:
-    """The (config, summary) pairs of lm runs (others left out)."""
-    return [(c, s) for c, s in pairs if isinstance(c, Config) and s.lab == "lm"]

@@ -34,22 +34,7 @@ from .categories import CATEGORIES
 from .config import Config
 from .twotaskclaim import stage_conditions as twotask_stages, syntax_claim as twotask_claim
 from . import typeclaims
-
-
-def rule_column(predictions: pd.DataFrame, rule: str) -> str | None:
-    """The predictions column of a type rule ("category": closed, "category_open": open), or
-    None when the table has no values for it (runs made before the open rule)."""
-    column = "category_open" if rule == "open" else "category"
-    return column if column in predictions and predictions[column].notna().any() else None
-
-
-def category_counts(predictions: pd.DataFrame, task: str | None = None, rule: str = "closed") -> pd.DataFrame:
-    """Epoch x category counts (columns in CATEGORIES order; missing categories are 0) under
-    the closed or open type rule; the open rule's excluded examples (unclear type) are left out."""
-    rows = predictions if task is None else predictions[predictions["task"] == task]
-    column = rule_column(rows, rule) or "category"
-    counts = rows.groupby(["epoch", column]).size().unstack(fill_value=0)
-    return counts.reindex(columns=list(CATEGORIES), fill_value=0).sort_index()
+from .typeclaims import category_counts, rule_column
 
 
 def rule_agreement(predictions: pd.DataFrame) -> dict[str, Any] | None:
@@ -308,7 +293,7 @@ def _baseline_counts(frame: pd.DataFrame | None, rule: str) -> dict[str, Any] | 
     if rows is None:
         return None
     return {str(name): {str(_num(e)): {c: int(v) for c, v in row.items()}
-                        for e, row in typeclaims.counts_of(group, rule).iterrows()}
+                        for e, row in category_counts(group, rule=rule).iterrows()}
             for name, group in rows.groupby("baseline", sort=False)}
 
 

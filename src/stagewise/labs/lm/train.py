@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ...engine import check_finite, schedules
+from ...engine import check_finite, load_optimizer_tensors, load_parameters, optimizer_tensors, schedules, unpack
 from ...engine.driver import StepOutput, TrainingDriver
 from ..contract import RunContext
 from .baselines import Baselines, baseline_metrics, baseline_records
@@ -160,10 +160,7 @@ def sentence_records(enc: Encoded, nll: torch.Tensor, tokens: torch.Tensor, epoc
 # ------------------------------------------------------------------ state
 def pack_state(model: Any, opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
     """Parameters (tied ones once), optimizer state and the CPU RNG state as named tensors."""
-    tensors = weights(model)
-    for i, state in opt.state_dict()["state"].items():
-        for key, value in state.items():
-            tensors[f"opt.{i}.{key}"] = value if torch.is_tensor(value) else torch.tensor(value)
+    tensors = {**weights(model), **{f"opt.{k}": v for k, v in optimizer_tensors(opt).items()}}
     tensors["rng.cpu"] = torch.get_rng_state()
     if torch.cuda.is_available():
         tensors["rng.cuda"] = torch.cuda.get_rng_state()
@@ -171,16 +168,8 @@ def pack_state(model: Any, opt: torch.optim.Optimizer) -> dict[str, torch.Tensor
 
 
 def unpack_state(tensors: dict[str, torch.Tensor], model: Any, opt: torch.optim.Optimizer) -> None:
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, p in params.items():
-            p.copy_(tensors[f"model.{name}"])
-    state: dict[int, dict[str, torch.Tensor]] = {}
-    for key, value in tensors.items():
-        if key.startswith("opt."):
-            _, i, field = key.split(".", 2)
-            state.setdefault(int(i), {})[field] = value
-    opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})
+    load_parameters(model, unpack(tensors, "model"))
+    load_optimizer_tensors(opt, unpack(tensors, "opt"))
     torch.set_rng_state(tensors["rng.cpu"])
     if "rng.cuda" in tensors and torch.cuda.is_available():
         torch.cuda.set_rng_state(tensors["rng.cuda"])

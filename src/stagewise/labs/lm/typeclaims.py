@@ -33,9 +33,8 @@ from ...report.claims import Claim
 from . import claimspecs as cs
 from .answertypes import PLACE_KINDS
 from .categories import CATEGORIES
+from .config import QUESTION_TASKS
 
-QUESTION_TASKS = ("counterfact", "hotpotqa")
-"""Tasks whose answers have types: the type claims concern only their predictions."""
 
 REFERENCE_BASELINE = "bow-last"
 """The baseline the difference claims compare with (its records carry ``bow-lastK``)."""
@@ -84,12 +83,20 @@ def question_predictions(frame: pd.DataFrame | None) -> pd.DataFrame | None:
     return rows if len(rows) else None
 
 
-def counts_of(rows: pd.DataFrame, rule: str) -> pd.DataFrame:
-    """Epoch x category counts under ``rule`` (open: ``category_open``, excluded left out)."""
-    column = "category_open" if rule == "open" and "category_open" in rows and rows["category_open"].notna().any() \
-        else "category"
-    table = rows.groupby(["epoch", column]).size().unstack(fill_value=0)
-    return table.reindex(columns=list(CATEGORIES), fill_value=0).sort_index()
+def rule_column(predictions: pd.DataFrame, rule: str) -> str | None:
+    """The predictions column of a type rule ("category": closed, "category_open": open), or
+    None when the table has no values for it (runs made before the open rule)."""
+    column = "category_open" if rule == "open" else "category"
+    return column if column in predictions and predictions[column].notna().any() else None
+
+
+def category_counts(predictions: pd.DataFrame, task: str | None = None, rule: str = "closed") -> pd.DataFrame:
+    """Epoch x category counts (columns in CATEGORIES order; missing categories are 0) under
+    the closed or open type rule; the open rule's excluded examples (unclear type) are left out."""
+    rows = predictions if task is None else predictions[predictions["task"] == task]
+    column = rule_column(rows, rule) or "category"
+    counts = rows.groupby(["epoch", column]).size().unstack(fill_value=0)
+    return counts.reindex(columns=list(CATEGORIES), fill_value=0).sort_index()
 
 
 def reference_rows(baselines: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -106,12 +113,12 @@ def difference_claims(model: pd.DataFrame, baseline: pd.DataFrame | None, rule: 
     """``type_lead_beyond_baseline`` and ``type_share_beyond_baseline`` of one run, with the
     phases they compare; not testable without the baseline's records or with fewer than 2."""
     specs = (cs.TYPE_LEAD_BEYOND_BASELINE, cs.TYPE_SHARE_BEYOND_BASELINE)
-    mine = phase(counts_of(model, rule), half)
+    mine = phase(category_counts(model, rule=rule), half)
     facts: dict[str, Any] = {"model": mine.as_dict()}
     if baseline is None:
         reason = "no bow-last baseline was trained in this run (set baselines.kinds=[bow, bow-last])"
         return [s.not_testable(reason, statement=s.statement + suffix) for s in specs], facts
-    theirs = phase(counts_of(baseline, rule), half)
+    theirs = phase(category_counts(baseline, rule=rule), half)
     facts["baseline"] = theirs.as_dict()
     facts["baseline_name"] = str(baseline["baseline"].iloc[0])
     if mine.records < 2:
@@ -138,11 +145,11 @@ def sensitivity(model: pd.DataFrame, baseline: pd.DataFrame | None, raw: Any) ->
     """The type claims' values at h in :data:`~.claimspecs.SENSITIVITY_HALVES` under both rules:
     rows {rule, h, type_before_fact (lead or None), lead_difference, share_difference, and
     whether each passes}. ``raw(counts, h)`` gives type_before_fact's lead (NaN: never)."""
-    rules = ["open", "closed"] if "category_open" in model and model["category_open"].notna().any() else ["closed"]
+    rules = ["open", "closed"] if rule_column(model, "open") is not None else ["closed"]
     out = []
     for rule in rules:
-        counts = counts_of(model, rule)
-        other = counts_of(baseline, rule) if baseline is not None else None
+        counts = category_counts(model, rule=rule)
+        other = category_counts(baseline, rule=rule) if baseline is not None else None
         for h in cs.SENSITIVITY_HALVES:
             lead = raw(counts, h)
             row: dict[str, Any] = {"rule": rule, "h": h, "type_before_fact": lead, "type_before_fact_holds": _passes(lead)}
@@ -193,7 +200,7 @@ def question_ignoring_prior(rows: pd.DataFrame, epoch: float) -> dict[str, Any] 
         if share_other is not None:
             blind += share_other * len(asked)
             n_typed += len(asked)
-    column = "category_open" if "category_open" in at and at["category_open"].notna().any() else "category"
+    column = rule_column(at, "open") or "category"
     wrong = at[at[column] == "type-wrong"]
     place_q = wrong["asked_type"].isin(PLACE_KINDS)
     granularity = wrong[place_q & wrong["top1_kind"].isin(PLACE_KINDS) & (wrong["top1_kind"] != wrong["asked_type"])]
