@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from ...engine import load_optimizer_tensors, load_parameters, optimizer_tensors, unpack
 from .batching import Encoded
+from .config import Config
 from .categories import EXCLUDED, SEMANTIC, TYPE_CORRECT, TYPE_WRONG, AnswerSpace, category_names
 from .records import Evaluation, TrainPassRecorder, evaluation, score_logits
 
@@ -159,6 +160,17 @@ class Baselines:
             load_optimizer_tensors(self.opts[name], unpack(tensors, prefix + "opt"))
             if self.recorders is not None:
                 self.recorders[name].restore({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix + "rec.")})
+
+
+def make_baselines(cfg: Config, model: Any, enc: Encoded, make_optimizer: Any) -> Baselines | None:
+    """The run's baselines (``baselines.kinds``; answer framing), on the CPU: the same rows and
+    ``make_optimizer(params)``, the model's optimizer kind; None without any."""
+    b = cfg.baselines
+    if not b.kinds or cfg.task.framing != "answer":
+        return None
+    n_rows = int(model.get_output_embeddings().weight.shape[0])
+    return Baselines(list(b.kinds), b.last_k, b.d, n_rows, cfg.seed, cfg.train.top_k, make_optimizer, enc.targets,
+                     cfg.train.record == "train-before-step")
 
 
 def baseline_records(enc: Encoded, evaluations: dict[str, Evaluation], epoch: float,

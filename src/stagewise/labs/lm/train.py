@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from ...engine import check_finite, load_optimizer_tensors, load_parameters, optimizer_tensors, schedules, unpack
 from ...engine.driver import StepOutput, TrainingDriver
 from ..contract import RunContext
-from .baselines import Baselines, baseline_metrics, baseline_records
+from .baselines import Baselines, baseline_metrics, baseline_records, make_baselines
 from .batching import Encoded, dataset_batches, last_logits, layout, length_sorted_batches, token_nll
 from .categories import EXCLUDED, SEMANTIC, TYPE_CORRECT, TYPE_WRONG, AnswerSpace, category_names
 from .records import Evaluation, TrainPassRecorder, evaluation, score_logits
@@ -263,7 +263,7 @@ class FineTuneLoop:
         # train.record=train-before-step: the epoch's training-pass scores of every example, filled batch by batch
         self.recorder = TrainPassRecorder(enc.targets, min(cfg.train.top_k, model.get_input_embeddings().weight.shape[0])) \
             if cfg.train.record == "train-before-step" and cfg.task.framing == "answer" else None
-        self.baselines = make_baselines(cfg, model, enc)
+        self.baselines = make_baselines(cfg, model, enc, lambda params: make_optimizer(cfg, params))
 
     def restore(self, checkpoint) -> int:
         unpack_state(checkpoint.tensors, self.model, self.opt)
@@ -374,18 +374,6 @@ class FineTuneLoop:
         if epoch in cfg.train.snapshot_epochs or epoch == cfg.train.epochs:
             snapshot(self.ctx, self.model, self.vocab_ids, epoch, step)
         self.epoch, self.batch = epoch + 1, 0
-
-
-def make_baselines(cfg: Config, model: Any, enc: Encoded) -> Baselines | None:
-    """The run's no-attention baselines (``baselines.kinds``; answer framing), on the CPU:
-    same rows, same optimizer kind as the model (:mod:`.baselines`)."""
-    b = cfg.baselines
-    if not b.kinds or cfg.task.framing != "answer":
-        return None
-    n_rows = int(model.get_output_embeddings().weight.shape[0])
-    return Baselines(list(b.kinds), b.last_k, b.d, n_rows, cfg.seed, cfg.train.top_k,
-                     lambda params: make_optimizer(cfg, params), enc.targets,
-                     cfg.train.record == "train-before-step")
 
 
 def snapshot(ctx: RunContext, model: Any, vocab_ids: torch.Tensor | None, epoch: int, step: int) -> None:
