@@ -195,3 +195,14 @@ def test_the_checker_sees_a_violation(tmp_path):
 def _absolute_imports(path: Path) -> set[str]:
     return {n.module for n in _runtime_nodes(ast.parse(path.read_text()))
             if isinstance(n, ast.ImportFrom) and not n.level and (n.module or "").startswith("stagewise")}
+
+
+LM_LAB_MODULES = 19
+"""The lm lab's module budget (issue 25): the lab (config, tasks, categories, controls, prepare,
+batching, records, train, summary, claim specs, figures, resources, lab) and its run analyses;
+the model-weights toolkit is :mod:`stagewise.lmkit`."""
+
+
+def test_the_lm_lab_keeps_to_its_module_budget():
+    modules = sorted(p.stem for p in (SRC / "labs" / "lm").glob("*.py") if p.name != "__init__.py")
+    assert len(modules) <= LM_LAB_MODULES, f"labs/lm has {len(modules)} modules (budget {LM_LAB_MODULES}): {modules}"

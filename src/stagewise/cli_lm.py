@@ -229,7 +229,7 @@ def rank_curve_cmd(
 def _spectral_claim(refs, ps, select, draws, seed, rule, out) -> None:
     """``lm rank-curve --claim``: the curves over E, the per-seed values, the claim, the files, the verdict line."""
     from .labs.lm.spectralclaim import at_p, judge, pair_checkpoints, per_seed_values, spectral_curves, write_spectral
-    from .labs.lm.spectralspec import CLAIM_P
+    from .labs.lm.claimspecs import CLAIM_P
 
     pairs = pair_checkpoints(refs)
     curves = spectral_curves(pairs, ps, selector=select, draws=draws, seed=seed, rule=rule)
@@ -267,7 +267,7 @@ def sample_cmd(
 ) -> None:
     """Print a seeded random sample of a run's predictions of one category, for a hand check."""
     require_lm_extra("lm sample")
-    from .labs.lm.audit import check_sample_args, sample_predictions
+    from .labs.lm.refs import check_sample_args, sample_predictions
 
     check_sample_args(category, n, rule, epoch, seed)
     sample, at, total = sample_predictions(run, category, n, rule=rule, epoch=epoch, seed=seed)

@@ -106,6 +106,29 @@ def _executor_options(file_options: dict, sets: dict, kind: Optional[str], max_p
         raise UserError(f"executor.{where}={value!r}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
+def _with_sets(sweep, config_sets: list[str]):
+    """The sweep with ``--set KEY=VALUE`` config overrides added to its ``set`` (typed and
+    key-checked against the lab's config when the points are planned)."""
+    if not config_sets:
+        return sweep
+    from .labs import get_lab
+    from .overrides import parse_overrides
+
+    extra = _dotted(parse_overrides(get_lab(sweep.lab).Config, config_sets))
+    return sweep.model_copy(update={"set_": {**sweep.set_, **extra}})
+
+
+def _print_plan(points, runs, sweep, folder: Path, kind: str) -> None:
+    """``sweep run --dry-run``: the count and the first few points."""
+    folded = f" in {len(runs)} runs (fold: {sweep.fold})" if len(runs) != len(points) else ""
+    out_console.print(f"{len(points)} runs of {sweep.lab}{folded} into {folder}/runs/HASH, executor {kind}",
+                      highlight=False, markup=False)
+    for p in points[:EXAMPLES_SHOWN]:
+        out_console.print(f"  {p.hash[:12]}  {p.label}", highlight=False, markup=False)
+    if len(points) > EXAMPLES_SHOWN:
+        out_console.print(f"  ... and {len(points) - EXAMPLES_SHOWN} more", highlight=False, markup=False)
+
+
 @sweep_app.command("run")
 def sweep_run_cmd(
     spec: Path = typer.Argument(..., help="sweep file (YAML: lab, preset, config, set, axes, zip, fold, executor, report)"),
@@ -129,12 +152,7 @@ def sweep_run_cmd(
     _check_flags(executor, max_parallel)
     sweep = load_sweep(spec)
     executor_sets, config_sets = _split_sets(sets)
-    if config_sets:  # typed and key-checked against the lab's config when the points are planned
-        from .labs import get_lab
-        from .overrides import parse_overrides
-
-        extra = _dotted(parse_overrides(get_lab(sweep.lab).Config, config_sets))
-        sweep = sweep.model_copy(update={"set_": {**sweep.set_, **extra}})
+    sweep = _with_sets(sweep, config_sets)
     opts = _executor_options(sweep.executor, executor_sets, executor, max_parallel, sink)
     assert isinstance(opts, ExecutorOptions)
     _check_report(sweep)
@@ -144,13 +162,7 @@ def sweep_run_cmd(
     check_folder(folder, sweep.lab, [p.hash for p in points], extend, [r.key for r in runs])
     preflight(runs, folder, opts)
     if dry_run:
-        folded = f" in {len(runs)} runs (fold: {sweep.fold})" if len(runs) != len(points) else ""
-        out_console.print(f"{len(points)} runs of {sweep.lab}{folded} into {folder}/runs/HASH, executor {opts.kind}",
-                          highlight=False, markup=False)
-        for p in points[:EXAMPLES_SHOWN]:
-            out_console.print(f"  {p.hash[:12]}  {p.label}", highlight=False, markup=False)
-        if len(points) > EXAMPLES_SHOWN:
-            out_console.print(f"  ... and {len(points) - EXAMPLES_SHOWN} more", highlight=False, markup=False)
+        _print_plan(points, runs, sweep, folder, opts.kind)
         return
     try:
         with _PointsProgress(len(points), "sweep") as show:

@@ -1,5 +1,6 @@
 """Lazy re-exports for package ``__init__`` files (PEP 562): a public name is imported from
-its submodule on first use, so importing a package imports none of its heavy dependencies.
+its submodule on first use, so importing a package imports none of its heavy dependencies;
+and :class:`LazyMapping`, a read-only mapping whose values are made on first access.
 
 Usage, at the end of an ``__init__.py``::
 
@@ -11,8 +12,10 @@ with ``_EXPORTS`` mapping each public name to the (relative) module that defines
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+V = TypeVar("V")
 
 
 def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict[str, Any], public: Sequence[str],
@@ -36,3 +39,32 @@ def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict[str, 
         return sorted({*namespace, *public})
 
     return __getattr__, __dir__
+
+
+class LazyMapping(Mapping[str, V], Generic[V]):
+    """A read-only mapping over ``keys`` (in their order) whose value of a key is ``load(key)``,
+    made on first access and kept under ``cache_key(key)`` (keys with one cache key share one
+    value). A key not in ``keys`` is a KeyError; ``describe(self)`` is the repr."""
+
+    def __init__(self, keys: Sequence[str], load: Callable[[str], V], *, cache_key: Callable[[str], Hashable] = lambda k: k,
+                 describe: Callable[["LazyMapping[V]"], str] | None = None):
+        self._keys, self._load, self._cache_key, self._describe = list(keys), load, cache_key, describe
+        self._known = set(self._keys)
+        self._made: dict[Hashable, V] = {}
+
+    def __getitem__(self, key: str) -> V:
+        if key not in self._known:
+            raise KeyError(key)
+        slot = self._cache_key(key)
+        if slot not in self._made:
+            self._made[slot] = self._load(key)
+        return self._made[slot]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return self._describe(self) if self._describe is not None else f"{type(self).__name__}({', '.join(self._keys)})"

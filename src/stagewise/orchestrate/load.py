@@ -21,7 +21,7 @@ Example::
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..errors import Note, UserError
 from ..labs import metric_aliases
+from ..lazy import LazyMapping
 from ..report.html import inside_folder
 from ..report.runview import CLAIM_COLUMNS, RunView, read_run
 from ..runs.links import refuse_links
@@ -86,29 +87,16 @@ def _read(path: Path, check_links: bool, lab: str | None = None) -> RunView:
     return read_run(path, aliases=metric_aliases(lab), sources=declared_sources(lab), check_links=check_links)
 
 
-class PointRuns(Mapping[str, RunView]):
+class PointRuns(LazyMapping[RunView]):
     """Point label -> the :class:`RunView` of the point's run, read on first access and kept
     (points folded into one run share one view). A point whose run folder is missing or not a
     run is one UserError line on access."""
 
     def __init__(self, folder: Path, points: Mapping[str, str], lab: str):
-        self._folder, self._points, self._lab = folder, dict(points), lab
-        self._views: dict[str, RunView] = {}
-
-    def __getitem__(self, label: str) -> RunView:
-        run_dir = self._points[label]
-        if run_dir not in self._views:
-            self._views[run_dir] = _read(self._folder / run_dir, check_links=False, lab=self._lab)
-        return self._views[run_dir]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._points)
-
-    def __len__(self) -> int:
-        return len(self._points)
-
-    def __repr__(self) -> str:
-        return f"PointRuns({len(self)} points, {len(set(self._points.values()))} runs)"
+        points = dict(points)
+        super().__init__(list(points), lambda label: _read(folder / points[label], check_links=False, lab=lab),
+                         cache_key=points.__getitem__,
+                         describe=lambda m: f"PointRuns({len(points)} points, {len(set(points.values()))} runs)")
 
 
 @dataclass(frozen=True, eq=False)

@@ -21,7 +21,7 @@ Example::
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -36,6 +36,7 @@ from ..runs.manifest import read_manifest
 from ..runs.names import current_names, rename_keys, rename_metrics
 from ..runs.store import TableStore
 from ..runs.stream import MetricSink
+from ..lazy import LazyMapping
 from ..yamlio import load_yaml
 from .claims import Summary, read_summary
 
@@ -81,34 +82,20 @@ def _read_parquet(path: Path, what: str) -> pd.DataFrame:
         raise UserError(f"{path}: not a readable {what} ({first})") from None
 
 
-class RunTables(Mapping[str, pd.DataFrame]):
+class RunTables(LazyMapping[pd.DataFrame]):
     """The run's tables by name (``tables/NAME.parquet``), each read on first access
     (``TableStore.get``: without the store's ``_part`` column) and kept."""
 
     def __init__(self, folder: Path):
         self._store = TableStore(folder)
-        self._names = self._store.names()
-        self._read: dict[str, pd.DataFrame] = {}
+        super().__init__(self._store.names(), self._table, describe=lambda m: f"RunTables({', '.join(m) or 'none'})")
 
-    def __getitem__(self, name: str) -> pd.DataFrame:
-        if name not in self._names:
-            raise KeyError(name)
-        if name not in self._read:
-            try:
-                frame = self._store.get(name)
-            except (OSError, ValueError, pa.ArrowException) as err:
-                raise UserError(f"{self._store.path(name)}: not a readable table ({str(err).strip().splitlines()[0]})") from None
-            self._read[name] = frame if frame is not None else pd.DataFrame()
-        return self._read[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def __repr__(self) -> str:
-        return f"RunTables({', '.join(self._names) or 'none'})"
+    def _table(self, name: str) -> pd.DataFrame:
+        try:
+            frame = self._store.get(name)
+        except (OSError, ValueError, pa.ArrowException) as err:
+            raise UserError(f"{self._store.path(name)}: not a readable table ({str(err).strip().splitlines()[0]})") from None
+        return frame if frame is not None else pd.DataFrame()
 
 
 @dataclass(frozen=True, eq=False)

@@ -15,7 +15,7 @@ import yaml
 from runcache import smoke_spec
 from stagewise.config import MAX_SEED
 from stagewise.errors import UserError
-from stagewise.labs.lm.audit import decode_top, read_predictions, sample_predictions
+from stagewise.labs.lm.refs import decode_top, read_predictions, sample_predictions
 from cli_errors import one_error_line
 
 TABLE = Path("tables") / "predictions.parquet"
@@ -146,9 +146,9 @@ def test_markup_in_example_ids_and_subject_text_is_printed_literally(cli, run, t
                                "open": ["type-wrong"]})
         return sample, 0.0, 1
 
-    from stagewise.labs.lm import audit
+    from stagewise.labs.lm import refs
 
-    monkeypatch.setattr(audit, "sample_predictions", fake)
+    monkeypatch.setattr(refs, "sample_predictions", fake)
     code, out, err = cli("lm", "sample", str(run), "--category", "type-wrong")
     assert code == 0, err
     for text in ("[/x]", "[bold]", "[/]", "'[i]'", "'[/bold]'"):

@@ -1,5 +1,5 @@
 """The no-attention baselines (baselines.py), the difference claims (typeclaims.py) and the
-claims over seeds (seeds.py): closed forms, invariances, batched == looped, hand-made tables."""
+claims over seeds (summary.py): closed forms, invariances, batched == looped, hand-made tables."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from stagewise.labs.lm.batching import Encoded
 from stagewise.labs.lm.categories import CATEGORIES, answer_space
 from stagewise.labs.lm import claimspecs as cs
 from stagewise.labs.lm.config import Config
-from stagewise.labs.lm.seeds import across_runs
+from stagewise.labs.lm.summary import across_runs
 from stagewise.labs.lm.typeclaims import difference_claims, phase, question_ignoring_prior
 from stagewise.report.claims import Summary
 

@@ -335,7 +335,7 @@ def test_data_without_a_typed_relation_is_refused_up_front(cli, tmp_path):
     import json
 
     from lm_fixtures import counterfact_records
-    from stagewise.labs.lm.answertypes import RELATION_TYPES
+    from stagewise.labs.lm.categories import RELATION_TYPES
 
     untyped = counterfact_records(multi_token=False)
     for record in untyped:

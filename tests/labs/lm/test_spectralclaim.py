@@ -16,7 +16,7 @@ from runcache import without_run_figures
 from stagewise import RunSpec
 from stagewise.labs.lm.rankcurve import draw_seed
 from stagewise.labs.lm.spectralclaim import judge, pair_checkpoints, per_seed_values, spectral_curves
-from stagewise.labs.lm.spectralspec import CLAIM_P, CLAIM_THRESHOLD, MIN_RANDOM_DAMAGE, SPECTRAL_SMALL_DIRECTIONS_EARLY
+from stagewise.labs.lm.claimspecs import CLAIM_P, CLAIM_THRESHOLD, MIN_RANDOM_DAMAGE, SPECTRAL_SMALL_DIRECTIONS_EARLY
 from stagewise.labs.lm.refs import load_ref
 from stagewise.report.seedstats import bootstrap_interval
 

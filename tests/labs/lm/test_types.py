@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from stagewise import RunSpec, execute_spec
-from stagewise.labs.lm.answertypes import RELATION_TYPES, group_type, lexicon, type_space
+from stagewise.labs.lm.categories import RELATION_TYPES, group_type, lexicon, type_space
 from stagewise.labs.lm.categories import EXCLUDED, SEMANTIC, TYPE_CORRECT, TYPE_WRONG, answer_space, categorize, categorize_open
 from stagewise.labs.lm.controls import frequency_matched, pairing
 from stagewise.labs.lm.prepare import record_key, subsample
@@ -230,7 +230,7 @@ def test_lm_sample_prints_a_seeded_sample(cli, lm_data_root, tmp_path):
     code, out, err = cli("lm", "sample", str(tmp_path / "r"), "--category", "type-wrong", "--n", "3", "--epoch", "0")
     assert code == 0, err
     assert "3 of" in out and "type-wrong" in out
-    from stagewise.labs.lm.audit import sample_predictions
+    from stagewise.labs.lm.refs import sample_predictions
 
     sample, epoch, total = sample_predictions(tmp_path / "r", "type-wrong", 3, epoch="0")
     assert epoch == 0 and len(sample) == 3 and f"3 of {total}" in out

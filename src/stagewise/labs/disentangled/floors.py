@@ -312,6 +312,25 @@ def certificate(problem: _Problem, x: torch.Tensor) -> tuple[torch.Tensor, torch
     return residual, zero.flatten(1).sum(-1)
 
 
+def _line_search(problem: "_Problem", x: torch.Tensor, step: torch.Tensor, value: torch.Tensor,
+                 todo: torch.Tensor) -> torch.Tensor:
+    """Backtracking along ``step`` (S, B, k, k) per member: the first t in 1, 1/2, ... (at most
+    MAX_HALVINGS halvings) whose objective is at most ``value`` (S,) up to FLAT relative; members
+    not ``todo`` (S,) or without such a t keep ``x``."""
+    expand = lambda t: t.view(-1, 1, 1, 1)  # noqa: E731  (S,) -> (S, 1, 1, 1)
+    t = torch.ones(x.shape[0], dtype=x.dtype, device=x.device)
+    searching, new_x = todo.clone(), x.clone()
+    for _ in range(MAX_HALVINGS):
+        trial = x + expand(t) * step
+        ok = searching & (problem.value(problem.forward(trial), trial) <= value + FLAT * value.abs())
+        new_x = torch.where(expand(ok), trial, new_x)
+        searching = searching & ~ok
+        if not bool(searching.any()):
+            break
+        t = torch.where(searching, 0.5 * t, t)
+    return new_x
+
+
 def solve(config: Config, members: list[Member], time_limit: float | None = None,
           on_iteration: Callable[[int], None] | None = None) -> list[Solution]:
     """The numerical floors of ``members`` (each its own problem; :func:`floor_rows` deduplicates),
@@ -344,16 +363,7 @@ def solve(config: Config, members: list[Member], time_limit: float | None = None
             fwd = problem.forward(x)
             value = problem.value(fwd, x)
             step = _newton_step(problem, x, _near_kinks(problem, fwd)) * expand(todo)
-            t = torch.ones(S, dtype=x.dtype, device=device)
-            searching, new_x = todo.clone(), x.clone()
-            for _ in range(MAX_HALVINGS):
-                trial = x + expand(t) * step
-                ok = searching & (problem.value(problem.forward(trial), trial) <= value + FLAT * value.abs())
-                new_x = torch.where(expand(ok), trial, new_x)
-                searching = searching & ~ok
-                if not bool(searching.any()):
-                    break
-                t = torch.where(searching, 0.5 * t, t)
+            new_x = _line_search(problem, x, step, value, todo)
             size = (new_x - x).abs().flatten(1).amax(-1) / x.abs().flatten(1).amax(-1).clamp_min(1.0)
             x = new_x
             iters = iters + todo.long()

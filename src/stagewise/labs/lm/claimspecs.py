@@ -9,7 +9,7 @@ authors' proposed follow-up in the review: BLiMP (syntax) is learned before SICK
 0.5 (docs/lm.md). The earlier conjunction "(a) and (b) and (c)" of type_before_fact is
 one claim here, (c), the part the controls fail; (a) and (b) are descriptions. Every claim
 declares how seeds aggregate (``aggregation``, :mod:`stagewise.report.seedstats`), computed by
-:func:`stagewise.labs.lm.seeds.across_runs` in sweep reports and ``stagewise reproduce lm``.
+:func:`stagewise.labs.lm.summary.across_runs` in sweep reports and ``stagewise reproduce lm``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ _CONTROL = ("both controls, each must make it fail: counterfact-tiny-shuffled-gr
             "labels and types permuted, judging broken) and counterfact-tiny-frequency-matched (task.replace_answers: each answer "
             "replaced by one of another type and the nearest frequency rank, types broken, frequencies kept); per seed over 3 "
             "training-order / subsample seeds (examples/sweeps/lm_type_claims_seeds.yaml)")
-_RULE = (" Judged by the open type rule (thresholds.type_rule=open: the prompt's declared answer type, answertypes.py; the "
+_RULE = (" Judged by the open type rule (thresholds.type_rule=open: the prompt's declared answer type, categories.py; the "
          "closed rule is reported beside it), h = thresholds.half = 0.5, epochs of the run's records.")
 
 TYPE_BEFORE_FACT = ClaimSpec(
@@ -91,7 +91,35 @@ SYNTAX_BEFORE_SEMANTICS = ClaimSpec(
     "blimp-tiny-alone / sick-tiny-alone (each task trained alone: its own beat-the-prior epoch, against which the "
     "mixture's order is read)", aggregation="paired-bootstrap")
 
-# ---- the spectral claim (issue 27): see spectralspec.py for the quantity, declared before the runs
+# ---- the spectral claim (issue 27), declared before the runs
+# The spectral claim of the lm lab, declared before any run (issue 27): the paper's reading of
+# its rank-reduction test, "removing small singular directions hurts the early model more than
+# the late one", against the random-direction baseline. Computed by :mod:`.spectralclaim`
+# (``stagewise lm rank-curve RUN@E RUN@L ... --claim``).
+#
+# Declared here, before the acceptance runs: keep fraction p* = :data:`CLAIM_P` = 0.2 of the
+# singular directions of every selected attention matrix, threshold 0.1 on the per-seed value,
+# :data:`CLAIM_DRAWS` = 5 random draws by default, the floor :data:`MIN_RANDOM_DAMAGE`.
+#
+# Quantity, for one run (seed) with an early and a late checkpoint, on the examples E that are
+# semantic-correct at BOTH checkpoints before any reduction:
+#
+#     R_c^sel = fraction of E still semantic-correct after keeping k = floor(p* r) directions of
+#               checkpoint c (c = early, late) chosen by sel = largest | random (mean of the draws)
+#     D_c^sel = 1 - R_c^sel                                 (the damage)
+#     rho_c   = D_c^largest / D_c^random                    (the share of the damage of dropping
+#                                                            80 % of the directions at random that
+#                                                            dropping only the smallest 80 % does)
+#     value   = rho_early - rho_late
+#
+# If which directions are dropped did not matter, rho = 1 at both checkpoints and value = 0; if the
+# late model were only "more fragile to any removal", both rho stay near 1 (its random damage and
+# its keep-largest damage grow together) and value ~ 0; if neither model needs its small
+# directions (keep-largest retains everything), both rho ~ 0 and value ~ 0. The paper's reading
+# -- the small directions carry more of the early model's answers -- is value > 0. (The
+# difference in differences (R_late - R_early)^largest - (R_late - R_early)^random is reported
+# beside it: it is positive whenever the late model is more fragile to random removal, even
+# when keep-largest changes nothing, so it cannot carry the claim.)
 CLAIM_P = 0.2
 """The declared keep fraction p*: keep k = floor(0.2 r) directions of every selected matrix."""
 CLAIM_THRESHOLD = 0.1

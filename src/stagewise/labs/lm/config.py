@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from ...config import MAX_SEED, MAX_STEPS, ConfigModel, RunBase, TrainBase
 from ...lmkit.config import ModelConfig
-from .heldout import check_task_config
 
 TaskName = Literal["counterfact", "hotpotqa", "blimp", "sick"]
 DEFAULT_MIXTURE: tuple[TaskName, ...] = ("blimp", "sick")  # task.mixture's default
@@ -21,6 +20,35 @@ QUESTION_TASKS: tuple[str, ...] = ("counterfact", "hotpotqa")
 """Tasks whose answers have types (a question's answer): the type claims concern only their predictions."""
 DATA_ENV = "STAGEWISE_DATA"  # default for data.root: a folder in the layout of the project's shared data
 MAX_EPOCHS = 100_000
+
+
+SPLIT_TASKS = ("blimp", "sick")
+"""Tasks that ``task.heldout`` and ``task.permute_labels`` apply to (classification tasks)."""
+
+
+def check_task_config(task: Any) -> None:
+    """Raises ValueError (one line; the config layer prefixes the field) for a ``task`` config
+    section whose held-out or permuted-labels settings cannot apply. Data-dependent checks
+    (a paradigm name not in the data) happen when the data is read (:func:`split_part`)."""
+    tasks = task.tasks()
+    split = task.heldout is not None or task.permute_labels
+    other = [t for t in tasks if t not in SPLIT_TASKS]
+    if split and other:
+        what = "task.heldout" if task.heldout is not None else "task.permute_labels"
+        raise ValueError(f"{what}: only blimp and sick are split and permuted (this run has {', '.join(other)})")
+    if split and task.framing != "answer":
+        raise ValueError("task.heldout / task.permute_labels: only for task.framing=answer (labels and their priors)")
+    if task.heldout_paradigms is not None:
+        if task.heldout is None:
+            raise ValueError("task.heldout_paradigms needs task.heldout (the held-out share of SICK's pairs), e.g. 0.25")
+        if "blimp" not in tasks:
+            raise ValueError(f"task.heldout_paradigms: blimp is not among the run's tasks ({', '.join(tasks)})")
+        if not task.heldout_paradigms:
+            raise ValueError("task.heldout_paradigms=[]: name at least one BLiMP paradigm (or null for a seeded share)")
+        if task.paradigms is not None:
+            missing = [p for p in task.heldout_paradigms if p not in task.paradigms]
+            if missing:
+                raise ValueError(f"task.heldout_paradigms: {missing[0]!r} is not among task.paradigms")
 
 
 class TaskConfig(ConfigModel):
@@ -46,7 +74,7 @@ class TaskConfig(ConfigModel):
                                "task.limit (null: every record, in file order)")
     sample_seed: int = Field(0, ge=0, lt=MAX_SEED, description="seed of task.sample (the subsample axis of a seeds study)")
     heldout: float | None = Field(None, gt=0, lt=1, description="held-out share, evaluated every record and never trained on\n"
-                                  "(heldout.py): BLiMP's paradigms (whole paradigms), SICK's pairs (stratified by label) [ours]")
+                                  "(controls.py): BLiMP's paradigms (whole paradigms), SICK's pairs (stratified by label) [ours]")
     heldout_paradigms: list[str] | None = Field(None, description="the held-out BLiMP paradigms by name (over task.heldout's\n"
                                                 "seeded share of them)")
     heldout_seed: int = Field(0, ge=0, lt=MAX_SEED, description="seed of the held-out split")
@@ -151,7 +179,7 @@ class Thresholds(ConfigModel):
     half: float = Field(0.5, gt=0, lt=1, description="'falls to half' / 'reaches half': the fraction used by both claims")
     type_rule: Literal["open", "closed"] = Field(
         "open", description="the type rule the type claims are judged by: open (the prompt's declared answer type, lexicons;\n"
-        "answertypes.py) or closed (another answer of the same group in the loaded sample) [ours; both are reported]")
+        "categories.py) or closed (another answer of the same group in the loaded sample) [ours; both are reported]")
 
     ADDED = ("type_rule",)
 

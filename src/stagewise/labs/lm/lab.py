@@ -11,9 +11,12 @@ from typing import Any
 
 from ...errors import UserError
 from ..contract import Lab, RunContext, RunResult, deferred, reproduction
+from ...report.claims import Summary
+from ..contract import SummaryTable
+
 from .claimspecs import CLAIMS, SOURCES
 from .config import QUESTION_TASKS, Config
-from .showtables import baselines_table, prior_table, sensitivity_table
+
 
 NAME = "lm"
 DESCRIPTION = ("real Hugging Face causal LMs: syntactically wrong -> type-correct -> factually right, per-task loss of "
@@ -107,7 +110,7 @@ _REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("blimp-sick-tiny-lm", "blimp-sick-tiny-lm", {}, None),
     ("counterfact-smollm2", "counterfact-smollm2", {}, None),
 ]
-# the full reproduce judges the type claims over 3 seeds (seeds.across_runs pairs each control with the real run of its seed)
+# the full reproduce judges the type claims over 3 seeds (summary.across_runs pairs each control with the real run of its seed)
 _REPRODUCE += [(f"{preset}-seed{seed}", preset, {"seed": seed}, None) for seed in (1, 2)
                for preset in ("counterfact-tiny", "counterfact-tiny-shuffled-groups", "counterfact-tiny-frequency-matched")]
 REPRODUCE = reproduction(NAME, _REPRODUCE)
@@ -141,8 +144,8 @@ def check(config: Config) -> None:
 def _check_typed(items: Sequence[Any]) -> None:
     """One UserError line when no example of a question task (CounterFact, HotpotQA) has a
     declared answer type: the open type rule, recorded at every epoch, would have nothing to
-    judge (the relations without one are listed in answertypes.RELATION_TYPES as None or absent)."""
-    from .answertypes import group_type
+    judge (the relations without one are listed in categories.RELATION_TYPES as None or absent)."""
+    from .categories import group_type
 
     asked = [item for item in items if getattr(item, "task", None) in QUESTION_TASKS]
     if asked and all(group_type(item.task, item.group) is None for item in asked):
@@ -201,10 +204,56 @@ def _auto_threads(config: Config) -> int:
     return 1 if is_tiny(config.model) else available_cores()
 
 
+# Tables ``stagewise show`` prints from an lm summary (``Lab.summary_tables``); imports nothing heavy.
+
+def _mark(ok: object) -> str:
+    return "-" if ok is None else "holds" if ok else "fails"
+
+
+def sensitivity_table(summary: Summary) -> SummaryTable | None:
+    """``details.sensitivity``: the type claims at h = 0.4 / 0.5 / 0.6 under both rules, beside
+    the declared verdict (open rule, h = 0.5)."""
+    rows = summary.details.get("sensitivity")
+    if not isinstance(rows, list) or not rows:
+        return None
+    out = []
+    for r in rows:
+        out.append((f"{r['rule']} rule, h = {r['h']:g}", r.get("type_before_fact"), _mark(r.get("type_before_fact_holds")),
+                    r.get("lead_difference"), _mark(r.get("lead_holds")), r.get("share_difference"), _mark(r.get("share_holds"))))
+    return SummaryTable(("sensitivity (declared: open rule, h = 0.5)", "type_before_fact lead", "", "lead - baseline's", "",
+                         "max share - baseline's", ""), tuple(out))
+
+
+def baselines_table(summary: Summary) -> SummaryTable | None:
+    """``details.baseline_comparison``: the model's and the bow-last baseline's phase numbers."""
+    compared = summary.details.get("baseline_comparison")
+    if not isinstance(compared, dict) or "baseline" not in compared:
+        return None
+    rows = tuple((name, entry.get("majority_epoch"), entry.get("semantic_half_epoch"), entry.get("lead"), entry.get("max_share"),
+                  entry.get("phase_share"))
+                 for name, entry in (("transformer", compared["model"]),
+                                     (str(compared.get("baseline_name", "baseline")), compared["baseline"])))
+    return SummaryTable(("type phase (declared rule and h)", "type majority epoch", "facts half-way epoch", "lead (epochs)",
+                         "max share before facts", "phase share (0 without a phase)"), rows)
+
+
+def prior_table(summary: Summary) -> SummaryTable | None:
+    """``details.question_ignoring_prior``: per asked kind, how often it is predicted when asked
+    and when another kind is asked, at the type-correct peak."""
+    prior = summary.details.get("question_ignoring_prior")
+    if not isinstance(prior, dict) or not prior.get("kinds"):
+        return None
+    rows = tuple((kind, e["questions"], e["share_when_asked"], e["share_when_not_asked"]) for kind, e in prior["kinds"].items())
+    rows += (("(all typed questions)", sum(e["questions"] for e in prior["kinds"].values()), prior.get("right_kind_share"),
+              prior.get("question_blind_share")),)
+    return SummaryTable((f"prior that ignores the question (epoch {prior['epoch']:g})", "questions", "share of the kind when asked",
+                         "when another kind is asked"), rows)
+
+
 summarize = deferred("stagewise.labs.lm.summary", "summarize")
 make_figures = deferred("stagewise.labs.lm.figures", "make_figures")
 estimate = deferred("stagewise.labs.lm.resources", "estimate")
-across_runs = deferred("stagewise.labs.lm.seeds", "across_runs")
+across_runs = deferred("stagewise.labs.lm.summary", "across_runs")
 
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,

@@ -17,12 +17,12 @@ from ...errors import UserError
 from ...lmkit.models import LoadedModel, build, load_tokenizer
 from ...lmkit.readers import LOCAL_DATA_HINT
 from ...lmkit.scoring import prefix_token_id
-from .answertypes import type_space
+from .categories import type_space
 from .controls import frequency_matched
 from .batching import Encoded, to_rows, tokenize
 from .categories import AnswerSpace, answer_space, row_strings
 from .config import DATA_ENV, Config
-from .heldout import split_part
+from .controls import split_part
 from .twotask import HeldoutSet, heldout_data, in_rows
 from .tasks import (
     DEFAULT_FILES, SICK_ANSWERS, SICK_ANSWERS_YES_MAYBE_NO, Example, Sentence, default_path, load_examples, load_sentences,

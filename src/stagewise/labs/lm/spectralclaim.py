@@ -1,4 +1,4 @@
-"""The spectral claim (:data:`~.spectralspec.SPECTRAL_SMALL_DIRECTIONS_EARLY`) over runs: for
+"""The spectral claim (:data:`~.claimspecs.SPECTRAL_SMALL_DIRECTIONS_EARLY`) over runs: for
 every run (one seed) an early and a late checkpoint, the examples E semantic-correct at both
 before any reduction, and the retained fraction of E after keeping k = floor(p r) singular
 directions of every selected attention matrix, chosen three ways: the largest, at random
@@ -8,7 +8,7 @@ directions of every selected attention matrix, chosen three ways: the largest, a
 
 Random draw d uses the same seed at both checkpoints and every p (the same direction indices
 by rank: paired early vs late, nested over p). Per seed the claim's value is
-rho_early - rho_late at p* (:mod:`.spectralspec`); over seeds the percentile bootstrap
+rho_early - rho_late at p* (:mod:`.claimspecs`); over seeds the percentile bootstrap
 interval of its mean and the one-sided sign test (:mod:`stagewise.report.seedstats`).
 """
 
@@ -34,7 +34,7 @@ from .categories import SEMANTIC
 from .prepare import encode, tokenize_data
 from .rankcurve import category_counts, check_curve_args, default_selector, draw_seed, restrict, rule_codes
 from .refs import ModelRef
-from .spectralspec import CLAIM_DRAWS, CLAIM_P, MIN_RANDOM_DAMAGE, SPECTRAL_SMALL_DIRECTIONS_EARLY as SPEC
+from .claimspecs import CLAIM_DRAWS, CLAIM_P, MIN_RANDOM_DAMAGE, SPECTRAL_SMALL_DIRECTIONS_EARLY as SPEC
 from .train import evaluate_answers
 
 SELECTIONS = ("largest", "random", "smallest")
@@ -43,7 +43,7 @@ AGGREGATION = SPEC.aggregation or "paired-bootstrap"
 _P_TOL = 1e-9
 _IGNORED = ("seed", "task.sample_seed", "device", "train.threads", "train.snapshot_epochs", "train.checkpoint_every")
 """Config keys the runs of one claim may differ in (everything else must agree): the seed key (init, order and
-subsample: seeds.SEED_FIELDS) and how the run was executed."""
+subsample: summary.SEED_FIELDS) and how the run was executed."""
 
 
 @dataclass(frozen=True, eq=False)

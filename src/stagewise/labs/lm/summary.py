@@ -14,13 +14,15 @@ Claims (thresholds fixed before any run: ``thresholds.half`` = 0.5):
   fewer than 2 epochs, no type-wrong example at epoch 0, or no semantic-correct example at
   the end. Declared in :mod:`.claimspecs`.
 * ``syntax_before_semantics`` (runs with blimp and sick): on held-out examples, BLiMP beats
-  its label prior at an earlier record than SICK (:mod:`.twotaskclaim`, issue 27). The
+  its label prior at an earlier record than SICK (:mod:`.twotask`, issue 27). The
   earlier measure, the epoch where each task's training loss has fallen by half of its total
   drop (:func:`syntax_claim`), is kept as a description in ``details.syntax_half_drop``.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,12 +31,16 @@ import pandas as pd
 from ...measure import detect_stages
 from ...report.claims import Claim, Stats, Summary
 from ..contract import RunResult, Tables
+from ...config import canonical
+from ...report.seedstats import judge_over_seeds
+
 from . import claimspecs as cs
 from .categories import CATEGORIES
 from .config import Config
-from .twotaskclaim import stage_conditions as twotask_stages, syntax_claim as twotask_claim
+from .twotask import stage_conditions as twotask_stages, syntax_claim as twotask_claim
 from . import typeclaims
 from .typeclaims import category_counts, rule_column
+from .claimspecs import CLAIMS
 
 
 def rule_agreement(predictions: pd.DataFrame) -> dict[str, Any] | None:
@@ -261,7 +267,7 @@ def stage_detection(config: Config, frame: pd.DataFrame) -> dict[str, Any] | Non
       ``type_before_fact`` compares (left out when its count is 0 at the reference point);
     * blimp / sick with held-out records: ``blimp_beats_prior`` / ``sick_beats_prior`` (the
       held-out accuracy beats the majority share by the declared margin from this record on,
-      :func:`.twotaskclaim.stage_conditions`), as ``syntax_before_semantics`` reads them.
+      :func:`.twotask.stage_conditions`), as ``syntax_before_semantics`` reads them.
 
     None when no stage applies. Each condition is logged as a derived value that is >= 0
     exactly when it holds, so a crossing is the first evaluation where the claim's test passes."""
@@ -305,62 +311,26 @@ def control_name(config: Config) -> str | None:
     return " + ".join(names) or None
 
 
+def _by_epoch(counts: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """A category table (epochs x categories) as ``{epoch: {category: count}}`` for summary.json."""
+    return {str(_num(e)): {c: int(v) for c, v in row.items()} for e, row in counts.iterrows()}
+
+
 def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunResult) -> Summary:
     """The Summary: final epoch metrics, the per-epoch category counts, the claims and
     ``stage_detection`` (:func:`stage_detection`)."""
     extras = result.extras
-    half = config.thresholds.half
     epoch_rows = frame[frame["metric"] == "epoch"]
     final_step = int(epoch_rows["step"].max()) if len(epoch_rows) else 0
     at_end = frame[(frame["step"] == final_step) & frame["metric"].str.startswith(("train.", "eval.", "baseline."))
                     & ~frame["metric"].str.startswith("train.batch_loss")]
     final = {m: Stats.of([v]) for m, v in zip(at_end["metric"], at_end["value"])}
-    claims: list[Claim] = []
     details: dict[str, Any] = {"model": extras.get("model"), "examples": extras.get("examples"),
                                "dropped_multi_token": extras.get("dropped", {}), "steps": extras.get("steps"),
                                "control": control_name(config), "framing": config.task.framing,
                                "record": config.train.record, "replaced_answers": extras.get("replaced_answers"),
                                "type_rule_excluded": extras.get("type_rule_excluded")}
-    every = predictions = tables.get("predictions")
-    question = typeclaims.question_predictions(predictions)
-    if predictions is not None and len(predictions) and question is None:
-        reason = (f"a type claim; this run's tasks ({', '.join(config.task.tasks())}) answer with label words, not typed "
-                  "answers of a question")
-        claims += [spec.not_applicable(reason) for spec in cs.TYPE_CLAIMS]
-    if question is not None:
-        predictions = question
-        rule = config.thresholds.type_rule if rule_column(predictions, config.thresholds.type_rule) else "closed"
-        details["type_rule"] = rule
-        counts = category_counts(predictions)
-        details["category_counts"] = {str(_num(e)): {c: int(v) for c, v in row.items()} for e, row in counts.iterrows()}
-        agreement = rule_agreement(predictions)
-        if agreement is not None:
-            opened = category_counts(predictions, rule="open")
-            details["category_counts_open"] = {str(_num(e)): {c: int(v) for c, v in row.items()}
-                                               for e, row in opened.iterrows()}
-            details["type_rules"] = agreement
-            details["type_before_fact_closed"] = type_before_fact(counts, half)[2]
-        counts = category_counts(predictions, rule=rule)
-        if len(config.task.tasks()) > 1:
-            details["category_counts_per_task"] = {
-                task: {str(_num(e)): {c: int(v) for c, v in row.items()}
-                       for e, row in category_counts(every, task).iterrows()}
-                for task in config.task.tasks()}
-        _, evidence, facts = type_before_fact(counts, half)
-        details["type_before_fact"] = facts
-        control = f" (control: {details['control']}; the claim should fail or be null)" if details["control"] else ""
-        raw, described = type_claims(facts, evidence, control + f" [{rule} type rule]")
-        baseline = typeclaims.reference_rows(tables.get("baseline_predictions"))
-        differences, compared = typeclaims.difference_claims(predictions, baseline, rule, half, control + f" [{rule} type rule]")
-        claims += raw + differences
-        details["descriptions"] = described
-        details["baseline_comparison"] = compared
-        details["baselines"] = _baseline_counts(tables.get("baseline_predictions"), rule)
-        details["sensitivity"] = typeclaims.sensitivity(predictions, baseline, raw_lead)
-        peak = counts.index[int(np.argmax(counts["type-correct"].to_numpy()))] if len(counts) else None
-        prior = typeclaims.question_ignoring_prior(predictions, peak) if peak is not None else None
-        if prior is not None:
-            details["question_ignoring_prior"] = prior
+    claims = _type_part(config, tables, details)
     if {"blimp", "sick"} <= set(config.task.tasks()):
         details["syntax_half_drop"] = syntax_claim(config, frame)[1]  # the earlier measure, descriptive only
     syntax, details["two_task"] = twotask_claim(config, frame)  # issue 27: held-out, above each task's prior
@@ -370,3 +340,105 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
     if stages is not None:
         details["stage_detection"] = stages
     return Summary(lab="lm", seeds=config.seed_list(), final=final, per_seed={}, claims=claims, details=details)
+
+
+def _type_part(config: Config, tables: Tables, details: dict[str, Any]) -> list[Claim]:
+    """The type claims of the question tasks' predictions (and their details, written into
+    ``details``): "not applicable" for a run that has predictions but no question task, none
+    without predictions."""
+    half = config.thresholds.half
+    every = tables.get("predictions")
+    predictions = typeclaims.question_predictions(every)
+    if predictions is None:
+        if every is None or not len(every):
+            return []
+        reason = (f"a type claim; this run's tasks ({', '.join(config.task.tasks())}) answer with label words, not typed "
+                  "answers of a question")
+        return [spec.not_applicable(reason) for spec in cs.TYPE_CLAIMS]
+    rule = config.thresholds.type_rule if rule_column(predictions, config.thresholds.type_rule) else "closed"
+    details["type_rule"] = rule
+    counts = category_counts(predictions)
+    details["category_counts"] = _by_epoch(counts)
+    agreement = rule_agreement(predictions)
+    if agreement is not None:
+        details["category_counts_open"] = _by_epoch(category_counts(predictions, rule="open"))
+        details["type_rules"] = agreement
+        details["type_before_fact_closed"] = type_before_fact(counts, half)[2]
+    counts = category_counts(predictions, rule=rule)
+    if len(config.task.tasks()) > 1:
+        details["category_counts_per_task"] = {task: _by_epoch(category_counts(every, task)) for task in config.task.tasks()}
+    _, evidence, facts = type_before_fact(counts, half)
+    details["type_before_fact"] = facts
+    control = f" (control: {details['control']}; the claim should fail or be null)" if details["control"] else ""
+    raw, described = type_claims(facts, evidence, control + f" [{rule} type rule]")
+    baseline = typeclaims.reference_rows(tables.get("baseline_predictions"))
+    differences, compared = typeclaims.difference_claims(predictions, baseline, rule, half, control + f" [{rule} type rule]")
+    details["descriptions"] = described
+    details["baseline_comparison"] = compared
+    details["baselines"] = _baseline_counts(tables.get("baseline_predictions"), rule)
+    details["sensitivity"] = typeclaims.sensitivity(predictions, baseline, raw_lead)
+    peak = counts.index[int(np.argmax(counts["type-correct"].to_numpy()))] if len(counts) else None
+    prior = typeclaims.question_ignoring_prior(predictions, peak) if peak is not None else None
+    if prior is not None:
+        details["question_ignoring_prior"] = prior
+    return raw + differences
+
+
+# The lm claims over seeds (``Lab.across_runs``): runs grouped into families that differ only
+# in the seed and the control, each claim judged by its declared aggregation
+# (:func:`stagewise.report.seedstats.judge_over_seeds`) against the family's control runs.
+#
+# A run's seed key is (``seed``, ``task.sample_seed``): the real run and a control run of the same
+# key saw the same initialisation, training order and subsample, so their values pair.
+
+SEED_FIELDS = (("seed",), ("task", "sample_seed"), ("task", "shuffle_groups"), ("task", "replace_answers"),
+               ("task", "permute_labels"))
+"""Config fields that vary within a family (the seed key and the control); everything else defines it."""
+
+REAL = "real"
+
+
+def family_key(config: Config) -> str:
+    """The config without its seed key and control, as canonical JSON."""
+    data = canonical(config)
+    for path in SEED_FIELDS:
+        node = data
+        for part in path[:-1]:
+            node = node.get(part, {})
+        node.pop(path[-1], None)
+    return json.dumps(data, sort_keys=True)
+
+
+def across_runs(runs: Sequence[tuple[Config, Summary]]) -> list[Claim]:
+    """Every claim with a declared aggregation, per family with at least one real run and
+    more than one run: ``{id}_over_seeds`` (``_over_seeds_2``, ... for further families)."""
+    families: dict[str, list[tuple[Config, Summary]]] = {}
+    for config, summary in runs:
+        families.setdefault(family_key(config), []).append((config, summary))
+    out: list[Claim] = []
+    numbered = [members for members in families.values()
+                if len(members) > 1 and any(control_name(c) is None for c, _ in members)]
+    for i, members in enumerate(numbered, start=1):
+        label = _label(members[0][0]) + (f", family {i}" if len(numbered) > 1 else "")
+        for spec in CLAIMS:
+            if spec.aggregation is None:
+                continue
+            by_condition: dict[str, dict[str, float | None]] = {}
+            for config, summary in members:
+                claim = next((c for c in summary.claims if c.spec_id == spec.id), None)
+                if claim is None or claim.verdict == "not applicable":
+                    continue
+                key = f"{config.seed}/{config.task.sample_seed}"
+                value = claim.value if claim.verdict != "not testable" else None
+                by_condition.setdefault(control_name(config) or REAL, {})[key] = value
+            if REAL not in by_condition:
+                continue
+            real = by_condition.pop(REAL)
+            case = "over_seeds" if i == 1 else f"over_seeds_{i}"
+            out.append(judge_over_seeds(spec, real, by_condition, case=case, label=label))
+    return out
+
+
+def _label(config: Config) -> str:
+    return f"{config.task.name}, {config.model.name or 'tiny'}, {config.train.epochs} epochs"
+

@@ -131,7 +131,7 @@ def sentence_metrics(enc: Encoded, nll: torch.Tensor, tokens: torch.Tensor) -> d
 def prediction_records(enc: Encoded, ev: Evaluation, epoch: float, vocab_ids: torch.Tensor | None,
                        space: AnswerSpace | None = None) -> pd.DataFrame:
     """The ``predictions`` table part of one epoch (top ids in *original* tokenizer ids); with
-    the open rule's types, ``top1_kind`` (the kind of the top-1 token, answertypes.KIND_ORDER)
+    the open rule's types, ``top1_kind`` (the kind of the top-1 token, categories.KIND_ORDER)
     and ``asked_type`` (the example's declared type)."""
     top = ev.top_rows if vocab_ids is None else vocab_ids[ev.top_rows]  # (N, k)
     types = space.types if space is not None else None

@@ -31,7 +31,7 @@ import pandas as pd
 
 from ...report.claims import Claim
 from . import claimspecs as cs
-from .answertypes import PLACE_KINDS
+from .categories import PLACE_KINDS
 from .categories import CATEGORIES
 from .config import QUESTION_TASKS
 

@@ -24,22 +24,27 @@ STAGE1_DIRECTION = ClaimSpec(
     source=paper("paper2", "abstract (the feed-forward layer converges to its max-margin solution)"),
     quantity="cos(W_ov, W_ov*) at t = T", relation=">=", threshold=0.99,
     control="preset adam (Adam's sign-like steps: cos(W_ov, W_ov*) about 0.44)")
-STAGE1_EXACT = ClaimSpec(
-    id="stage1_exact", statement="zero init: cos(W_ov, W_ov*) = 1 from step 1 (to round-off)",
-    source=own("derived: with zero init the first normalized step is already along W_ov*"),
-    quantity="max over steps 1..T of |1 - cos(W_ov, W_ov*)|", relation="<=", threshold=1e-9,
-    control=_NO_CONTROL_EXACT)
-STAGE1_NORM_EXACT = ClaimSpec(
-    id="stage1_norm_exact", statement="zero init: ||W_ov|| = t eta0 in stage 1 (to round-off)",
-    source=own("derived: normalized GD moves W_ov by eta0 per step along a fixed direction"),
-    quantity="max over steps 1..T before a member froze of | ||W_ov|| - t eta0 |", relation="<=", threshold=1e-9,
-    control=_NO_CONTROL_EXACT)
-LOSS_FLOOR_CLOSED_FORM = ClaimSpec(
-    id="loss_floor_closed_form",
-    statement="the stage-2 loss floor equals log(1 + (|V|-1) e^-Delta), Delta = T eta0 / sqrt(|V|-1)",
-    source=own("derived: the floor set by stage 1"),
-    quantity="|train.loss.floor at t = T - log(1 + (|V|-1) e^-Delta)| / max(1, closed form)", relation="<=", threshold=1e-9,
-    control=_NO_CONTROL_EXACT)
+
+
+def _exact(id: str, statement: str, derivation: str, quantity: str) -> ClaimSpec:
+    """An exact-algebra check of ours: ``quantity`` is round-off (<= EXACT_TOL = 1e-9) under
+    the preconditions; no control run, a tampered record fails it."""
+    return ClaimSpec(id=id, statement=statement, source=own(derivation), quantity=quantity, relation="<=",
+                     threshold=EXACT_TOL, control=_NO_CONTROL_EXACT)
+
+
+EXACT_TOL = 1e-9
+"""Round-off bound of the exact-algebra checks (float64)."""
+STAGE1_EXACT = _exact("stage1_exact", "zero init: cos(W_ov, W_ov*) = 1 from step 1 (to round-off)",
+                      "derived: with zero init the first normalized step is already along W_ov*",
+                      "max over steps 1..T of |1 - cos(W_ov, W_ov*)|")
+STAGE1_NORM_EXACT = _exact("stage1_norm_exact", "zero init: ||W_ov|| = t eta0 in stage 1 (to round-off)",
+                           "derived: normalized GD moves W_ov by eta0 per step along a fixed direction",
+                           "max over steps 1..T before a member froze of | ||W_ov|| - t eta0 |")
+LOSS_FLOOR_CLOSED_FORM = _exact(
+    "loss_floor_closed_form", "the stage-2 loss floor equals log(1 + (|V|-1) e^-Delta), Delta = T eta0 / sqrt(|V|-1)",
+    "derived: the floor set by stage 1",
+    "|train.loss.floor at t = T - log(1 + (|V|-1) e^-Delta)| / max(1, closed form)")
 
 # --- stage 2 (summary.py) ---------------------------------------------------------------------------------------------
 NORMS_LINEAR = ClaimSpec(
