@@ -55,7 +55,7 @@ def check_layout(cfg: Config, task: str, path: Path | None) -> None:
 
 def read_data(cfg: Config, *, heldout: bool = False) -> list[Example] | list[Sentence]:
     """Every task's examples (answer framing) or sentences (lm framing), mixed round-robin:
-    the training examples, or with ``heldout`` the held-out ones (``task.heldout``, heldout.py)."""
+    the training examples, or with ``heldout`` the held-out ones (``task.heldout``, controls.py)."""
     t = cfg.task
     parts: dict[str, list[Any]] = {}
     for task in t.tasks():
