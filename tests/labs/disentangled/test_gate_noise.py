@@ -65,9 +65,10 @@ def test_prompt_chunks_cover_the_draw_in_rng_blocks():
         assert all((b - a) * L * d % 16 == 0 for a, b in ranges[:-1])
 
 
-def test_the_preset_is_the_sizing_of_the_spec_formulas():
-    sized = gate_noise.size(d=200, prompt_len=1000, zeta=3.0, radius=4.0, rho=26.0)
-    preset = LAB.preset_overrides("gate-noise")
+@pytest.mark.parametrize("name, d, prompt_len", [("gate-noise", 200, 1000), ("gate-noise-small", 100, 1100)])
+def test_the_preset_is_the_sizing_of_the_spec_formulas(name, d, prompt_len):
+    sized = gate_noise.size(d=d, prompt_len=prompt_len, zeta=3.0, radius=4.0, rho=26.0)
+    preset = LAB.preset_overrides(name)
     for section, values in sized.overrides().items():
         for key, value in values.items():
             assert preset[section][key] == value, (section, key)

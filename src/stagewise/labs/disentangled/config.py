@@ -100,7 +100,7 @@ class TrainConfig(TrainBase):
         "cosine: lr_stage1 -> lr_stage2 over all steps; warmup: linear 0 -> lr_stage1 over warmup_steps, then the step schedule")
     PATH = "train"
     RENAMED = {"eta1": "lr_stage1", "eta2": "lr_stage2"}
-    ADDED = ("objective",)
+    ADDED = ("objective", "noise_stage2")
     lr_stage1: float = Field(1.0, gt=0, **Finite, description="[known] large learning rate eta1 of the elementary stage (was train.eta1);\n"
                              "value 1.0 [reconstructed] (our probes)")
     lr_stage2: float = Field(0.1, gt=0, **Finite, description="[known] annealed learning rate eta2 of the specialized stage (was train.eta2);\n"
@@ -118,6 +118,9 @@ class TrainConfig(TrainBase):
         "lr", description="[reconstructed] update-noise std per entry: lr = noise * lr_t (Li-Wei-Ma's; annealing lowers rate and noise\n"
         "together); constant = noise * lr_stage1 at every step (annealing lowers the rate only); stage1 = noise * lr_t up to t1,\n"
         "0 after (the noise stops at t1)")
+    noise_stage2: float = Field(1.0, ge=0, le=1, **Finite,
+        description="[ours] scale of the update-noise std after t1, in every noise_mode (1: as noise_mode says; 0.5: half;\n"
+        "0: none): the stage-2 noise as a lever of its own (issue 28's phase map); the no-anneal ablation keeps 1")
     l2: float = Field(0.01, ge=0, **Finite,
         description="[known] lambda of the L2 term (lambda/2)(||W||^2 + ||V||^2); value 0.01 [reconstructed] (our probes)\n"
         "(floors need lambda / s^4 in [1e-10, 1e3], s^2 the larger token block's mean squared norm, 2 by default; 0: no floor)")

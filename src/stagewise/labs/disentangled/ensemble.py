@@ -38,7 +38,8 @@ class Member:
     features predicts its target. Test prompts are not shuffled. ``noise_mode``: the update
     noise std per entry is noise * lr ("lr", Li-Wei-Ma's; lr the rate of the step), noise *
     lr_stage1 at every step ("constant": annealing lowers the rate, not the noise), or noise *
-    lr up to t1 and 0 after ("stage1": the noise stops at t1). The fields are named as the
+    lr up to t1 and 0 after ("stage1": the noise stops at t1); after t1 the std is further
+    scaled by ``noise_stage2`` (1 by default). The fields are named as the
     config's (``train.lr_stage1``, ``data.p0``, ...; the paper's eta1, eta2 are lr_stage1, lr_stage2)."""
 
     seed: int
@@ -55,6 +56,7 @@ class Member:
     p_flip: float = 0.0
     batch_size: int = 64
     noise_mode: str = "lr"
+    noise_stage2: float = 1.0
     control: bool = False
 
     def data_key(self) -> tuple:
@@ -68,7 +70,7 @@ def members_from_config(config: Config, variant: str = "baseline", **overrides: 
     tc, dc = config.train, config.data
     base: dict[str, Any] = dict(lr_stage1=tc.lr_stage1, lr_stage2=tc.lr_stage2, t1=tc.t1, noise=tc.noise, l2=tc.l2, p0=dc.p0,
                                 q0=dc.q0, zeta=dc.zeta, q_centre=dc.q_centre, p_flip=dc.p_flip, batch_size=tc.batch_size,
-                                noise_mode=tc.noise_mode)
+                                noise_mode=tc.noise_mode, noise_stage2=tc.noise_stage2)
     base.update(overrides)
     if "batch_size" in base:
         base["batch_size"] = int(base["batch_size"])
@@ -94,7 +96,7 @@ class Ensemble:
     members: list[Member]
     train: Batch
     test: Batch
-    hyper: dict[str, torch.Tensor]  # lr_stage1, lr_stage2, t1, noise, l2, noise_constant, noise_stage1: (S,)
+    hyper: dict[str, torch.Tensor]  # lr_stage1, lr_stage2, t1, noise, l2, noise_stage2, noise_constant, noise_stage1: (S,)
     rngs: dict[str, list[torch.Generator]] = field(default_factory=dict)
     w_star: torch.Tensor | None = None  # (S, d) each member's P direction
     zeta_basis: torch.Tensor | None = None  # (S, 2, d) orthonormal basis of its span(zeta1, zeta2)
@@ -200,7 +202,7 @@ def build_ensemble(config: Config, members: list[Member]) -> Ensemble:
     settings ``hyper`` ((S,) each, named as the Member fields) and random streams, on the CPU."""
     dtype = resolve_dtype(config.model.dtype)
     hyper = {k: torch.tensor([float(getattr(m, k)) for m in members], dtype=dtype)
-             for k in ("lr_stage1", "lr_stage2", "t1", "noise", "l2")}
+             for k in ("lr_stage1", "lr_stage2", "t1", "noise", "l2", "noise_stage2")}
     for mode in NOISE_MODES[1:]:  # (S,) 1.0 where the member's noise follows that mode
         hyper[f"noise_{mode}"] = torch.tensor([float(m.noise_mode == mode) for m in members], dtype=dtype)
     ens = Ensemble(config, members, _prompts(config, members, config.data.n_train, "train", dtype),

@@ -43,7 +43,7 @@ Overrides = tuple[dict[str, Any], dict[str, Any]]
 """(member overrides: :class:`~.ensemble.Member` fields, config overrides) of an ablation."""
 
 ABLATIONS: dict[str, Callable[[Config], Overrides]] = {
-    "no-anneal": lambda c: ({"lr_stage2": c.train.lr_stage1}, {}),
+    "no-anneal": lambda c: ({"lr_stage2": c.train.lr_stage1, "noise_stage2": 1.0}, {}),  # no annealing of rate or noise
     "small-lr": lambda c: ({"lr_stage1": c.train.lr_stage2}, {}),
     "no-noise": lambda c: ({"noise": 0.0}, {}),
     "no-l2": lambda c: ({"l2": 0.0}, {}),

@@ -99,9 +99,10 @@ class GateNoiseSizing:
 
 
 def size(d: int, prompt_len: int, zeta: float, radius: float, rho: float, lr_stage1: float = 1.0, lr_stage2: float = 0.1,
-         stage1_ratio: float = STAGE1_RATIO, p0: float = 0.2, q0: float = 0.2) -> GateNoiseSizing:
-    """The gate-noise sizing of the module docstring. Raises UserError (one line per problem)
-    for inputs outside the regime: d < 2, L < 2, ||zeta||, rho, rates or ratio <= 0,
+         stage1_ratio: float = STAGE1_RATIO, p0: float = 0.2, q0: float = 0.2, t2_times: float = T2_TIMES) -> GateNoiseSizing:
+    """The gate-noise sizing of the module docstring (stage 2 of ``t2_times`` relaxation times
+    1 / (lr_stage2 lambda)). Raises UserError (one line per problem)
+    for inputs outside the regime: d < 2, L < 2, ||zeta||, rho, rates, ratio or t2_times <= 0,
     radius <= 0 or >= sqrt(d) (q_noise per coordinate must stay below ||zeta||), lr_stage2 >= lr_stage1,
     a mixture outside [0, 1], or kappa_Q <= 0."""
     problems = []
@@ -110,7 +111,7 @@ def size(d: int, prompt_len: int, zeta: float, radius: float, rho: float, lr_sta
     if not (isinstance(prompt_len, int) and prompt_len >= 2):
         problems.append(f"prompt_len={prompt_len!r}: must be an integer >= 2")
     for name, value in (("zeta", zeta), ("rho", rho), ("lr_stage1", lr_stage1), ("lr_stage2", lr_stage2),
-                        ("stage1_ratio", stage1_ratio)):
+                        ("stage1_ratio", stage1_ratio), ("t2_times", t2_times)):
         if not (math.isfinite(value) and value > 0):
             problems.append(f"{name}={value!r}: must be a finite number > 0")
     if not (math.isfinite(radius) and radius > 0) or (isinstance(d, int) and d >= 1 and radius >= math.sqrt(d)):
@@ -135,7 +136,7 @@ def size(d: int, prompt_len: int, zeta: float, radius: float, rho: float, lr_sta
     t1 = steps_of(T1_TIMES / (lr_stage1 * l2))
     return GateNoiseSizing(d, prompt_len, zeta, radius, rho, stage1_ratio, lr_stage1, lr_stage2, p0, q0, q_noise, k_q,
                            theory.kappa_p(prompt_len, q0, d), l2, sigma_crit, sigma_1, sigma_1 * math.sqrt(lr_stage2 / lr_stage1),
-                           delta_1, noise, random_output, t1, t1 + steps_of(T2_TIMES / (lr_stage2 * l2)))
+                           delta_1, noise, random_output, t1, t1 + steps_of(t2_times / (lr_stage2 * l2)))
 
 
 def zeta_for_l2(d: int, prompt_len: int, radius: float, rho: float, l2: float, p0: float = 0.2) -> float:

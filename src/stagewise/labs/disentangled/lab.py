@@ -46,6 +46,15 @@ GATE_NOISE: dict[str, Any] = {
 Floors off: the fixed point does not apply to token-level gates, and the numerical solver does not
 converge there within its iterations (docs/disentangled.md, gate-noise)."""
 
+GATE_NOISE_SMALL: dict[str, Any] = deep_merge(GATE_NOISE, {
+    # gate_noise.size(d=100, prompt_len=1100, zeta=3.0, radius=4.0, rho=26.0).overrides(): the same relations
+    # (sigma_1 = 1.5 sigma_crit, sigma_2 = 0.47 sigma_crit, random Q output 0.495 <= 0.5) at 1/2 the d and 1/4 the
+    # training prompts: 1/6.8 of the training features (issue 28; docs/disentangled.md 5a.4)
+    "data": {"d": 100, "prompt_len": 1100, "n_train": 100, "n_test": 200},
+    "train": {"l2": 0.0749, "noise": 0.06976, "t1": 41, "steps": 1243, "log_every": 25, "spectrum_every": 1243},
+})
+"""The gate-noise regime at a size a phase map can afford (:func:`.gate_noise.size`, the same relations)."""
+
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "two-stage": ("the staged run: xor Q, mixture 0.2/0.2, lr_stage1 = 1 for 300 steps then lr_stage2 = 0.1 to 6000, update noise 0.05, lambda 0.01, "
                   "8 seeds and their shuffled-label controls",
@@ -65,6 +74,10 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
                    "kappa_Q^2/lambda 26, update noise 1.5 sigma_crit in stage 1, 1057 steps (gate_noise.size), 4 seeds, float32; "
                    "with its no-anneal and no-noise ablations and the shuffled controls",
                    GATE_NOISE),
+    "gate-noise-small": ("the gate-noise regime at d 100, L 1100, N 100 (test 200): the same sizing relations "
+                         "(gate_noise.size(100, 1100, 3, 4, 26)), 1243 steps, 4 seeds, float32, with the no-anneal and no-noise "
+                         "ablations and the shuffled controls; the size of the phase map (docs 5a.4)",
+                         GATE_NOISE_SMALL),
     "d-scaling": ("K1, K2 at the stage ends for d = 8..128 with lambda and L scaled by the assumption's rules",
                   {"experiment": {"kind": "d-scaling"}, "n_seeds": 3,
                    "data": {"n_test": 500}, "train": {"steps": 3000, "log_every": 100, "spectrum_every": 3000}}),

@@ -83,10 +83,12 @@ def learning_rate(config: Config, hyper: Mapping[str, torch.Tensor], step: int) 
 
 def noise_std(hyper: Mapping[str, torch.Tensor], lr: torch.Tensor, step: int) -> torch.Tensor:
     """Per-member update-noise std per entry at update ``step``, (S,): noise * lr, or
-    noise * lr_stage1 ("constant"), or noise * lr until t1 and 0 after ("stage1")."""
+    noise * lr_stage1 ("constant"), or noise * lr until t1 and 0 after ("stage1"); times
+    noise_stage2 after t1."""
     rate = torch.where(hyper["noise_constant"] > 0, hyper["lr_stage1"], lr)
-    on = torch.where((hyper["noise_stage1"] > 0) & (step > hyper["t1"]), 0.0, 1.0)
-    return hyper["noise"] * rate * on
+    after = step > hyper["t1"]
+    on = torch.where((hyper["noise_stage1"] > 0) & after, 0.0, 1.0)
+    return hyper["noise"] * rate * on * torch.where(after, hyper["noise_stage2"], 1.0)
 
 
 def init_weights(config: Config, members: list[Member], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:

@@ -1,0 +1,222 @@
+"""The gate-noise phase map (issue 28; docs/disentangled.md 5a.4): where the paper's whole
+two-stage story holds at the loss level, over the levers of the regime, declared here before
+any run.
+
+**Grid** (:data:`GRID`): kappa_Q^2 / lambda (rho), the annealing ratio lr_stage2 / lr_stage1, the
+stage-2 noise scale (``train.noise_stage2``) and the stage-2 length in L2 relaxation times
+1 / (lr_stage2 lambda), at the cheaper size (preset ``gate-noise-small``: d 100, L 1100, N 100,
+test 200, 4 seeds). Each (rho, ratio, noise scale) is one run, sized by
+:func:`.gate_noise.size` (lambda, the noise c, t1 from rho; the run lasts the longest stage-2
+length) with its no-anneal twin and both shuffled controls; each shorter stage-2 length is read
+from the same run at its own end step t1 + ceil(T2 / (lr_stage2 lambda)): nothing in a step
+depends on the run's total length, so a shorter run is a prefix of the longer one (tested).
+
+**Criteria** (per seed, on the test queries, with the lab's thresholds: ``p_loss``, ``q_flat``,
+``q_loss``; log 2 = 0.693), in the order of the story:
+
+=================  ===========================================================================
+``p_learned``      K1(t1) <= p_loss log 2                    P learned by t1
+``q_flat``         |K2(t1) - log 2| <= q_flat log 2          Q within 5 % of log 2 at t1
+``q_learned``      K2(end) <= q_loss log 2                   Q <= 0.5 log 2 at the end
+``p_kept``         K1(end) <= p_loss log 2                   P kept
+``no_anneal_fails``  K2_no-anneal(end) > q_loss log 2        the no-anneal twin does not learn Q
+``control_fails``  K2_control(end) > q_loss log 2            the shuffled control does not learn Q
+=================  ===========================================================================
+
+(K1 on P-bearing, K2 on Q-bearing test queries.) A criterion holds at a point when the fraction
+of seeds passing is at least ``thresholds.seed_fraction`` (1: every seed). The point is in the
+region when all six hold; otherwise its **reason** is the first criterion in this order that
+fails (the story breaks there first).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import gate_noise
+
+LOG2 = math.log(2)
+SIZE = {"d": 100, "prompt_len": 1100, "zeta": 3.0, "radius": 4.0}
+"""The cheaper gate-noise size of the map (preset ``gate-noise-small``)."""
+GRID: dict[str, tuple[float, ...]] = {
+    "rho": (26.0, 40.0),
+    "lr_ratio": (0.1, 0.05),
+    "noise_stage2": (1.0, 0.5),
+    "t2_times": (4.0, 8.0),
+}
+"""The declared levers (fixed before the runs): rho = kappa_Q^2 / lambda (26: the preset; 40 inside
+the spec's 26-60: a larger P and Q margin, a larger random Q output), lr_stage2 / lr_stage1 (0.1:
+the preset; 0.05: sigma_2 from 0.47 to 0.34 sigma_crit), the stage-2 noise scale (1; 0.5: half
+the stage-2 noise at the same rate) and the stage-2 length in relaxation times (4, 8: the preset
+ran 9, with K2 flat from about 5)."""
+CRITERIA = ("p_learned", "q_flat", "q_learned", "p_kept", "no_anneal_fails", "control_fails")
+DESCRIPTIONS = {
+    "p_learned": "P learned by t1 (K1 <= 0.5 log 2)", "q_flat": "Q within 5 % of log 2 at t1",
+    "q_learned": "Q <= 0.5 log 2 at the end", "p_kept": "P kept (K1 <= 0.5 log 2 at the end)",
+    "no_anneal_fails": "the no-anneal twin does not learn Q", "control_fails": "the shuffled control does not learn Q",
+}
+SEEDS = 4
+LR_STAGE1 = 1.0
+
+
+def run_points() -> list[dict[str, Any]]:
+    """One run per (rho, lr_ratio, noise_stage2), lasting the longest stage-2 length: its
+    levers and the config values that differ from preset ``gate-noise-small``."""
+    out = []
+    for rho, ratio, scale in itertools.product(GRID["rho"], GRID["lr_ratio"], GRID["noise_stage2"]):
+        sized = gate_noise.size(SIZE["d"], SIZE["prompt_len"], SIZE["zeta"], SIZE["radius"], rho, lr_stage1=LR_STAGE1,
+                                lr_stage2=LR_STAGE1 * ratio, t2_times=max(GRID["t2_times"]))
+        train = sized.overrides()["train"]
+        out.append({"rho": rho, "lr_ratio": ratio, "noise_stage2": scale,
+                    "set": {"train.l2": train["l2"], "train.noise": train["noise"], "train.t1": train["t1"],
+                            "train.lr_stage2": train["lr_stage2"], "train.steps": train["steps"],
+                            "train.noise_stage2": scale}})
+    return out
+
+
+def end_step(t1: int, lr_stage2: float, l2: float, t2_times: float) -> int:
+    """The last step of a stage 2 of ``t2_times`` relaxation times (as :func:`.gate_noise.size` counts)."""
+    return t1 + math.ceil(t2_times / (lr_stage2 * l2) * (1 - 1e-12))
+
+
+def sweep_yaml() -> str:
+    """The sweep file of the map (examples/sweeps/gate_noise_phase_map.yaml): the runs of
+    :func:`run_points` as one zip of their config values."""
+    points = run_points()
+    keys = list(points[0]["set"])
+    lines = ["# Issue 28: the gate-noise phase map, declared before the runs (src/stagewise/labs/disentangled/phasemap.py",
+             "# writes this file: GRID, CRITERIA; tests/labs/disentangled/test_phasemap.py checks it is current).",
+             "# One run per (rho, lr_stage2 / lr_stage1, stage-2 noise scale), sized by gate_noise.size(100, 1100, 3, 4, rho)",
+             f"# and lasting {max(GRID['t2_times']):g} relaxation times of stage 2; the stage-2 lengths "
+             f"{', '.join(f'{t:g}' for t in GRID['t2_times'])} are read from each run at their end steps.",
+             "# Each run: 4 seeds, the no-anneal twin, both shuffled controls (16 members).",
+             "#   stagewise sweep examples/sweeps/gate_noise_phase_map.yaml --out sweeps/gate-noise-map --max-parallel 1",
+             "#   python examples/gate_noise_phase_map.py sweeps/gate-noise-map",
+             "# points (rho, lr_ratio, noise_stage2): " + "; ".join(f"({p['rho']:g}, {p['lr_ratio']:g}, {p['noise_stage2']:g})"
+                                                                  for p in points),
+             "lab: disentangled", "preset: gate-noise-small", "set:", "  experiment.ablations: [no-anneal]",
+             "  train.checkpoint_every: 500", "axes:"]
+    for key in keys:
+        lines.append(f"  {key}: [{', '.join(_yaml_num(p['set'][key]) for p in points)}]")
+    lines.append(f"zip: [[{', '.join(keys)}]]")
+    lines += ["report:", "  metrics: [test.K1.p_queries, test.K2.q_queries, test.acc.q_part]"]
+    return "\n".join(lines) + "\n"
+
+
+def _yaml_num(value: float | int) -> str:
+    return str(value) if isinstance(value, int) else repr(float(value))
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """One point of the map: its levers, per-criterion pass fractions and per-seed values."""
+
+    levers: dict[str, float]
+    end: int
+    fractions: dict[str, float]
+    values: dict[str, list[float]]  # criterion -> per-seed measured value (nats)
+    holds: dict[str, bool]
+
+    @property
+    def in_region(self) -> bool:
+        return all(self.holds[c] for c in CRITERIA)
+
+    @property
+    def reason(self) -> str | None:
+        """The first criterion (story order) that fails; None in the region."""
+        return next((c for c in CRITERIA if not self.holds[c]), None)
+
+
+def _at(metrics: pd.DataFrame, name: str, step: int) -> np.ndarray:
+    """Per-seed values of ``name`` at the logged step nearest to ``step`` (not after it)."""
+    rows = metrics[metrics["metric"] == name]
+    if not len(rows):
+        raise KeyError(f"metric {name!r} not logged")
+    steps = np.sort(rows["step"].unique())
+    at = steps[steps <= step].max()
+    return rows[rows["step"] == at].sort_values("seed")["value"].to_numpy(dtype=float)
+
+
+def judge_point(metrics: pd.DataFrame, config: Mapping[str, Any], levers: Mapping[str, float], t2_times: float) -> PointResult:
+    """The six criteria at one point: ``metrics`` the run's long metrics (step, seed, variant,
+    metric, value; metric names ``VARIANT/test.K2.q_queries``), ``config`` its resolved config
+    (dict), ``t2_times`` the stage-2 length read."""
+    train, th = config["train"], config["thresholds"]
+    t1 = int(train["t1"])
+    end = end_step(t1, float(train["lr_stage2"]), float(train["l2"]), t2_times)
+    if end > int(train["steps"]):
+        raise ValueError(f"stage-2 length {t2_times:g} ends at step {end}, after the run's {train['steps']} steps")
+    k1 = lambda v, s: _at(metrics, f"{v}/test.K1.p_queries", s)  # noqa: E731
+    k2 = lambda v, s: _at(metrics, f"{v}/test.K2.q_queries", s)  # noqa: E731
+    p_loss, q_loss, q_flat = th["p_loss"] * LOG2, th["q_loss"] * LOG2, th["q_flat"] * LOG2
+    values = {"p_learned": k1("baseline", t1), "q_flat": k2("baseline", t1), "q_learned": k2("baseline", end),
+              "p_kept": k1("baseline", end), "no_anneal_fails": k2("no-anneal", end), "control_fails": k2("baseline|control", end)}
+    passed = {"p_learned": values["p_learned"] <= p_loss, "q_flat": np.abs(values["q_flat"] - LOG2) <= q_flat,
+              "q_learned": values["q_learned"] <= q_loss, "p_kept": values["p_kept"] <= p_loss,
+              "no_anneal_fails": values["no_anneal_fails"] > q_loss, "control_fails": values["control_fails"] > q_loss}
+    fractions = {c: float(np.mean(passed[c])) for c in CRITERIA}
+    need = float(th["seed_fraction"])
+    return PointResult({**levers, "t2_times": t2_times}, end, fractions, {c: values[c].tolist() for c in CRITERIA},
+                       {c: fractions[c] >= need for c in CRITERIA})
+
+
+def phase_table(results: Sequence[PointResult]) -> pd.DataFrame:
+    """One row per point: the levers, each criterion's pass fraction, in the region, the reason."""
+    rows = []
+    for r in results:
+        row: dict[str, Any] = dict(r.levers)
+        row["end_step"] = r.end
+        row.update({c: r.fractions[c] for c in CRITERIA})
+        row["K2_end_mean"] = float(np.mean(r.values["q_learned"]))
+        row["K1_t1_mean"] = float(np.mean(r.values["p_learned"]))
+        row["in_region"] = r.in_region
+        row["reason"] = r.reason or ""
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def draw(table: pd.DataFrame, path: str) -> None:
+    """The phase diagram: one panel per (rho, stage-2 length), cells (lr_ratio x noise scale)
+    coloured by how many of the six criteria hold, labelled with the first failing one (or
+    "all hold") and the mean K2 at the end."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rhos, lengths = sorted(table["rho"].unique()), sorted(table["t2_times"].unique())
+    ratios, scales = sorted(table["lr_ratio"].unique(), reverse=True), sorted(table["noise_stage2"].unique(), reverse=True)
+    fig, axes = plt.subplots(len(rhos), len(lengths), figsize=(4.2 * len(lengths), 3.4 * len(rhos)), squeeze=False)
+    cmap = plt.get_cmap("RdYlGn", len(CRITERIA) + 1)
+    for i, rho in enumerate(rhos):
+        for j, length in enumerate(lengths):
+            ax = axes[i][j]
+            grid = np.full((len(ratios), len(scales)), np.nan)
+            for a, ratio in enumerate(ratios):
+                for b, scale in enumerate(scales):
+                    row = table[(table["rho"] == rho) & (table["t2_times"] == length) & (table["lr_ratio"] == ratio)
+                                & (table["noise_stage2"] == scale)]
+                    if not len(row):
+                        continue
+                    r = row.iloc[0]
+                    held = sum(float(r[c]) >= 1.0 for c in CRITERIA)
+                    grid[a, b] = held
+                    label = "all hold" if r["in_region"] else f"fails first:\n{r['reason']}"
+                    ax.text(b, a, f"{label}\nK2(end) {r['K2_end_mean']:.3f}", ha="center", va="center", fontsize=8)
+            ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=len(CRITERIA) + 0.5)
+            ax.set_xticks(range(len(scales)), [f"{s:g}" for s in scales])
+            ax.set_yticks(range(len(ratios)), [f"{r:g}" for r in ratios])
+            ax.set_xlabel("stage-2 noise scale")
+            ax.set_ylabel("lr_stage2 / lr_stage1")
+            ax.set_title(f"rho = {rho:g}, stage 2 = {length:g} relaxation times", fontsize=9)
+    fig.suptitle("gate-noise phase map: criteria holding in every seed (of 6), the first that fails", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    fig.savefig(str(path).rsplit(".", 1)[0] + ".pdf")
+    plt.close(fig)
