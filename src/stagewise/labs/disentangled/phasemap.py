@@ -3,13 +3,14 @@ two-stage story holds at the loss level, over the levers of the regime, declared
 any run.
 
 **Grid** (:data:`GRID`): kappa_Q^2 / lambda (rho), the annealing ratio lr_stage2 / lr_stage1, the
-stage-2 noise scale (``train.noise_stage2``) and the stage-2 length in L2 relaxation times
-1 / (lr_stage2 lambda), at the cheaper size (preset ``gate-noise-small``: d 100, L 1100, N 100,
-test 200, 4 seeds). Each (rho, ratio, noise scale) is one run, sized by
-:func:`.gate_noise.size` (lambda, the noise c, t1 from rho; the run lasts the longest stage-2
-length) with its no-anneal twin and both shuffled controls; each shorter stage-2 length is read
-from the same run at its own end step t1 + ceil(T2 / (lr_stage2 lambda)): nothing in a step
+stage-2 noise scale (``train.noise_stage2``) and the stage-2 length in steps, at the cheaper size
+(preset ``gate-noise-small``: d 100, L 1100, N 200, test 200, 4 seeds). Each (rho, ratio, noise
+scale) is one run, sized by :func:`.gate_noise.size` (lambda, the noise c and t1 from rho) and
+lasting the longest stage-2 length, with its no-anneal twin and both shuffled controls; each
+shorter stage-2 length is read from the same run at its own end step t1 + T2: nothing in a step
 depends on the run's total length, so a shorter run is a prefix of the longer one (tested).
+The lengths are in steps, not relaxation times 1 / (lr_stage2 lambda), so that every run costs
+the same: at the lower rate the same steps are fewer relaxation times (reported per point).
 
 **Criteria** (per seed, on the test queries, with the lab's thresholds: ``p_loss``, ``q_flat``,
 ``q_loss``; log 2 = 0.693), in the order of the story:
@@ -48,13 +49,14 @@ GRID: dict[str, tuple[float, ...]] = {
     "rho": (26.0, 40.0),
     "lr_ratio": (0.1, 0.05),
     "noise_stage2": (1.0, 0.5),
-    "t2_times": (4.0, 8.0),
+    "t2_steps": (400.0, 800.0),
 }
 """The declared levers (fixed before the runs): rho = kappa_Q^2 / lambda (26: the preset; 40 inside
 the spec's 26-60: a larger P and Q margin, a larger random Q output), lr_stage2 / lr_stage1 (0.1:
 the preset; 0.05: sigma_2 from 0.47 to 0.34 sigma_crit), the stage-2 noise scale (1; 0.5: half
 the stage-2 noise at the same rate) and the stage-2 length in relaxation times (4, 8: the preset
-ran 9, with K2 flat from about 5)."""
+ran 9 relaxation times, 1022 steps, with K2 flat from about 5; 800 steps are 6 relaxation times at
+rho 26 and ratio 0.1, 3 at ratio 0.05)."""
 CRITERIA = ("p_learned", "q_flat", "q_learned", "p_kept", "no_anneal_fails", "control_fails")
 DESCRIPTIONS = {
     "p_learned": "P learned by t1 (K1 <= 0.5 log 2)", "q_flat": "Q within 5 % of log 2 at t1",
@@ -71,8 +73,9 @@ def run_points() -> list[dict[str, Any]]:
     out = []
     for rho, ratio, scale in itertools.product(GRID["rho"], GRID["lr_ratio"], GRID["noise_stage2"]):
         sized = gate_noise.size(SIZE["d"], SIZE["prompt_len"], SIZE["zeta"], SIZE["radius"], rho, lr_stage1=LR_STAGE1,
-                                lr_stage2=LR_STAGE1 * ratio, t2_times=max(GRID["t2_times"]))
+                                lr_stage2=LR_STAGE1 * ratio)
         train = sized.overrides()["train"]
+        train["steps"] = train["t1"] + int(max(GRID["t2_steps"]))
         out.append({"rho": rho, "lr_ratio": ratio, "noise_stage2": scale,
                     "set": {"train.l2": train["l2"], "train.noise": train["noise"], "train.t1": train["t1"],
                             "train.lr_stage2": train["lr_stage2"], "train.steps": train["steps"],
@@ -80,9 +83,9 @@ def run_points() -> list[dict[str, Any]]:
     return out
 
 
-def end_step(t1: int, lr_stage2: float, l2: float, t2_times: float) -> int:
-    """The last step of a stage 2 of ``t2_times`` relaxation times (as :func:`.gate_noise.size` counts)."""
-    return t1 + math.ceil(t2_times / (lr_stage2 * l2) * (1 - 1e-12))
+def relaxation_times(t2_steps: float, lr_stage2: float, l2: float) -> float:
+    """Stage-2 steps in L2 relaxation times 1 / (lr_stage2 lambda)."""
+    return t2_steps * lr_stage2 * l2
 
 
 def sweep_yaml() -> str:
@@ -93,8 +96,8 @@ def sweep_yaml() -> str:
     lines = ["# Issue 28: the gate-noise phase map, declared before the runs (src/stagewise/labs/disentangled/phasemap.py",
              "# writes this file: GRID, CRITERIA; tests/labs/disentangled/test_phasemap.py checks it is current).",
              "# One run per (rho, lr_stage2 / lr_stage1, stage-2 noise scale), sized by gate_noise.size(100, 1100, 3, 4, rho)",
-             f"# and lasting {max(GRID['t2_times']):g} relaxation times of stage 2; the stage-2 lengths "
-             f"{', '.join(f'{t:g}' for t in GRID['t2_times'])} are read from each run at their end steps.",
+             f"# and lasting t1 + {max(GRID['t2_steps']):g} steps; the stage-2 lengths "
+             f"{', '.join(f'{t:g}' for t in GRID['t2_steps'])} steps are read from each run at their end steps.",
              "# Each run: 4 seeds, the no-anneal twin, both shuffled controls (16 members).",
              "#   stagewise sweep examples/sweeps/gate_noise_phase_map.yaml --out sweeps/gate-noise-map --max-parallel 1",
              "#   python examples/gate_noise_phase_map.py sweeps/gate-noise-map",
@@ -143,15 +146,15 @@ def _at(metrics: pd.DataFrame, name: str, step: int) -> np.ndarray:
     return rows[rows["step"] == at].sort_values("seed")["value"].to_numpy(dtype=float)
 
 
-def judge_point(metrics: pd.DataFrame, config: Mapping[str, Any], levers: Mapping[str, float], t2_times: float) -> PointResult:
+def judge_point(metrics: pd.DataFrame, config: Mapping[str, Any], levers: Mapping[str, float], t2_steps: float) -> PointResult:
     """The six criteria at one point: ``metrics`` the run's long metrics (step, seed, variant,
     metric, value; metric names ``VARIANT/test.K2.q_queries``), ``config`` its resolved config
-    (dict), ``t2_times`` the stage-2 length read."""
+    (dict), ``t2_steps`` the stage-2 length read (the values at the last logged step <= t1 + t2_steps)."""
     train, th = config["train"], config["thresholds"]
     t1 = int(train["t1"])
-    end = end_step(t1, float(train["lr_stage2"]), float(train["l2"]), t2_times)
+    end = t1 + int(t2_steps)
     if end > int(train["steps"]):
-        raise ValueError(f"stage-2 length {t2_times:g} ends at step {end}, after the run's {train['steps']} steps")
+        raise ValueError(f"stage-2 length {t2_steps:g} ends at step {end}, after the run's {train['steps']} steps")
     k1 = lambda v, s: _at(metrics, f"{v}/test.K1.p_queries", s)  # noqa: E731
     k2 = lambda v, s: _at(metrics, f"{v}/test.K2.q_queries", s)  # noqa: E731
     p_loss, q_loss, q_flat = th["p_loss"] * LOG2, th["q_loss"] * LOG2, th["q_flat"] * LOG2
@@ -162,7 +165,9 @@ def judge_point(metrics: pd.DataFrame, config: Mapping[str, Any], levers: Mappin
               "no_anneal_fails": values["no_anneal_fails"] > q_loss, "control_fails": values["control_fails"] > q_loss}
     fractions = {c: float(np.mean(passed[c])) for c in CRITERIA}
     need = float(th["seed_fraction"])
-    return PointResult({**levers, "t2_times": t2_times}, end, fractions, {c: values[c].tolist() for c in CRITERIA},
+    levers = {**levers, "t2_steps": t2_steps,
+              "t2_times": relaxation_times(t2_steps, float(train["lr_stage2"]), float(train["l2"]))}
+    return PointResult(levers, end, fractions, {c: values[c].tolist() for c in CRITERIA},
                        {c: fractions[c] >= need for c in CRITERIA})
 
 
@@ -182,7 +187,7 @@ def phase_table(results: Sequence[PointResult]) -> pd.DataFrame:
 
 
 def draw(table: pd.DataFrame, path: str) -> None:
-    """The phase diagram: one panel per (rho, stage-2 length), cells (lr_ratio x noise scale)
+    """The phase diagram: one panel per (rho, stage-2 length in steps), cells (lr_ratio x noise scale)
     coloured by how many of the six criteria hold, labelled with the first failing one (or
     "all hold") and the mean K2 at the end."""
     import matplotlib
@@ -190,7 +195,7 @@ def draw(table: pd.DataFrame, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rhos, lengths = sorted(table["rho"].unique()), sorted(table["t2_times"].unique())
+    rhos, lengths = sorted(table["rho"].unique()), sorted(table["t2_steps"].unique())
     ratios, scales = sorted(table["lr_ratio"].unique(), reverse=True), sorted(table["noise_stage2"].unique(), reverse=True)
     fig, axes = plt.subplots(len(rhos), len(lengths), figsize=(4.2 * len(lengths), 3.4 * len(rhos)), squeeze=False)
     cmap = plt.get_cmap("RdYlGn", len(CRITERIA) + 1)
@@ -200,7 +205,7 @@ def draw(table: pd.DataFrame, path: str) -> None:
             grid = np.full((len(ratios), len(scales)), np.nan)
             for a, ratio in enumerate(ratios):
                 for b, scale in enumerate(scales):
-                    row = table[(table["rho"] == rho) & (table["t2_times"] == length) & (table["lr_ratio"] == ratio)
+                    row = table[(table["rho"] == rho) & (table["t2_steps"] == length) & (table["lr_ratio"] == ratio)
                                 & (table["noise_stage2"] == scale)]
                     if not len(row):
                         continue
@@ -214,7 +219,7 @@ def draw(table: pd.DataFrame, path: str) -> None:
             ax.set_yticks(range(len(ratios)), [f"{r:g}" for r in ratios])
             ax.set_xlabel("stage-2 noise scale")
             ax.set_ylabel("lr_stage2 / lr_stage1")
-            ax.set_title(f"rho = {rho:g}, stage 2 = {length:g} relaxation times", fontsize=9)
+            ax.set_title(f"rho = {rho:g}, stage 2 = {length:g} steps", fontsize=9)
     fig.suptitle("gate-noise phase map: criteria holding in every seed (of 6), the first that fails", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -15,6 +15,7 @@ from . import claimspecs as cs
 from .claims import (LOG2, Q_ACC, REVIEW_FLOOR, STAGED, SeedValues, control_bound, control_of, judged_by, review_claims,
                      spectral_claims, stage_claims, stage_passes, staged_fraction)
 from .config import Config
+from .annealgain import difference_interval, gain_beyond_control
 from .floor_claims import FLOOR_REASON, anneal_gain_claims, gain_fraction, twin, with_floors
 
 
@@ -120,6 +121,10 @@ def ablation_claims(config: Config, tables: dict[str, dict[str, Any]]) -> list[C
     return out
 
 
+def _present(claim: Claim | None) -> list[Claim]:
+    return [] if claim is None else [claim]
+
+
 def _value(fraction: float | None) -> float:
     """A fraction of seeds as a claim's value (NaN, which never passes, where it is unknown)."""
     return math.nan if fraction is None else float(fraction)
@@ -148,8 +153,10 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
         variants = ["baseline"] + list(config.experiment.ablations)
         variant_tables = {v: stage_table(config, stages, v, control_of("baseline")) for v in variants}  # one null for all
         summary["ablations"] = variant_tables
+        summary["anneal_gain_difference"] = difference_interval(stages, "baseline")
         claims += with_floors(config, stage_claims(config, stages, "baseline"), stages, floors, "baseline")
         claims += anneal_gain_claims(config, stages, "baseline")
+        claims += _present(gain_beyond_control(stages, ["baseline"]))
         claims += ablation_claims(config, variant_tables)
     elif kind == "grid":
         from .experiments import grid_variants
@@ -163,6 +170,7 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
         for name, cfg in robustness_configs(config):
             cells[name]["anneal_gain_fraction"] = gain_fraction(cfg, stages, name)
             cells[name]["control_no_gain_fraction"] = gain_fraction(cfg, stages, name, control=True)
+            cells[name]["anneal_gain_difference"] = difference_interval(stages, name)  # real - control, paired by seed
             gated = with_floors(cfg, stage_claims(cfg, stages, name), stages, floors, name)  # + the relative forms
             cells[name]["relative"] = {c.id: {"verdict": c.verdict, "pass_fraction": c.pass_fraction, "reason": c.reason}
                                        for c in gated if c.id in RELATIVE}
@@ -173,6 +181,7 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
                 cells[name]["no_anneal"] = stage_table(cfg, stages, twin(name), control_of(twin(name)))
         summary["robustness"] = cells
         claims += robustness_claims(config, cells)
+        claims += _present(gain_beyond_control(stages, list(cells)))  # every cell's seeds, paired within their cell
     elif kind == "d-scaling":
         summary["d_scaling"] = d_table(config, frame, extras)
         claims += bound_claims(summary["d_scaling"])
