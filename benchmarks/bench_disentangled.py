@@ -16,7 +16,10 @@
    (dst.copy_(src) of 1 GiB, read + write bytes / s, best of 5, the step's thread count).
    Target: step time within 2x of the bound.
 
+   ``--gate-preset gate-noise-small`` times the phase map's cheaper size (issue 28) instead.
+
 Usage: python benchmarks/bench_disentangled.py [--steps 4000] [--skip-memory] [--only gate-noise]
+       [--gate-preset gate-noise|gate-noise-small]
 """
 
 from __future__ import annotations
@@ -88,9 +91,10 @@ def main() -> None:
     parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--only", choices=["gate-noise"], default=None, help="run only this section")
     parser.add_argument("--gate-steps", type=int, default=8, help="timed steps of section 4 (after one warm-up step)")
+    parser.add_argument("--gate-preset", choices=["gate-noise", "gate-noise-small"], default="gate-noise")
     args = parser.parse_args()
     if args.only == "gate-noise":
-        gate_noise_section(args.gate_steps)
+        gate_noise_section(args.gate_steps, args.gate_preset)
         return
     if args.memory_child is not None:
         before = hwm_mb()
@@ -128,7 +132,7 @@ def main() -> None:
         print(f"\n## 3. peak memory, 64 seeds of the default size (N = 400 train, 2000 test, L = 20, d = 30)\n\n"
               f"VmHWM {mem['peak']:.0f} MB ({mem['peak'] - mem['imports']:.0f} MB above the imports)")
 
-    gate_noise_section(args.gate_steps)
+    gate_noise_section(args.gate_steps, args.gate_preset)
 
 
 def copy_bandwidth(threads: int, nbytes: int = 1 << 30, repeats: int = 5) -> float:
@@ -144,12 +148,12 @@ def copy_bandwidth(threads: int, nbytes: int = 1 << 30, repeats: int = 5) -> flo
     return 2 * nbytes / best
 
 
-def gate_noise_section(steps: int) -> None:
+def gate_noise_section(steps: int, preset: str = "gate-noise") -> None:
     from stagewise.labs import get_lab
     from stagewise.labs.disentangled.experiments import groups
 
     lab = get_lab("disentangled")
-    config = resolve(Config, lab.preset_overrides("gate-noise"))
+    config = resolve(Config, lab.preset_overrides(preset))
     group = groups(config)[0]
     start = time.perf_counter()
     ens = build_ensemble(config, group.members)
@@ -165,7 +169,7 @@ def gate_noise_section(steps: int) -> None:
     bandwidth = copy_bandwidth(threads)
     bound = 2 * features / bandwidth
     dc = config.data
-    print(f"\n## 4. gate-noise size: d {dc.d}, L {dc.prompt_len}, N {dc.n_train}, {len(group.members)} members over "
+    print(f"\n## 4. {preset} size: d {dc.d}, L {dc.prompt_len}, N {dc.n_train}, {len(group.members)} members over "
           f"{ens.train.ctx.shape[0]} datasets, {config.model.dtype}, {threads} threads\n")
     print("| quantity | value |\n|---|---:|")
     print(f"| sampling train + test (s) | {sampled:.1f} |\n| training features (GiB) | {features / 2**30:.2f} |\n"

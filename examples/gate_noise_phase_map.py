@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import stagewise
+from stagewise.errors import UserError
 from stagewise.labs.disentangled.phasemap import CRITERIA, DESCRIPTIONS, GRID, draw, judge_point, phase_table, run_points
 
 
@@ -32,8 +33,12 @@ def main() -> int:
     args = parser.parse_args()
     sweep = stagewise.load_sweep(args.sweep)
     results = []
-    for label, run in sweep.runs.items():
-        if run.summary is None:
+    for label in sweep.runs:
+        try:
+            run = sweep.runs[label]
+        except UserError:  # not started yet
+            run = None
+        if run is None or run.summary is None:
             print(f"note: {label} has not finished; left out", file=sys.stderr)
             continue
         levers = levers_of(run.config)
