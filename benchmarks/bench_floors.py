@@ -10,7 +10,17 @@ With --spec-table: the predicted-vs-measured table of docs/disentangled.md secti
 spec's cells (||zeta||, lambda) at the default size and seeds: analytic fixed point vs the
 numerical floor (seed mean and range) for K2*, K1*, m_Q*.
 
-Usage: python benchmarks/bench_floors.py [--json benchmarks/results/floors.json] [--spec-table]
+With --starts: the floors as the lowest objective found over the declared starts
+(experiment.floor_starts; floor_starts.py) on the default preset and two configs not used while
+developing them: ||zeta|| = 1.5 with lambda = 0.003 (Q learned far below log 2: many gates
+active, margins 5-10x the default's, where a local optimum has the most room) and d 50, L 40 (a
+larger problem: 5000 weights, 39 context tokens). Per seed: J, K1*, K2* of each start, the
+chosen start, the spread over the converged starts (J max - min, K2* max - min) and the seconds
+of its solves; whether the verdict inputs (the floors row's K1, K2 and K2.min) equal the lowest
+recomputed here from the per-start rows; and the preset's floors time with the init start
+alone (the floors before the starts) vs all starts.
+
+Usage: python benchmarks/bench_floors.py [--json benchmarks/results/floors.json] [--spec-table] [--starts]
 """
 
 from __future__ import annotations
@@ -36,9 +46,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     parser.add_argument("--spec-table", action="store_true", help="print the spec cells' predicted-vs-measured table only")
+    parser.add_argument("--starts", action="store_true", help="print the floors over the declared starts only")
     args = parser.parse_args()
     if args.spec_table:
         spec_table()
+        return
+    if args.starts:
+        starts_table()
         return
     rows = []
     print(f"{'case':32} {'first s':>8} {'repeat s':>8} {'iter':>9} {'max grad':>9} {'K1*':>7} {'an.K1*':>7} {'K2*':>7} {'an.K2*':>7}")
@@ -79,6 +93,70 @@ def spec_table() -> None:
         print(f"| {zeta:g}, {l2:g} | {mean('analytic.K2'):.3f} | {mean('K2'):.3f} ({min(k2):.3f}-{max(k2):.3f}) | "
               f"{mean('analytic.K1'):.3f} | {mean('K1'):.3f} | {mean('analytic.m_Q'):.3f} | {mean('m_Q'):.3f} | "
               f"{report.seconds:.1f} |", flush=True)
+
+
+
+STARTS_CASES = {  # not used while developing the starts (those were d 6-10, N 40-60 and the default at 2 seeds)
+    "default (8 seeds)": {},
+    "zeta 1.5, lambda 0.003 (8 seeds)": {"data": {"zeta": 1.5}, "train": {"l2": 0.003}},
+    "d 50, L 40 (8 seeds)": {"data": {"d": 50, "prompt_len": 40}},
+}
+
+
+def timed_solves(seconds: dict[tuple[int, str], float]):
+    """floors.solve wrapped to add each call's seconds to ``seconds[(seed, start)]`` (one problem
+    per call on the CPU, floor_limits.CPU_BATCH = 1)."""
+    from stagewise.labs.disentangled import floors
+
+    real = floors.solve
+
+    def solve(config, members, *args, starts=None, **kwargs):
+        start = time.perf_counter()
+        out = real(config, members, *args, starts=starts, **kwargs)
+        for m, name in zip(members, starts or ["init"] * len(members)):
+            seconds[(m.seed, name)] = seconds.get((m.seed, name), 0.0) + (time.perf_counter() - start) / len(members)
+        return out
+
+    return real, solve
+
+
+def starts_table() -> None:
+    from stagewise.labs.disentangled import floors
+    from stagewise.labs.disentangled.floor_starts import TIE_REL
+    from stagewise.labs.disentangled.train import members_from_config
+
+    for name, overrides in STARTS_CASES.items():
+        config = resolve(Config, overrides)
+        members = members_from_config(config)
+        seconds: dict[tuple[int, str], float] = {}
+        real, floors.solve = timed_solves(seconds)
+        try:
+            begin = time.perf_counter()
+            tables = floors.floor_tables(config, members)
+            total = time.perf_counter() - begin
+        finally:
+            floors.solve = real
+        starts = list(config.experiment.floor_starts)
+        print(f"\n{name}: {len(members)} seeds x {len(starts)} starts in {total:.1f} s", flush=True)
+        print(f"{'seed':>4} " + " ".join(f"{s + ' J / K1* / K2*':>30}" for s in starts)
+              + f" {'chosen':>8} {'J spread':>9} {'K2 spread':>9} {'s':>6} {'verdict inputs = lowest':>23}")
+        for i, row in enumerate(tables.rows):
+            mine = tables.start_rows[i * len(starts):(i + 1) * len(starts)]
+            pool = [r for r in mine if r["converged"]] or mine
+            lowest = min(pool, key=lambda r: r["J"])
+            same = (abs(row["J"] - lowest["J"]) <= TIE_REL * abs(lowest["J"]) and row["K2.min"] == min(r["K2"] for r in pool)
+                    and (row["K1"], row["K2"]) == next((r["K1"], r["K2"]) for r in mine if r["start"] == row["start"]))
+            cells = " ".join(f"{r['J']:10.6f} / {r['K1']:.4f} / {r['K2']:.4f}{'' if r['converged'] else '!'}" for r in mine)
+            took = sum(seconds.get((row["seed"], s), 0.0) for s in starts)
+            print(f"{row['seed']:>4} {cells} {row['start']:>8} {row['J.spread']:9.2e} {row['K2.max'] - row['K2.min']:9.2e} "
+                  f"{took:6.1f} {'yes' if same else 'NO':>23}", flush=True)
+        if name.startswith("default"):
+            begin = time.perf_counter()
+            floors.floor_tables(config.model_copy(update={"experiment": config.experiment.model_copy(
+                update={"floor_starts": ["init"]})}), members)
+            print(f"default preset floors: init start alone (before) {time.perf_counter() - begin:.1f} s vs "
+                  f"{len(starts)} starts {total:.1f} s", flush=True)
+    print("! = that start did not converge (max |generalised grad| >= GRAD_TOL; left out of the choice and the spreads)")
 
 
 if __name__ == "__main__":

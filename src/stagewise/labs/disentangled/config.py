@@ -20,6 +20,10 @@ already a long plan)."""
 
 Finite: dict[str, Any] = {"allow_inf_nan": False}
 
+FLOOR_STARTS = ("init", "small", "aligned", "large")
+"""The declared starts of the floors solver, in their tie-breaking order (what each is:
+:mod:`.floor_starts`; ``experiment.floor_starts``)."""
+
 
 class DataConfig(ConfigModel):
     ADDED = ("q_noise_radius",)
@@ -186,7 +190,7 @@ class ExperimentConfig(ConfigModel):
         "with the noise std held at noise * lr_stage1; noise-off-t1: constant lr_stage1 with the noise stopped at t1\n"
         "(which of the two matters?)")
     PATH = "experiment"
-    ADDED = ("floors",)
+    ADDED = ("floors", "floor_starts")
     RENAMED_KEYS = {"grid": {"eta1": "lr_stage1", "eta2": "lr_stage2"}}
     grid: dict[Literal["lr_stage1", "lr_stage2", "t1", "noise", "l2", "zeta", "q_centre", "p_flip", "batch_size"], list[float]] = Field(
         {"lr_stage1": [0.3, 1.0], "noise": [0.0, 0.02, 0.05, 0.1]},
@@ -196,7 +200,13 @@ class ExperimentConfig(ConfigModel):
         "each combination on the same seeds")
     floors: bool = Field(True, description="[run] compute the attainable floors K1*, K2* (noise-free L2 optimum of each member's\n"
                          "objective on its training prompts, and the two-scalar fixed point) after training; table floors\n"
-                         "(about 3 s for the default preset's 16 members; false: the relative claims are not testable)")
+                         "(from experiment.floor_starts: about 4x the 3 s of one start for the default preset's 16 members on a\n"
+                         "quiet machine; false: the relative claims are not testable)")
+    floor_starts: list[str] = Field(
+        list(FLOOR_STARTS), description="[run] the starts the floors solver runs from (each member's floor is the lowest objective\n"
+        "found over them; not testable only below every start's floor): init (the member's initial weights), small (a fresh\n"
+        "draw at model.init_scale), aligned (W along w* w*^T, V along the Q signal directions), large (a random draw at\n"
+        "the aligned start's norm); docs section 4.0b")
     control: bool = Field(True, description="[run] train a shuffled-label control beside every member (targets permuted across the\n"
                           "training prompts): the null that q_not_learned_stage1 is tested against")
     seed_blocks: list[Annotated[int, Field(ge=0, lt=MAX_SEED)]] = Field(
@@ -225,6 +235,17 @@ class ExperimentConfig(ConfigModel):
             if key == "zeta" and any(v <= 0 for v in values):
                 raise ValueError(f"experiment.grid.zeta={values}: cluster norms must be > 0")
         return value
+
+    @field_validator("floor_starts")
+    @classmethod
+    def _floor_starts(cls, value):
+        allowed = ", ".join(FLOOR_STARTS)
+        unknown = [s for s in value if s not in FLOOR_STARTS]
+        if unknown:
+            raise ValueError(f"unknown start {', '.join(map(repr, unknown))}; allowed: {allowed}")
+        if not value or len(set(value)) != len(value):
+            raise ValueError(f"need at least one start, each named once; allowed: {allowed}")
+        return [s for s in FLOOR_STARTS if s in value]  # the declared order (ties go to the earlier start)
 
     @field_validator("dims")
     @classmethod

@@ -140,22 +140,19 @@ def grid_variants(config: Config) -> dict[str, dict[str, Any]]:
 INTEGER_AXES = ("t1", "batch_size")
 
 
-def floor_table(group: Group) -> pd.DataFrame:
-    """The attainable floors of the group's members (:func:`.floors.floor_rows`, one row per
-    member, identical problems solved once) under the run store's variant names."""
-    from .floors import floor_rows
+def floor_tables(group: Group) -> dict[str, pd.DataFrame]:
+    """The attainable floors of the group's members (:func:`.floors.floor_tables`: ``floors``, one
+    row per member, and ``floor_starts``, one per member and start; identical problems solved
+    once) under the run store's variant names."""
+    from .floors import floor_tables as solve_floors
 
-    rows = floor_rows(group.config, group.members)
-    frame = pd.DataFrame(rows)
-    frame["variant"] = [group.variant_of(m) for m in group.members]
-    frame.insert(0, "group", group.name)
-    return frame
+    return solve_floors(group.config, group.members).frames(group.name, [group.variant_of(m) for m in group.members])
 
 
 def end_tables(group: Group) -> dict[str, pd.DataFrame]:
-    """The tables a group logs after its last step besides ``stages``: ``floors`` when
-    ``experiment.floors`` is on."""
-    return {"floors": floor_table(group)} if group.config.experiment.floors else {}
+    """The tables a group logs after its last step besides ``stages``: ``floors`` and
+    ``floor_starts`` when ``experiment.floors`` is on."""
+    return floor_tables(group) if group.config.experiment.floors else {}
 
 
 def run_experiment(config: Config, ctx: RunContext) -> list[Group]:

@@ -2,13 +2,17 @@
 
 The attainable floors K1*, K2* of a member are the branch losses (P-bearing / Q-bearing test
 queries) at the noise-free L2-regularised optimum of its own objective on its own training
-prompts (:mod:`.floors`, run table ``floors``). With them:
+prompts (:mod:`.floors`, run table ``floors``): the lowest objective found over the declared
+starts (:mod:`.floor_starts`; the objective is non-convex, so each start's optimum is a local
+one), with the spread of K* over the starts beside it (``K1.min`` .. ``K2.max``). With them:
 
-- a loss-level claim whose threshold lies below the floor (``K2 <= 0.5 log 2`` where
-  K2* = 0.685) cannot hold whatever the schedule: it is reported not testable with the reason
-  "below the attainable floor K2* = ...", its measurement kept (:func:`gate_by_floor`);
+- a loss-level claim whose threshold lies below the floor of EVERY start (``K2 <= 0.5 log 2``
+  where K2.min = 0.685) cannot hold whatever the schedule: it is reported not testable with the
+  reason "below the lowest-found attainable floor K2* = ...", its measurement kept
+  (:func:`gate_by_floor`); a threshold between two starts' floors is judged. A floors table from
+  before the starts (no ``K2.min``) gates on its K column, worded "below the attainable floor";
 - each loss-level stage criterion gains a relative form, the fraction of the attainable drop
-  log 2 - K* realised (:func:`relative_claims`)::
+  log 2 - K* realised, K* the lowest-objective start's (:func:`relative_claims`)::
 
       p_drop_stage1            (log 2 - K1(t1))    / (log 2 - K1*)  >= drop_learned
       q_not_learned_stage1_drop (log 2 - K2(t1))   / (log 2 - K2*)  <= drop_flat
@@ -29,7 +33,7 @@ Shapes: every per-seed array is (S,) in the order of the stage table's seeds.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -52,14 +56,18 @@ def twin(variant: str, ablation: str = NO_ANNEAL) -> str:
 @dataclass(frozen=True)
 class SeedFloors:
     """Per-seed attainable floors of one variant (NaN where none): numerical K1*, K2* (test,
-    P-bearing / Q-bearing queries), the analytic fixed point's, and why a floor is missing."""
+    P-bearing / Q-bearing queries; the lowest-objective start's), their lowest and highest over
+    the converged starts, the number of starts solved, the analytic fixed point's, and why a
+    floor is missing. A table from before the starts (no ``K1.min``) has one start: min = max = K."""
 
     seeds: list[int]
-    k1: np.ndarray  # (S,) numerical K1* (nats)
+    k1: np.ndarray  # (S,) numerical K1* (nats) of the lowest objective found
     k2: np.ndarray  # (S,) numerical K2*
     k1_analytic: np.ndarray  # (S,)
     k2_analytic: np.ndarray  # (S,)
     reasons: list[str]
+    span: dict[str, np.ndarray] = field(default_factory=dict)  # "K1.min", "K1.max", "K2.min", "K2.max": (S,) over starts
+    starts: np.ndarray | None = None  # (S,) starts solved per seed; None: a table from before the starts
 
     @property
     def known(self) -> bool:
@@ -73,10 +81,21 @@ class SeedFloors:
         rows = floors[floors["variant"] == variant].drop_duplicates("seed", keep="last").set_index("seed").reindex(seeds)
         col = lambda c: rows[c].to_numpy(float) if c in rows else nan  # noqa: E731
         reasons = sorted({str(r) for r in rows.get("reason", pd.Series(dtype=object)).dropna() if str(r)})
-        return cls(seeds, col("K1"), col("K2"), col("analytic.K1"), col("analytic.K2"), reasons)
+        multi = all(f"{k}.{end}" in rows for k in ("K1", "K2") for end in ("min", "max"))
+        span = {f"{k}.{end}": col(f"{k}.{end}") if multi else col(k) for k in ("K1", "K2") for end in ("min", "max")}
+        return cls(seeds, col("K1"), col("K2"), col("analytic.K1"), col("analytic.K2"), reasons, span,
+                   col("starts") if multi and "starts" in rows else None)
+
+    def lowest(self, branch: str) -> np.ndarray:
+        """(S,) the lowest K* over the starts (the K column where no start spread is known): a
+        threshold below it is below every start's floor."""
+        low = self.span.get(f"{branch}.min", np.full(len(self.seeds), np.nan))
+        return np.where(np.isfinite(low), low, self.k1 if branch == "K1" else self.k2)
 
     def describe(self, branch: str) -> str:
-        """``K2* = 0.685 (0.684..0.686 over 8 seeds; analytic 0.685)``: the floor beside a measurement."""
+        """``K2* = 0.686 (lowest objective of 4 starts; K2* over starts 0.685..0.687; 0.684..0.686
+        over 8 seeds; analytic 0.685)``: the floor beside a measurement (a table from before the
+        starts: ``K2* = 0.685 (0.684..0.686 over 8 seeds; analytic 0.685)``)."""
         num = self.k1 if branch == "K1" else self.k2
         ana = self.k1_analytic if branch == "K1" else self.k2_analytic
         if not np.isfinite(num).any():
@@ -84,28 +103,37 @@ class SeedFloors:
         fin = num[np.isfinite(num)]
         spread = f"{fin.min():.3f}..{fin.max():.3f} over {fin.size} seeds" if fin.size > 1 else "1 seed"
         analytic = f"; analytic {np.nanmean(ana):.3f}" if np.isfinite(ana).any() else ""
-        return f"{branch}* = {np.nanmean(num):.3f} ({spread}{analytic})"
+        starts = ""
+        if self.starts is not None and np.isfinite(self.starts).any():
+            n = int(np.nanmax(self.starts))
+            lo, hi = self.span[f"{branch}.min"], self.span[f"{branch}.max"]
+            over = f"; {branch}* over starts {np.nanmin(lo):.3f}..{np.nanmax(hi):.3f}" if np.isfinite(lo).any() else ""
+            starts = f"lowest objective of {n} start{'s' if n != 1 else ''}{over}; "
+        return f"{branch}* = {np.nanmean(num):.3f} ({starts}{spread}{analytic})"
 
 
-FLOOR_REASON = "below the attainable floor"
-"""How the reason of a claim whose threshold lies under its floor begins (:func:`gate_by_floor`)."""
+FLOOR_REASON = ("below the lowest-found attainable floor", "below the attainable floor")
+"""How the reason of a claim whose threshold lies under its floor begins (:func:`gate_by_floor`;
+the second for a floors table from before the starts): ``reason.startswith(FLOOR_REASON)``."""
 
 
-def gate_by_floor(config: Config, claim: Claim, floor: np.ndarray, threshold_nats: float, branch: str,
-                  floors: SeedFloors) -> Claim:
+def gate_by_floor(config: Config, claim: Claim, threshold_nats: float, branch: str, floors: SeedFloors) -> Claim:
     """``claim`` (a loss-level ``<=`` claim on ``branch``) with its floor stated, made not
-    testable when its threshold lies below the floor in more than 1 - seed_fraction of the
-    seeds: it cannot hold there whatever the schedule (a fact about lambda and the data's
-    margins, not about the paper)."""
+    testable when its threshold lies below the floor of every start (:meth:`SeedFloors.lowest`)
+    in more than 1 - seed_fraction of the seeds: it cannot hold there whatever the schedule (a
+    fact about lambda and the data's margins, not about the paper). A threshold that one start's
+    floor is above and another's below is judged: the lower optimum shows it can be reached."""
     stated = claim.model_copy(update={"floor": f"{floors.describe(branch)}; {claim.floor}" if claim.floor
                                       else floors.describe(branch)})
+    floor = floors.lowest(branch)
     if not np.isfinite(floor).any():
         return stated
     below = np.isfinite(floor) & (threshold_nats < floor)
     if below.mean() > 1 - config.thresholds.seed_fraction + 1e-12:
+        prefix, every = (FLOOR_REASON[0], "of every start ") if floors.starts is not None else (FLOOR_REASON[1], "")
         return stated.with_not_testable(
-            f"{FLOOR_REASON} {floors.describe(branch)}: the threshold {threshold_nats:.3f} nats is under "
-            f"the noise-free L2 optimum in {int(below.sum())}/{below.size} seeds, so in this reconstruction it cannot "
+            f"{prefix} {floors.describe(branch)}: the threshold {threshold_nats:.3f} nats is under "
+            f"the noise-free L2 optimum {every}in {int(below.sum())}/{below.size} seeds, so in this reconstruction it cannot "
             "hold whatever the schedule, stage length or noise")
     return stated
 
@@ -168,8 +196,7 @@ def with_floors(config: Config, claims: list[Claim], stages: pd.DataFrame, floor
     for claim in claims:
         if claim.id in LOSS_CLAIMS:
             branch, field = LOSS_CLAIMS[claim.id]
-            floor = floors.k1 if branch == "K1" else floors.k2
-            claim = gate_by_floor(config, claim, floor, getattr(config.thresholds, field) * LOG2, branch, floors)
+            claim = gate_by_floor(config, claim, getattr(config.thresholds, field) * LOG2, branch, floors)
         elif claim.id == "q_not_learned_stage1" and np.isfinite(floors.k2).any():
             inside = bool(np.nanmean(LOG2 - floors.k2) < config.thresholds.q_flat * LOG2)
             note = " (inside the band: at the loss level learned and not learned look alike here)" if inside else ""

@@ -8,12 +8,14 @@ problems are cut into batches. Checked from the config alone, before any prompt 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ...engine import resolve_device
 from . import theory
 from .config import Config
-from .train import DATA_FIELDS, Member
+from .train import DATA_FIELDS, Member, data_layout
 
+GRAD_TOL = 1e-8  # converged: max |entry| of the minimum-norm Clarke subgradient (incl. L2) per problem (floors.certificate)
 MAX_ITER = 100  # Newton iterations of a solve
 MAX_NEAR = 200  # candidate kinks: the MAX_NEAR closest at most per member
 FEATURE_COPIES = 2  # (N + T, L, 2d) float64 arrays per problem: stored once, plus the solver's passes over them
@@ -39,17 +41,22 @@ def weights_per_problem(config: Config) -> int:
 
 
 def floors_bytes(config: Config, members: list[Member]) -> int:
-    """A bytes bound of :func:`floor_rows` on ``members`` beyond the process itself: the
-    prompts, score-sized work arrays of train and test, the Newton solver (a few (2N)^2
-    arrays per member) and the certificate's dense (P, MAX_NEAR) columns (one member at a time)."""
+    """A bytes bound of one :func:`.floors.solve` of ``members`` (one entry per problem: a member
+    under one start, so a member solved from several starts is listed once per start) beyond the
+    process itself: the prompts (stored once per dataset, :func:`.ensemble.data_layout`, as
+    build_ensemble does), score-sized work arrays of train and test and the Newton solver (a few
+    (2N)^2 arrays) per problem, and the certificate's dense (P, MAX_NEAR) columns (one problem at
+    a time)."""
     dc = config.data
-    unique = len({problem_key(m) for m in members})
+    problems = len(members)
     L, d = dc.prompt_len, dc.d
     params = weights_per_problem(config)
-    features = unique * (dc.n_train + dc.n_test) * L * 2 * d * 8 * FEATURE_COPIES
-    steps = unique * max(dc.n_train, dc.n_test) * (L - 1) * 8 * STEP_COPIES * 2  # value_grad and the certificate
-    solver = unique * (params * 8 * 12 + (2 * dc.n_train) ** 2 * 8 * 4)  # iterates, steps; the prompt-space Cholesky
-    certificate = params * MAX_NEAR * 8 * CERTIFICATE_COPIES if unique else 0
+    tested = [replace(m, p0=dc.p0, q0=dc.q0, control=False) for m in members]  # the test prompts' members (ensemble._prompts)
+    datasets = (len(data_layout(members)[0]) * dc.n_train + len(data_layout(tested)[0]) * dc.n_test) if members else 0
+    features = datasets * L * 2 * d * 8 * FEATURE_COPIES
+    steps = problems * max(dc.n_train, dc.n_test) * (L - 1) * 8 * STEP_COPIES * 2  # value_grad and the certificate
+    solver = problems * (params * 8 * 12 + (2 * dc.n_train) ** 2 * 8 * 4)  # iterates, steps; the prompt-space Cholesky
+    certificate = params * MAX_NEAR * 8 * CERTIFICATE_COPIES if problems else 0
     return features + steps + solver + certificate
 
 
@@ -93,12 +100,16 @@ def floor_reason(config: Config, member: Member) -> str | None:
     return theory.floor_range_reason(config, member) or size_reason(config) or regime_reason(config, member)
 
 
-def batches(config: Config, members: list[Member]) -> list[list[Member]]:
-    """``members`` (unique problems, in order) cut into consecutive batches of at most
-    BATCH_BYTES of :func:`floors_bytes` each (one problem at least), and at most CPU_BATCH
-    problems on the CPU."""
+def batches(config: Config, members: list[Member], per_member: int = 1) -> list[list[Member]]:
+    """``members`` (the problems in order: each unique member ``per_member`` times in a row, once
+    per start) cut into consecutive batches of at most BATCH_BYTES of :func:`floors_bytes` each
+    (one problem at least), and at most CPU_BATCH problems on the CPU. A batch of at least
+    ``per_member`` problems holds whole members (a multiple of ``per_member``), so a member's
+    starts share its stored prompts."""
     per = floors_bytes(config, members[:1]) if members else 0
     size = max(1, BATCH_BYTES // max(1, per))
     if resolve_device(config.device).type == "cpu":
         size = min(size, CPU_BATCH)
+    if size >= per_member > 1:
+        size -= size % per_member
     return [members[i:i + size] for i in range(0, len(members), size)]

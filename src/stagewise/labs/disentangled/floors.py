@@ -2,13 +2,16 @@
 
 Numerical floor (the reference). For every member (deduplicated: seed, lambda, data fields
 and control flag decide the problem) minimise the run's own objective on the member's own
-training prompts (a control's: its shuffled targets), from its own initial weights::
+training prompts (a control's: its shuffled targets), from each declared start
+(``experiment.floor_starts``: its own initial weights, a fresh small draw, the signal-aligned
+weights, a large random draw; :mod:`.floor_starts`), and keep the lowest objective found
+(J is non-convex: one start's optimum is a local one)::
 
     J(X) = (1/N) sum_n loss_n + (lambda/2) ||X||^2,      X = (W, V) (or the full matrix)
     loss_n = softplus(-y_n f_n)                            train.objective = total
            = softplus(-y_n f^1_n) + softplus(-y_n f^2_n)   train.objective = branches
 
-then evaluate the optimum on the TEST prompts with the lab's own metrics (metrics.evaluate:
+then evaluate each start's optimum on the TEST prompts with the lab's own metrics (metrics.evaluate:
 K1* = test.K1.p_queries, K2* = test.K2.q_queries, ...) and the mean margins m_P* = mean y f^1
 over P-bearing, m_Q* = mean y f^2 over Q-bearing test queries.
 
@@ -50,29 +53,30 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
-from ...engine import resolve_device, resolve_dtype
+from ...engine import resolve_device
 from ...engine.perf import training_threads
 from ...errors import UserError
 from ...progress import Progress
 from . import theory
 from .config import Config
 from .floor_limits import (  # noqa: F401 (batches, floors_bytes, problem_key, the limits: re-exported)
-    BATCH_BYTES, CPU_BATCH, MAX_ITER, MAX_NEAR, MAX_WEIGHTS, batches, floor_reason, floors_bytes, problem_key, regime_reason,
-    size_reason, weights_per_problem,
+    BATCH_BYTES, CPU_BATCH, GRAD_TOL, MAX_ITER, MAX_NEAR, MAX_WEIGHTS, batches, floor_reason, floors_bytes, problem_key,
+    regime_reason, size_reason, weights_per_problem,
 )
 from .data import validate_spec
+from .floor_starts import START_COLUMNS, FloorsReport, FloorTables, spread, start_weights  # noqa: F401 (FloorsReport: re-exported)
 from .metrics import KINDS, evaluate
 from .model import Batch, Forward, _norm_grad, all_scores, branch_outputs, gradients, normalize, objective_loss
-from .train import Member, build_ensemble, data_spec, init_weights, members_from_config
+from .train import Member, build_ensemble, data_spec, members_from_config
 
-GRAD_TOL = 1e-8  # converged: max |entry| of the minimum-norm Clarke subgradient (incl. L2) per member ...
-SOLVE_TOL = 1e-12  # ... while the iterations go on to this (or until steps stall), so floors do not depend on batching
+SOLVE_TOL = 1e-12  # certified at GRAD_TOL (floor_limits), the iterations go on to this (or until steps stall): batching-free
 STALL_ITER = 3  # ... stopped early after this many steps below STEP_TOL
 STEP_TOL = 1e-14  # a step this small (max |v| / max(1, max |X|)) changes nothing in float64
 NEAR_REL = 1e-2  # candidate kinks: |s_a| <= NEAR_REL * rms of the member's nonzero scores of that unit ...
@@ -212,7 +216,8 @@ def _box_qp(q: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> torch.Tens
     the bound variables the gradient pushes outwards, takes the Newton step on the others
     (batched Cholesky, JITTER added to the scaled matrix) and backtracks along the projection
     arc; it stops when the projected gradient is below QP_TOL of the scale (finite once the
-    bound set is right)."""
+    bound set is right) or when no member's search found a decrease (the next iteration would
+    be the same computation: round-off can keep the gradient above QP_TOL)."""
     scale = q.diagonal(dim1=1, dim2=2).amax(-1).clamp_min(1e-300)  # (S,)
     q, b = q / scale[:, None, None], b / scale[:, None]
     eye = torch.eye(q.shape[-1], dtype=q.dtype, device=q.device)
@@ -237,6 +242,8 @@ def _box_qp(q: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> torch.Tens
             if not bool(searching.any()):
                 break
             t = torch.where(searching, 0.5 * t, t)
+        if torch.equal(new, theta):  # no member moved: every further iteration would repeat this one exactly
+            break
         theta = new
     return theta
 
@@ -332,18 +339,19 @@ def _line_search(problem: "_Problem", x: torch.Tensor, step: torch.Tensor, value
 
 
 def solve(config: Config, members: list[Member], time_limit: float | None = None,
-          on_iteration: Callable[[int], None] | None = None) -> list[Solution]:
-    """The numerical floors of ``members`` (each its own problem; :func:`floor_rows` deduplicates),
-    in float64 whatever the run's dtype (the certificate's GRAD_TOL is a float64 tolerance).
-    The iterations stop after MAX_ITER or ``time_limit`` seconds (default TIME_LIMIT_S; checked
-    between iterations), the unconverged members marked ``timed_out`` in the second case.
-    ``on_iteration(i)`` is called before Newton iteration i (progress)."""
+          on_iteration: Callable[[int], None] | None = None, starts: Sequence[str] | None = None) -> list[Solution]:
+    """The numerical floors of ``members`` (each its own problem; :func:`floor_tables` deduplicates),
+    member i solved from start ``starts[i]`` (:func:`.floor_starts.start_weights`; default: each
+    its own initial weights), in float64 whatever the run's dtype (the certificate's GRAD_TOL is
+    a float64 tolerance). The iterations stop after MAX_ITER or ``time_limit`` seconds (default
+    TIME_LIMIT_S; checked between iterations), the unconverged members marked ``timed_out`` in
+    the second case. ``on_iteration(i)`` is called before Newton iteration i (progress)."""
     deadline = time.perf_counter() + (TIME_LIMIT_S if time_limit is None else time_limit)
     timed_out = False
     config = config.model_copy(update={"model": config.model.model_copy(update={"dtype": "float64"})})
     device = resolve_device(config.device)
     ens = build_ensemble(config, members).to(device)
-    x = torch.stack(init_weights(config, members, resolve_dtype(config.model.dtype)), 1).to(device)  # (S, B, k, k)
+    x = start_weights(config, members, starts or ["init"] * len(members), ens).to(device)  # (S, B, k, k)
     problem = _Problem(config, ens.train, ens.hyper["l2"])
     S = len(members)
     expand = lambda t: t.view(-1, 1, 1, 1)  # noqa: E731  (S,) -> (S, 1, 1, 1)
@@ -392,80 +400,74 @@ TEST_COLUMNS = {"K1": "test.K1.p_queries", "K2": "test.K2.q_queries", "K1.all": 
 """Row column -> the test metric at the optimum it holds (K1, K2: the claims' P-/Q-bearing queries)."""
 
 
-def floor_rows(config: Config, members: list[Member]) -> list[dict[str, Any]]:
-    """One row per member (table ``floors``): seed, variant, control, l2, objective, the
-    numerical floor (K1, K2 = test K1.p_queries / K2.q_queries, K1.all, K2.all, m_P, m_Q,
-    accuracies, J, grad_norm, iterations, kinks, converged, reason) and the analytic one
-    (``analytic.*``, analytic.reason). Identical problems are solved once; a member
-    :func:`floor_reason` refuses (lambda = 0, out of range, too large, gate-noise regime) gives no
-    floor and that reason, a solver that ends unconverged (MAX_ITER, TIME_LIMIT_S) its reason
-    (values kept), non-finite NaN values and its reason."""
+def floor_tables(config: Config, members: list[Member]) -> FloorTables:
+    """The floors of ``members``: table ``floors`` (one row per member: seed, variant, control,
+    l2, objective, the numerical floor of the chosen start (K1, K2 = test K1.p_queries /
+    K2.q_queries, K1.all, K2.all, m_P, m_Q, accuracies, J, grad_norm, iterations, kinks,
+    converged, reason), the spread over starts (:data:`.floor_starts.SPREAD_COLUMNS`) and the
+    analytic floor (``analytic.*``, analytic.reason)) and table ``floor_starts`` (one row per
+    member and start, :data:`.floor_starts.START_COLUMNS`). Identical problems are solved once
+    per start (``experiment.floor_starts``); the chosen start is the lowest objective over the
+    converged ones (:func:`.floor_starts.choose`). A member :func:`floor_reason` refuses (lambda =
+    0, out of range, too large, gate-noise regime) gives no floor and that reason, a start that
+    ends unconverged (MAX_ITER, TIME_LIMIT_S) its reason (values kept), non-finite NaN values and
+    its reason."""
     keys = [problem_key(m) for m in members]
     skipped = {k: floor_reason(config, m) for k, m in zip(keys, members)}
     unique = {k: m for k, m in zip(keys, members) if skipped[k] is None}
     order = sorted(unique, key=lambda k: (k[0], *k[2:], k[1]))  # data-major: the lambda variants of one dataset together
+    starts = list(config.experiment.floor_starts)
+    solutions, failed = _solve_all(config, [unique[k] for k in order], starts)
+    rows, start_rows = [], []
+    for key, m in zip(keys, members):
+        cols = [_columns(solutions.get((key, s)), failed.get((key, s)) or skipped[key] or "") for s in starts]
+        best, extra = spread(cols, starts, sum((key, s) in solutions for s in starts))
+        base = {"seed": m.seed, "variant": m.variant, "control": m.control}
+        start_rows += [{**base, "start": s, **{c: col[c] for c in START_COLUMNS[4:]}} for s, col in zip(starts, cols)]
+        rows.append({**base, "l2": m.l2, "objective": config.train.objective, **cols[best], **extra,
+                     **theory.analytic_floor(config, m)})
+    return FloorTables(rows, start_rows)
+
+
+def floor_rows(config: Config, members: list[Member]) -> list[dict[str, Any]]:
+    """Table ``floors`` of :func:`floor_tables`: one row per member, the lowest objective found."""
+    return floor_tables(config, members).rows
+
+
+def _solve_all(config: Config, members: list[Member], starts: list[str]) -> tuple[dict[tuple, Solution], dict[tuple, str]]:
+    """(solutions, failures) keyed by (problem_key, start) of every unique member under every
+    start, solved in :func:`batches` (a member's starts consecutive)."""
+    problems = [(m, s) for m in members for s in starts]  # member-major
     solutions: dict[tuple, Solution] = {}
-    with Progress(len(order), "floors", unit="problems") as shown:  # a solve can take minutes: a sign of life
-        for batch in batches(config, [unique[k] for k in order]):
-            batch_keys = [problem_key(m) for m in batch]
+    failed: dict[tuple, str] = {}
+    offset = 0
+    with Progress(len(problems), "floors", unit="problems") as shown:  # a solve can take minutes: a sign of life
+        for batch in batches(config, [m for m, _ in problems], len(starts)):
+            names = [s for _, s in problems[offset:offset + len(batch)]]
+            offset += len(batch)
+            batch_keys = [(problem_key(m), s) for m, s in zip(batch, names)]
             try:
-                solutions.update(zip(batch_keys, solve(config, batch,
+                solutions.update(zip(batch_keys, solve(config, batch, starts=names,
                                                        on_iteration=lambda i: shown.note(f"Newton iteration {i}"))))
             except torch.linalg.LinAlgError as err:  # not seen inside the checked ranges; a run's rows say it, not a traceback
-                skipped.update({k: f"solver failed: {str(err).splitlines()[0]}" for k in batch_keys})
+                failed.update({k: f"solver failed: {str(err).splitlines()[0]}" for k in batch_keys})
             shown.advance(len(batch))
-    rows = []
-    for key, m in zip(keys, members):
-        row: dict[str, Any] = {"seed": m.seed, "variant": m.variant, "control": m.control, "l2": m.l2,
-                               "objective": config.train.objective}
-        sol = solutions.get(key)
-        if sol is None:
-            row.update({c: math.nan for c in TEST_COLUMNS}, J=math.nan, grad_norm=math.nan, iterations=0, kinks=0,
-                       converged=False, reason=skipped[key])
-        else:
-            finite = math.isfinite(sol.objective) and all(math.isfinite(sol.test[t]) for t in ("test.K1", "test.K2"))
-            row.update({c: sol.test[t] if finite else math.nan for c, t in TEST_COLUMNS.items()}, J=sol.objective,
-                       grad_norm=sol.grad_norm, iterations=sol.iterations, kinks=sol.kinks, converged=sol.converged)
-            stop = f" (stopped at the time limit of {TIME_LIMIT_S:g} s)" if sol.timed_out else ""
-            row["reason"] = ("" if sol.converged else "solver diverged: non-finite objective or test loss" if not finite else
-                             f"not converged: max |generalised grad| {sol.grad_norm:.2e} >= {GRAD_TOL:g} after {sol.iterations} "
-                             f"iterations{stop}")
-        row.update(theory.analytic_floor(config, m))
-        rows.append(row)
-    return rows
+    return solutions, failed
 
 
-@dataclass(frozen=True)
-class FloorsReport:
-    """What ``stagewise floors`` prints: rows (:func:`floor_rows`), seconds taken, a config note."""
-
-    rows: list[dict[str, Any]]
-    seconds: float
-    note: str
-
-    def text(self) -> list[str]:
-        """The note, a header, one line per seed (numerical | analytic K1*, K2*, m_P*, m_Q* |
-        certificate), the means over seeds, the reasons, the time."""
-        cols = ("K1", "K2", "m_P", "m_Q", "analytic.K1", "analytic.K2", "analytic.m_P", "analytic.m_Q")
-        fmt = lambda v: f"{v:8.4f}" if isinstance(v, float) and math.isfinite(v) else f"{'-':>8}"  # noqa: E731
-        lines = [self.note, f"{'seed':>6} {'K1*':>8} {'K2*':>8} {'m_P*':>8} {'m_Q*':>8} | {'an. K1*':>8} {'an. K2*':>8} "
-                            f"{'an. m_P*':>8} {'an. m_Q*':>8} | {'grad':>8} {'iter':>5} {'kinks':>5} conv"]
-        for r in self.rows:
-            vals = [fmt(r[c]) for c in cols]
-            lines.append(f"{r['seed']:>6} {' '.join(vals[:4])} | {' '.join(vals[4:])} | {r['grad_norm']:8.1e} {r['iterations']:>5} "
-                         f"{r['kinks']:>5} {'yes' if r['converged'] else 'no'}")
-        means = [fmt(_mean([r[c] for r in self.rows])) for c in cols]
-        lines.append(f"{'mean':>6} {' '.join(means[:4])} | {' '.join(means[4:])} |")
-        lines += [f"note: {why}" for why in sorted({r[k] for r in self.rows for k in ("reason", "analytic.reason") if r[k]})]
-        lines.append(f"computed in {self.seconds:.2f} s without training: the noise-free L2 optimum of train.objective="
-                     f"{self.rows[0]['objective']} on each seed's training prompts (max |generalised grad| < {GRAD_TOL:g}); "
-                     "K1* on P-bearing, K2* on Q-bearing test queries, nats")
-        return lines
-
-
-def _mean(values: list[float]) -> float:
-    finite = [v for v in values if isinstance(v, float) and math.isfinite(v)]
-    return sum(finite) / len(finite) if finite else math.nan
+def _columns(sol: Solution | None, reason: str) -> dict[str, Any]:
+    """One start's floor columns (TEST_COLUMNS, J, grad_norm, iterations, kinks, converged,
+    reason); NaN with ``reason`` without a solution."""
+    if sol is None:
+        return {**{c: math.nan for c in TEST_COLUMNS}, "J": math.nan, "grad_norm": math.nan, "iterations": 0, "kinks": 0,
+                "converged": False, "reason": reason}
+    finite = math.isfinite(sol.objective) and all(math.isfinite(sol.test[t]) for t in ("test.K1", "test.K2"))
+    stop = f" (stopped at the time limit of {TIME_LIMIT_S:g} s)" if sol.timed_out else ""
+    return {**{c: sol.test[t] if finite else math.nan for c, t in TEST_COLUMNS.items()}, "J": sol.objective,
+            "grad_norm": sol.grad_norm, "iterations": sol.iterations, "kinks": sol.kinks, "converged": sol.converged,
+            "reason": ("" if sol.converged else "solver diverged: non-finite objective or test loss" if not finite else
+                       f"not converged: max |generalised grad| {sol.grad_norm:.2e} >= {GRAD_TOL:g} after {sol.iterations} "
+                       f"iterations{stop}")}
 
 
 def floors_report(config: Config, memory_limit: int | None = None) -> FloorsReport:
@@ -489,7 +491,9 @@ def floors_report(config: Config, memory_limit: int | None = None) -> FloorsRepo
     reason = floor_reason(config, members[0])  # the members differ only in their seed
     if reason is not None:
         raise UserError(reason)
-    need = max(floors_bytes(config, b) for b in batches(config, list({problem_key(m): m for m in members}.values())))
+    starts = len(config.experiment.floor_starts)
+    problems = [m for m in {problem_key(m): m for m in members}.values() for _ in range(starts)]  # one per member and start
+    need = max(floors_bytes(config, b) for b in batches(config, problems, starts))
     if memory_limit is not None and need > memory_limit:
         raise UserError(f"floors need about {need / 2**30:.2f} GiB (n_seeds={config.n_seeds}, d={config.data.d}, "
                         f"N={config.data.n_train}, test {config.data.n_test}), above the available {memory_limit / 2**30:.2f} GiB; "
@@ -501,4 +505,4 @@ def floors_report(config: Config, memory_limit: int | None = None) -> FloorsRepo
         raise UserError(f"floors: the solver diverged for seed {bad[0]['seed']} ({bad[0]['reason']})")
     note = (f"disentangled floors: {config.n_seeds} seeds from {config.seed}, d={config.data.d}, L={config.data.prompt_len}, "
             f"N={config.data.n_train}, test {config.data.n_test}, zeta={config.data.zeta:g}, lambda={config.train.l2:g}")
-    return FloorsReport(rows, time.perf_counter() - start, note)
+    return FloorsReport(rows, time.perf_counter() - start, note, ", ".join(config.experiment.floor_starts))

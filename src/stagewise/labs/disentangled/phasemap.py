@@ -43,7 +43,7 @@ import pandas as pd
 from . import gate_noise
 
 LOG2 = math.log(2)
-SIZE = {"d": 100, "prompt_len": 1100, "zeta": 3.0, "radius": 4.0}
+SIZE: dict[str, int | float] = {"d": 100, "prompt_len": 1100, "zeta": 3.0, "radius": 4.0}
 """The cheaper gate-noise size of the map (preset ``gate-noise-small``)."""
 GRID: dict[str, tuple[float, ...]] = {
     "rho": (26.0, 40.0),
@@ -72,7 +72,7 @@ def run_points() -> list[dict[str, Any]]:
     levers and the config values that differ from preset ``gate-noise-small``."""
     out = []
     for rho, ratio, scale in itertools.product(GRID["rho"], GRID["lr_ratio"], GRID["noise_stage2"]):
-        sized = gate_noise.size(SIZE["d"], SIZE["prompt_len"], SIZE["zeta"], SIZE["radius"], rho, lr_stage1=LR_STAGE1,
+        sized = gate_noise.size(int(SIZE["d"]), int(SIZE["prompt_len"]), SIZE["zeta"], SIZE["radius"], rho, lr_stage1=LR_STAGE1,
                                 lr_stage2=LR_STAGE1 * ratio)
         train = sized.overrides()["train"]
         train["steps"] = train["t1"] + int(max(GRID["t2_steps"]))

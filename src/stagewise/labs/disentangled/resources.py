@@ -13,8 +13,8 @@ tokens, C = L - 1, d the block dimension, w the run dtype's bytes:
   :data:`.data.CHUNK_ELEMENTS` values and SAMPLER_ROWS (N, L) float64 draws) and a step's or
   an evaluation's arrays: STEP_ARRAYS arrays of (S, 2, max(N, T), C) w;
 - weights and their updates: WEIGHT_COPIES arrays of (S, 2d, 2d) w;
-- with ``experiment.floors``: the floors' solver on the group's unique problems
-  (:func:`.floor_limits.floors_bytes`), alive beside the training ensemble;
+- with ``experiment.floors``: the floors' solver on the group's unique problems, each once per
+  start (:func:`.floor_limits.floors_bytes` of its largest batch), alive beside the training ensemble;
 - PROCESS_BASE: the interpreter, torch, pandas and the run store.
 The constants were measured (VmHWM of ``stagewise run``, benchmarks/bench_disentangled.py
 section 4 and tests/labs/disentangled/test_gate_noise.py); :func:`memory_parts` gives the parts.
@@ -54,8 +54,10 @@ RNG_STATE_BYTES = 5056  # torch's CPU generator state; each member keeps two (no
 STAGE_ROW_BYTES = 700  # a stage row in a checkpoint's JSON metadata (31 numbers and names)
 STAGES_BYTES = 20_000  # tables/stages.parquet: schema and column chunks of its 32 columns ...
 STAGES_BYTES_PER_ROW = 220  # ... and each row (measured ~170)
-FLOORS_BYTES = 19_000  # tables/floors.parquet (experiment.floors): schema and chunks of its 28 columns (measured 18.2 kB
-FLOORS_BYTES_PER_ROW = 80  # at 16 rows) and each member's row (measured ~62 at 288 rows)
+FLOORS_BYTES = 22_500  # tables/floors.parquet (experiment.floors): schema and chunks of its 35 columns (measured 20.7 kB
+FLOORS_BYTES_PER_ROW = 170  # at 4 rows, 22.0 kB at 12) and each member's row (measured ~62 at 288 rows with 28 columns)
+FLOOR_STARTS_BYTES = 10_000  # tables/floor_starts.parquet: schema and chunks of its 15 columns (measured 9.7 kB at 16 rows,
+FLOOR_STARTS_BYTES_PER_ROW = 60  # 11.3 kB at 48) and each member-and-start row (measured ~51)
 SUMMARY_BYTES = 9_000  # summary.json: claims and details (measured 8.7 kB + 0.74 kB per member) ...
 SUMMARY_BYTES_PER_MEMBER = 800  # ... each member's per-seed values ...
 SUMMARY_BYTES_PER_VARIANT = 3_000  # ... and (but for two-stage, spectral) each variant's or cell's stage values and claims
@@ -109,11 +111,12 @@ def _group_memory(group, chunk_elements: int, prompt_chunks) -> dict[str, int]:
 
 def _floors_memory(group) -> int:
     """The floors' solver: :func:`.floor_limits.floors_bytes` of its largest batch (:func:`.floor_limits.batches`)
-    of the group's unique problems with lambda > 0."""
+    of the group's unique problems with lambda > 0, each once per start (``experiment.floor_starts``)."""
     from .floor_limits import batches, floors_bytes, problem_key
 
-    unique = list({problem_key(m): m for m in group.members if m.l2 > 0}.values())
-    return max((floors_bytes(group.config, b) for b in batches(group.config, unique)), default=0)
+    starts = len(group.config.experiment.floor_starts)
+    problems = [m for m in {problem_key(m): m for m in group.members if m.l2 > 0}.values() for _ in range(starts)]
+    return max((floors_bytes(group.config, b) for b in batches(group.config, problems, starts)), default=0)
 
 
 def estimate(config: Config) -> Resources:
@@ -256,7 +259,9 @@ def disk_budget(config: Config) -> DiskBudget:
     budget.add_metrics(stream, values)
     budget.add_checkpoint_runs(checkpoints)
     stages = STAGES_BYTES + 2 * members * STAGES_BYTES_PER_ROW
-    floors = FLOORS_BYTES + members * FLOORS_BYTES_PER_ROW if config.experiment.floors else 0
+    starts = len(config.experiment.floor_starts)
+    floors = (FLOORS_BYTES + members * FLOORS_BYTES_PER_ROW + FLOOR_STARTS_BYTES + members * starts * FLOOR_STARTS_BYTES_PER_ROW
+              if config.experiment.floors else 0)
     budget.add("tables", stages + floors)
     budget.transient = max(budget.transient, stages)
     per_variant = SUMMARY_BYTES_PER_VARIANT * len(variants) if config.experiment.kind not in ("two-stage", "spectral") else 0
