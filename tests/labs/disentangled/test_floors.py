@@ -50,12 +50,15 @@ def test_the_fixed_point_reproduces_the_spec_table(cell):
     assert abs(floor["analytic.K2"] - SPEC_CELLS[cell]) <= SPEC_DIGITS
 
 
-@pytest.mark.slow  # floors of 24 problems (6 cells x 4 seeds), 4 starts each, at the lab's default size: 16 min loaded
+@pytest.mark.slow  # floors of 24 problems (6 cells x 4 seeds) at the lab's default size, one start: ~4 min
 def test_numerical_floors_against_the_fixed_point_on_the_spec_cells():
     """4 seeds per cell at the lab's default size: K1 (seed mean) within the spec's 0.025, the
-    mean margins within MARGIN_RTOL, the analytic K2* below the numerical one (lower bound)."""
+    mean margins within MARGIN_RTOL, the analytic K2* below the numerical one (lower bound).
+    From the init start only: the spec table of docs 5a is that start's floor (the starts differ
+    by <= 0.001 in K2* at the default, test_floor_starts.py), and 4 starts cost 4x the CI time."""
     for (zeta, l2) in sorted(SPEC_CELLS):
-        rows = floors_report(config(n_seeds=4, data={"zeta": zeta}, train={"l2": l2})).rows
+        rows = floors_report(config(n_seeds=4, data={"zeta": zeta}, train={"l2": l2},
+                                    experiment={"floor_starts": ["init"]})).rows
         assert all(r["converged"] and r["grad_norm"] < GRAD_TOL for r in rows)
         mean = lambda key, rows=rows: statistics.mean(r[key] for r in rows)  # noqa: E731
         assert abs(mean("K1") - mean("analytic.K1")) <= K1_TOL, (zeta, l2)
