@@ -121,7 +121,7 @@ class PointResult:
     """One point of the map: its levers, per-criterion pass fractions and per-seed values."""
 
     levers: dict[str, float]
-    end: int
+    end: int  # the logged step the end values are read at (the last at or before t1 + T2)
     fractions: dict[str, float]
     values: dict[str, list[float]]  # criterion -> per-seed measured value (nats)
     holds: dict[str, bool]
@@ -155,6 +155,8 @@ def judge_point(metrics: pd.DataFrame, config: Mapping[str, Any], levers: Mappin
     end = t1 + int(t2_steps)
     if end > int(train["steps"]):
         raise ValueError(f"stage-2 length {t2_steps:g} ends at step {end}, after the run's {train['steps']} steps")
+    logged = metrics.loc[metrics["metric"] == "baseline/test.K2.q_queries", "step"].to_numpy()
+    end = int(logged[logged <= end].max()) if (logged <= end).any() else end  # the step the values are read at
     k1 = lambda v, s: _at(metrics, f"{v}/test.K1.p_queries", s)  # noqa: E731
     k2 = lambda v, s: _at(metrics, f"{v}/test.K2.q_queries", s)  # noqa: E731
     p_loss, q_loss, q_flat = th["p_loss"] * LOG2, th["q_loss"] * LOG2, th["q_flat"] * LOG2
