@@ -197,10 +197,11 @@ def _absolute_imports(path: Path) -> set[str]:
             if isinstance(n, ast.ImportFrom) and not n.level and (n.module or "").startswith("stagewise")}
 
 
-LM_LAB_MODULES = 19
+LM_LAB_MODULES = 20
 """The lm lab's module budget (issue 25): the lab (config, tasks, categories, controls, prepare,
 batching, records, train, summary, claim specs, figures, resources, lab) and its run analyses;
-the model-weights toolkit is :mod:`stagewise.lmkit`."""
+the model-weights toolkit is :mod:`stagewise.lmkit`. Issue 29 added one concept, ``track``
+(the lab's records of a model it did not train: probes, saved models, trajectories)."""
 
 
 def test_the_lm_lab_keeps_to_its_module_budget():

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from .labs import REGISTRY, Lab, RunContext, RunSpec, get_lab, spec_config, spec_hash, spec_lab
     from .orchestrate import execute, execute_spec, load_for_resume, prepare, reproduce
     from .orchestrate.load import SweepView, load_run, load_sweep
+    from .orchestrate.track import Tracker
+    from .orchestrate.trackhf import StagewiseCallback
     from .report.claims import Claim, ClaimSpec, Source, Summary
     from .report.runview import RunView
     from .runs import MemoryContext, read_manifest
@@ -36,6 +38,8 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("REGISTRY", "Lab", "RunContext", "RunSpec", "get_lab", "spec_config", "spec_hash", "spec_lab"), ".labs"),
     **dict.fromkeys(("execute", "execute_spec", "load_for_resume", "prepare", "reproduce"), ".orchestrate"),
     **dict.fromkeys(("SweepView", "load_run", "load_sweep"), ".orchestrate.load"),
+    "Tracker": ".orchestrate.track",
+    "StagewiseCallback": ".orchestrate.trackhf",
     **dict.fromkeys(("Claim", "ClaimSpec", "Source", "Summary"), ".report.claims"),
     "RunView": ".report.runview",
     **dict.fromkeys(("MemoryContext", "read_manifest"), ".runs"),
@@ -43,7 +47,8 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "REGISTRY", "Claim", "ClaimSpec", "Diverged", "Lab", "MemoryContext", "RunContext", "RunSpec", "RunView", "Source", "Summary",
-    "SweepView", "UserError", "config_hash", "execute", "execute_spec", "get_lab", "load_for_resume", "load_run", "load_sweep",
+    "StagewiseCallback", "SweepView", "Tracker", "UserError", "config_hash", "execute", "execute_spec",
+    "get_lab", "load_for_resume", "load_run", "load_sweep",
     "prepare", "read_manifest", "reproduce", "resolve", "spec_config", "spec_hash", "spec_lab", "__version__",
 ]
 

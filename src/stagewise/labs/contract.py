@@ -99,6 +99,11 @@ class RunContext(Protocol):
         """A progress bar around a training loop; yields ``advance(n=1)``. Inside it, a
         SIGINT/SIGTERM is turned into a checkpoint at the next step (see should_checkpoint)."""
 
+    def finished_part(self, key: str, config_hash: str) -> tuple[pd.DataFrame, Tables] | None:
+        """(metrics, tables) of the finished run ``parts/runs/KEY`` of this run when its config
+        hash is ``config_hash`` (a part dispatched to an executor: a trajectory's checkpoint),
+        else None (not there, unfinished, another config, or no run directory)."""
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -226,6 +231,14 @@ class Lab:
     """The lab's claims over seeds: given the (config, summary) of every finished run of a sweep
     or a reproduce, the claims judged by their declared aggregation (``ClaimSpec.aggregation``)
     across the runs that differ only in seed and control; shown beside the claims matrix."""
+    probe: Callable[..., Any] | None = None
+    """The lab's measurements of a model it did not train (issue 29): ``probe(config, model,
+    tokenizer, *, name=None, vocab_ids=None)`` reads and checks the config's probe sets (one
+    UserError line) and returns an object with ``note(ctx)`` (the run's facts into the
+    manifest), ``record(ctx, step, epoch)`` (one evaluation's records, in eval mode without
+    gradients; the caller restores the model's modes and RNG) and ``extras(steps)`` (the
+    RunResult extras of the summary). Used by :class:`stagewise.orchestrate.track.Tracker`;
+    None: the lab measures only what it trains."""
     metric_aliases: Mapping[str, str] = field(default_factory=dict)
     """Old metric names the lab no longer logs -> their current names (``{"opt_attn_min":
     "train.opt_attn.min"}``). Run folders written before a rename read with the current names:

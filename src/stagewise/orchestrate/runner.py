@@ -245,6 +245,87 @@ def _keep_metrics(lab: Lab, ctx: RunDirContext, paths: RunPaths) -> None:
         pass
 
 
+def open_context(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, progress: bool | ProgressCallback = True,
+                 sinks: Sequence[str] | None = None) -> RunDirContext:
+    """The run directory's context (the caller holds its lock): tables and notes recorded in
+    the manifest as they come; on ``resume`` cut back to its last consistent checkpoint and
+    marked running again."""
+    refuse_links(paths.root)  # nothing below the run folder is followed: resume writes, truncates and deletes there
+    if resume:
+        check_resumable(paths.root)  # a layout the user damaged: one line, the run's status unchanged
+    manifest_tables = dict(read_manifest(paths.root).get("tables") or {}) if resume else {}
+
+    def on_table(name: str, entry: dict[str, Any]) -> None:
+        manifest_tables[name] = entry
+        update_manifest(paths.root, tables=manifest_tables)
+
+    notes = dict(read_manifest(paths.root).get("notes") or {}) if resume else {}
+
+    def on_note(key: str, value: Any) -> None:
+        notes[key] = value
+        update_manifest(paths.root, notes=notes)
+
+    checkpoint_every = int(getattr(getattr(config, "train", None), "checkpoint_every", 0) or 0)
+    ctx = RunDirContext(paths, config.seed_list(), checkpoint_every, progress, on_table, on_note, sinks=sinks)
+    if resume:
+        ctx.prepare_resume()
+        kept = {k: v for k, v in manifest_tables.items() if k in ctx.tables.names()}
+        manifest_tables.clear()
+        manifest_tables.update(kept)
+        update_manifest(paths.root, status="running", error=None, ended=None, resumed=now_iso(), tables=manifest_tables)
+    return ctx
+
+
+def finish(lab: Lab, config: Any, paths: RunPaths, ctx: RunDirContext, result: Any) -> dict[str, Any]:
+    """A finished run's outcome: the stream compacted to metrics.parquet, summary.json, the
+    figures, status done; returns the manifest."""
+    ctx.sink.close()
+    frame = _metrics_frame(lab, ctx)
+    write_parquet(frame, paths.metrics)
+    summary = lab.summary(config, frame, ctx.tables, result)
+    atomic_write_json(paths.summary, summary.to_json())
+    lab.make_figures(config, frame, ctx.tables, summary, paths.figures)
+    ctx.finishing()
+    return update_manifest(paths.root, status="done", ended=now_iso())
+
+
+def record_failure(lab: Lab, paths: RunPaths, ctx: RunDirContext, err: BaseException,
+                   resume_hint: str | None = None) -> BaseException:
+    """Record how a run ended that did not finish (diverged, interrupted, stopped by
+    SystemExit, failed with error.log), keeping what it logged; returns the exception to
+    raise (a KeyboardInterrupt becomes :class:`Interrupted`) carrying ``stagewise_note``."""
+    hint = resume_hint or f"stagewise run --resume {paths.root}"
+    ctx.finishing()
+    _keep_metrics(lab, ctx, paths)
+    if isinstance(err, Diverged):
+        _annotate(err, stagewise_note=_record(paths, status="diverged", ended=now_iso(), error=str(err),
+                                              diverged={"step": err.step, "seed": err.seed, "what": err.what}))
+        return err
+    if isinstance(err, KeyboardInterrupt):
+        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        note_stop(signum)
+        name = signal.Signals(signum).name
+        note = _record(paths, status="interrupted", ended=now_iso(), error=f"interrupted by {name}; resume with: {hint}")
+        stop = err if isinstance(err, Interrupted) else Interrupted(signum)
+        _annotate(stop, stagewise_note=note)
+        return stop
+    if isinstance(err, SystemExit):  # a scheduler's requeue (submitit exits on SLURM's timeout signal)
+        _annotate(err, stagewise_note=_record(paths, status="interrupted", ended=now_iso(),
+                                              error=f"stopped by SystemExit({err.code}) (a requeue or timeout); it resumes "
+                                                    f"from its last checkpoint with: {hint}"))
+        return err
+    message = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    log_note = None
+    try:
+        atomic_write_text(paths.error_log, "".join(traceback.format_exception(err)))
+    except OSError:
+        log_note = "no error.log (the directory could not be written)"
+    note = _record(paths, status="failed", ended=now_iso(), error=message)
+    _annotate(err, stagewise_note="; ".join(n for n in (log_note, note) if n) or None,
+              stagewise_error_log=None if log_note else paths.error_log)
+    return err
+
+
 def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, progress: bool | ProgressCallback = True,
             sinks: Sequence[str] | None = None) -> dict[str, Any]:
     """Run (or resume) ``lab`` with ``config`` in ``paths``; returns the final manifest.
@@ -259,76 +340,16 @@ def execute(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False, pro
     :class:`~stagewise.progress.ProgressEvent` values instead.
     """
     with RunLock(paths.root):
-        refuse_links(paths.root)  # nothing below the run folder is followed: resume writes, truncates and deletes there
-        if resume:
-            check_resumable(paths.root)  # a layout the user damaged: one line, the run's status unchanged
-        manifest_tables = dict(read_manifest(paths.root).get("tables") or {}) if resume else {}
-
-        def on_table(name: str, entry: dict[str, Any]) -> None:
-            manifest_tables[name] = entry
-            update_manifest(paths.root, tables=manifest_tables)
-
-        notes = dict(read_manifest(paths.root).get("notes") or {}) if resume else {}
-
-        def on_note(key: str, value: Any) -> None:
-            notes[key] = value
-            update_manifest(paths.root, notes=notes)
-
-        checkpoint_every = int(getattr(getattr(config, "train", None), "checkpoint_every", 0) or 0)
-        ctx = RunDirContext(paths, config.seed_list(), checkpoint_every, progress, on_table, on_note, sinks=sinks)
-        if resume:
-            ctx.prepare_resume()
-            manifest_tables = {k: v for k, v in manifest_tables.items() if k in ctx.tables.names()}
-            update_manifest(paths.root, status="running", error=None, ended=None, resumed=now_iso(),
-                            tables=manifest_tables)
+        ctx = open_context(lab, config, paths, resume=resume, progress=progress, sinks=sinks)
         with _stop_requests(ctx):  # around the recording too: a second signal never cuts it off (request_stop)
             try:
                 result = lab.run(config, ctx)
-                ctx.sink.close()
-                frame = _metrics_frame(lab, ctx)
-                write_parquet(frame, paths.metrics)
-                summary = lab.summary(config, frame, ctx.tables, result)
-                atomic_write_json(paths.summary, summary.to_json())
-                lab.make_figures(config, frame, ctx.tables, summary, paths.figures)
-                ctx.finishing()
-                return update_manifest(paths.root, status="done", ended=now_iso())
-            except Diverged as err:
-                ctx.finishing()
-                _keep_metrics(lab, ctx, paths)
-                _annotate(err, stagewise_note=_record(paths, status="diverged", ended=now_iso(), error=str(err),
-                                                      diverged={"step": err.step, "seed": err.seed, "what": err.what}))
-                raise
-            except KeyboardInterrupt as err:
-                ctx.finishing()
-                signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
-                note_stop(signum)
-                _keep_metrics(lab, ctx, paths)
-                name = signal.Signals(signum).name
-                note = _record(paths, status="interrupted", ended=now_iso(),
-                               error=f"interrupted by {name}; resume with: stagewise run --resume {paths.root}")
-                stop = err if isinstance(err, Interrupted) else Interrupted(signum)
-                _annotate(stop, stagewise_note=note)
-                raise stop from None
-            except SystemExit as err:  # a scheduler's requeue (submitit exits on SLURM's timeout signal)
-                ctx.finishing()
-                _keep_metrics(lab, ctx, paths)
-                _annotate(err, stagewise_note=_record(paths, status="interrupted", ended=now_iso(),
-                                                      error=f"stopped by SystemExit({err.code}) (a requeue or timeout); it resumes "
-                                                            f"from its last checkpoint with: stagewise run --resume {paths.root}"))
-                raise
+                return finish(lab, config, paths, ctx, result)
             except BaseException as err:
-                ctx.finishing()
-                _keep_metrics(lab, ctx, paths)
-                message = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-                log_note = None
-                try:
-                    atomic_write_text(paths.error_log, traceback.format_exc())
-                except OSError:
-                    log_note = "no error.log (the directory could not be written)"
-                note = _record(paths, status="failed", ended=now_iso(), error=message)
-                _annotate(err, stagewise_note="; ".join(n for n in (log_note, note) if n) or None,
-                          stagewise_error_log=None if log_note else paths.error_log)
-                raise
+                raised = record_failure(lab, paths, ctx, err)
+                if raised is err:
+                    raise
+                raise raised from None
 
 
 def execute_spec(spec: RunSpec, run_dir: str | Path, *, progress: bool | ProgressCallback = True, allow_large: bool = False,

@@ -59,6 +59,7 @@ class RunPaths:
     tables = _Entry("tables")
     error_log = _Entry("error.log")
     snapshots = _Entry("snapshots")
+    parts = _Entry("parts")  # runs this run is split into, dispatched to an executor (parts/runs/KEY)
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,24 @@ class RunDirContext:
         """The run is recording its outcome (done, failed, diverged, interrupted): from now on
         SIGINT/SIGTERM are ignored until the run's handlers are restored."""
         self._stopping = True
+
+    def finished_part(self, key: str, config_hash: str) -> tuple[pd.DataFrame, TableStore] | None:
+        """(metrics, tables) of the finished run ``parts/runs/KEY`` whose config hash is
+        ``config_hash``, else None (absent, unfinished, another config, or unreadable)."""
+        from .manifest import read_manifest
+
+        folder = self.paths.parts / "runs" / key
+        try:
+            manifest = read_manifest(folder)
+        except Exception:  # noqa: BLE001 (absent or damaged: the part is evaluated again)
+            return None
+        if manifest.get("status") != "done" or manifest.get("config_hash") != config_hash:
+            return None
+        part = RunPaths(folder)
+        try:
+            return pd.read_parquet(part.metrics), TableStore(part.tables)
+        except (OSError, ValueError):
+            return None
 
     # progress ----------------------------------------------------------------------
     @contextmanager

@@ -64,6 +64,10 @@ class MemoryContext:
     def resume_state(self) -> Checkpoint | None:
         return None
 
+    def finished_part(self, key: str, config_hash: str) -> None:
+        """No parts in memory: every part is evaluated in place."""
+        return None
+
     @contextmanager
     def progress(self, total: int, description: str = "training", start: int | None = None) -> Iterator[Any]:
         """No bar or lines (a training without a run); :func:`stagewise.progress.on_progress` callbacks get events."""

@@ -201,8 +201,56 @@ class BaselineConfig(ConfigModel):
         return list(dict.fromkeys(value))
 
 
+SourceKind = Literal["train", "tracked", "checkpoint", "trajectory"]
+SOURCE_KINDS: tuple[str, ...] = ("train", "tracked", "checkpoint", "trajectory")
+
+
+class SourceConfig(ConfigModel):
+    """Where the run's model comes from (issue 29): the lab trains it (``train``), or the lab
+    only measures a model trained elsewhere: a researcher's own training probed while it runs
+    (``tracked``, :mod:`stagewise.orchestrate.track`), one saved model (``checkpoint``, at
+    ``source.step``) or an ordered series of them (``trajectory``, ``stagewise lm trajectory``).
+    Outside ``train`` the ``task``/``data`` sections declare the probe sets, the ``train``
+    section only the evaluation's settings (eval batch, top-k, padding, spectra), and
+    ``source.settings`` records the researcher's own training settings as given."""
+
+    kind: SourceKind = Field("train", description="train: the lab trains the model [default]; tracked: a researcher's own\n"
+                             "training, probed while it runs; checkpoint: one saved model (model.name) at source.step;\n"
+                             "trajectory: the saved models in source.checkpoints, in order [ours, issue 29]")
+    checkpoints: list[str] = Field(default_factory=list, description="trajectory: the model folders in training order")
+    steps: list[int] = Field(default_factory=list, description="trajectory: each checkpoint's training step (default: the\n"
+                             "global_step of its trainer_state.json, else its position in the list)")
+    step: int = Field(0, ge=0, le=MAX_STEPS, description="checkpoint: the training step its records are logged at")
+    epoch: float | None = Field(None, ge=0, allow_inf_nan=False, description="checkpoint: its training epoch (records' epoch;\n"
+                                "null: the step)")
+    every: int = Field(0, ge=0, le=MAX_STEPS, description="tracked: probe every k optimizer steps (0: as often as\n"
+                       "source.budget allows, plus where the caller asks: training's start and end, epoch ends)")
+    budget: float = Field(0.1, gt=0, le=1, allow_inf_nan=False, description="tracked, every=0: probe when the training time\n"
+                          "since the last probe is at least the last probe's time / budget (probing <= budget of training)")
+    spectra: bool = Field(False, description="tracked/checkpoint/trajectory: per-head attention spectra at every record")
+    settings: dict[str, Any] = Field(default_factory=dict, description="the researcher's own training settings, recorded\n"
+                                     "as given (optimizer, rate, schedule, ...); not read by stagewise")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.kind != "trajectory" and (self.checkpoints or self.steps):
+            raise ValueError(f"source.checkpoints/source.steps: only for source.kind=trajectory (this is {self.kind})")
+        if self.kind == "trajectory":
+            if not self.checkpoints:
+                raise ValueError("source.kind=trajectory needs source.checkpoints=[folder, ...] (at least one)")
+            if self.steps and len(self.steps) != len(self.checkpoints):
+                raise ValueError(f"source.steps has {len(self.steps)} entries for {len(self.checkpoints)} checkpoints")
+            if any(b <= a for a, b in zip(self.steps, self.steps[1:])):
+                raise ValueError(f"source.steps={self.steps}: steps increase along the trajectory")
+            if any(s < 0 for s in self.steps):
+                raise ValueError(f"source.steps={self.steps}: steps are >= 0")
+        if self.kind == "train" and (self.settings or self.every or self.spectra or self.budget != 0.1):
+            raise ValueError("source.settings/every/spectra: only when the model is trained elsewhere (source.kind != train)")
+        return self
+
+
 class Config(RunBase):
-    ADDED = ("baselines",)
+    ADDED = ("baselines", "source")
     n_seeds: int = Field(1, ge=1, le=1, description="one model per run (sweep seeds to get several)")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="training/eval dtype; bfloat16 only on cuda")
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -211,9 +259,16 @@ class Config(RunBase):
     train: TrainConfig = Field(default_factory=TrainConfig)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     baselines: BaselineConfig = Field(default_factory=BaselineConfig)
+    source: SourceConfig = Field(default_factory=SourceConfig)
 
     @model_validator(mode="after")
     def _check(self):
+        if self.source.kind != "train":
+            if self.baselines.kinds:
+                raise ValueError(f"baselines.kinds={self.baselines.kinds}: the baselines are trained by the lab; a model "
+                                 f"trained elsewhere (source.kind={self.source.kind}) has none (set baselines.kinds=[])")
+            if self.train.record != "eval-after-epoch":
+                raise ValueError("train.record=train-before-step: the lab's own training pass; a probe evaluates in eval mode")
         if self.baselines.kinds and self.task.framing == "lm":
             raise ValueError(f"baselines.kinds={self.baselines.kinds}: baselines predict an answer token; task.framing=lm "
                              "has none (set baselines.kinds=[])")

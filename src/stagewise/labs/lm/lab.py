@@ -123,14 +123,13 @@ def check(config: Config) -> None:
     validated), before the run folder is made."""
     from ...engine import resolve_device, resolve_dtype
     from ...lmkit.extra import require_lm_extra
-    from ...lmkit.models import check_model
     from .prepare import read_data
 
     require_lm_extra()  # the lm extra's packages, named in one line (pip install -e '.[lm]')
     device = resolve_device(config.device)
     resolve_dtype(config.dtype, ("float32", "bfloat16"), device)
     errors: list[UserError] = []  # the model and the data are checked both: every missing prerequisite said at once
-    for check_one in (lambda: check_model(config.model), lambda: _check_typed(read_data(config))):
+    for check_one in (lambda: _check_source(config), lambda: _check_typed(read_data(config))):
         try:
             check_one()
         except UserError as err:
@@ -139,6 +138,24 @@ def check(config: Config) -> None:
         raise errors[0]  # its own type (NotAvailable: a package or model this machine lacks)
     if errors:
         raise UserError(*(message for err in errors for message in err.messages))
+
+
+def _check_source(config: Config) -> None:
+    """The model of each source kind: the lab's (train) and a saved one (checkpoint) are
+    loadable; every checkpoint of a trajectory exists, is a saved model and has the first's
+    architecture (and the first's tokenizer loads); a tracked run's model is the caller's."""
+    from ...lmkit.models import check_model
+
+    kind = config.source.kind
+    if kind == "tracked":
+        return
+    if kind == "trajectory":
+        from .track import check_series
+
+        saved = check_series(config)
+        check_model(config.model.model_copy(update={"name": str(saved[0].folder)}), subject="source.checkpoints[0]")
+        return
+    check_model(config.model)
 
 
 def _check_typed(items: Sequence[Any]) -> None:
@@ -162,6 +179,8 @@ def run(config: Config, ctx: RunContext) -> RunResult:
     from .train import train
     from .prepare import prepare
 
+    if config.source.kind != "train":
+        return _measure(config, ctx)
     prep = prepare(config)
     ctx.note("dropped_multi_token", prep.dropped)
     if prep.replacement is not None:
@@ -193,6 +212,21 @@ def run(config: Config, ctx: RunContext) -> RunResult:
     return RunResult({"model": prep.loaded.name, "examples": counts, "dropped": prep.dropped, "steps": steps,
                       "vocab_rows": prep.loaded.vocab_size, "replaced_answers": prep.replacement,
                       "type_rule_excluded": types.excluded if types is not None else None})
+
+
+def _measure(config: Config, ctx: RunContext) -> RunResult:
+    """A run of a model trained elsewhere: one saved model, or a trajectory of them
+    (:mod:`.track`); a tracked run is written by the caller's training
+    (:mod:`stagewise.orchestrate.track`), never by ``stagewise run``."""
+    from ...engine.perf import training_threads
+    from . import track
+
+    if config.source.kind == "tracked":
+        raise UserError("source.kind=tracked: a tracked run is written by the researcher's own training (stagewise.Tracker "
+                        "or the Trainer callback, docs/probes.md), not by stagewise run")
+    threads = config.train.threads if isinstance(config.train.threads, int) else _auto_threads(config)
+    with training_threads(threads):
+        return (track.run_checkpoint if config.source.kind == "checkpoint" else track.run_trajectory)(config, ctx)
 
 
 def _auto_threads(config: Config) -> int:
@@ -258,6 +292,7 @@ across_runs = deferred("stagewise.labs.lm.summary", "across_runs")
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
           summarize=summarize, make_figures=make_figures, estimate=estimate,
+          probe=deferred("stagewise.labs.lm.track", "probe"),
           claims=CLAIMS, sources=SOURCES, across_runs=across_runs,
           summary_tables={"sensitivity": sensitivity_table, "baselines": baselines_table, "prior": prior_table},
           key_metrics=("train.loss", "train.accuracy", "train.type_correct", "train.semantic_correct"),

@@ -23,7 +23,7 @@ from .batching import Encoded, to_rows, tokenize
 from .categories import AnswerSpace, answer_space, row_strings
 from .config import DATA_ENV, Config
 from .controls import split_part
-from .twotask import HeldoutSet, heldout_data, in_rows
+from .twotask import HeldoutData, HeldoutSet, heldout_data, in_rows
 from .tasks import (
     DEFAULT_FILES, SICK_ANSWERS, SICK_ANSWERS_YES_MAYBE_NO, Example, Sentence, default_path, load_examples, load_sentences,
     mixture, single_token_answers,
@@ -181,20 +181,34 @@ def encode(cfg: Config, data: Tokenized, loaded: LoadedModel) -> tuple[Encoded, 
     return encoded, space
 
 
+def read_probe_data(cfg: Config, tok: Any, *, quiet: bool = False) -> tuple[Tokenized, HeldoutData | None]:
+    """The run's data in ``tok``'s ids: the training (or probe) examples, multi-token answers
+    dropped and counted, and with ``task.heldout`` the held-out examples and minimal pairs."""
+    data = tokenize_data(cfg, tok, quiet=quiet)
+    held = heldout_data(cfg, tok, data.items, cast("list[Example]", read_data(cfg, heldout=True))) if cfg.task.heldout else None
+    return data, held
+
+
+def prepare_for(cfg: Config, data: Tokenized, held: HeldoutData | None, loaded: LoadedModel,
+                device: torch.device) -> Prepared:
+    """``data`` (and ``held``) encoded in the rows of ``loaded``'s model, with the answer space;
+    the model is moved to ``device``."""
+    encoded, space = encode(cfg, data, loaded)
+    loaded.model.to(device)
+    return Prepared(loaded, encoded, space, device, data.dropped, data.replacement,
+                    in_rows(cfg, held, loaded) if held is not None else None)
+
+
 def prepare(cfg: Config, *, quiet: bool = False) -> Prepared:
     """Tokenizer, data (multi-token answers dropped and counted), the (compact) model, the
     encoded dataset and the answer space, on the run's device."""
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, ("float32", "bfloat16"), device)
     tok = load_tokenizer(cfg.model)
-    data = tokenize_data(cfg, tok, quiet=quiet)
-    held = heldout_data(cfg, tok, data.items, cast("list[Example]", read_data(cfg, heldout=True))) if cfg.task.heldout else None
+    data, held = read_probe_data(cfg, tok, quiet=quiet)
     used = data.used_ids() if held is None else torch.cat([data.used_ids(), held.used_ids()])  # held-out words in the vocabulary
     loaded = build(cfg.model, seed=cfg.seed, dtype=dtype, used_ids=used if cfg.model.compact_vocab else None, tokenizer=tok)
-    encoded, space = encode(cfg, data, loaded)
-    loaded.model.to(device)
-    return Prepared(loaded, encoded, space, device, data.dropped, data.replacement,
-                    in_rows(cfg, held, loaded) if held is not None else None)
+    return prepare_for(cfg, data, held, loaded, device)
 
 
 def _context_length(model: Any) -> int | None:

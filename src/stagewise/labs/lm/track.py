@@ -1,0 +1,296 @@
+"""Probes: the lm lab's records of a model it did not train (issue 29).
+
+A :class:`Probe` is the lab's evaluation (``train.record_epoch``) bound to someone else's
+model: the probe sets are the config's ``task``/``data`` sections (read, tokenized and
+checked once, when the probe is made), and :meth:`Probe.record` writes, at any step, exactly
+the records a lab run writes after an epoch: the ``predictions`` table (both type rules),
+``train.*`` counts and per-task losses, the held-out records and BLiMP minimal pairs with
+``task.heldout``, the per-head spectra with ``source.spectra``. So ``stagewise show``,
+``stages``, ``report`` and the claims read a tracked run or a trajectory as they read a lab
+run. In these runs ``train.*`` names the probe set, not necessarily the training data.
+
+Three sources use it (``source.kind``):
+
+* ``tracked``: a researcher's own training, through :mod:`stagewise.orchestrate.track`
+  (``Tracker``, the Trainer callback), which owns the run directory;
+* ``checkpoint``: one saved model (``model.name``) recorded at ``source.step`` (a lab run:
+  what each task of a dispatched trajectory runs);
+* ``trajectory``: the saved models of ``source.checkpoints`` in order, one at a time, with a
+  resume checkpoint after each; a checkpoint whose ``checkpoint`` run already finished under
+  ``parts/`` (``stagewise lm trajectory --executor``) is folded in instead of evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...errors import UserError
+from ...lmkit.models import LoadedModel
+from ..contract import RunContext, RunResult
+from .config import Config
+from .prepare import Prepared, prepare_for, read_probe_data
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+"""A folder holding one of these (beside config.json) is a saved model (``save_pretrained``)."""
+SHAPE_KEYS = ("model_type", "architectures", "vocab_size", "n_layer", "n_embd", "n_head", "n_inner", "hidden_size",
+              "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size", "head_dim")
+"""config.json entries that must agree along a trajectory (one architecture, one shape)."""
+PART_PREFIX = "ckpt-"
+
+
+def part_key(index: int) -> str:
+    """The folder name of checkpoint ``index``'s own run under ``parts/runs/`` (dispatched trajectories)."""
+    return f"{PART_PREFIX}{index:04d}"
+
+
+# ------------------------------------------------------------------ the probe
+class Probe:
+    """The lm lab's records of ``loaded.model`` at any step (module docstring).
+
+    Made once (the probe sets read, tokenized, encoded and checked: a bad set is one
+    UserError line before any record), then :meth:`record` per step. The caller owns the
+    model's mode and RNG (:class:`stagewise.orchestrate.track.Tracker` restores both);
+    ``record`` evaluates under ``torch.inference_mode`` in eval mode.
+
+    Example::
+
+        probe = Probe(config, LoadedModel(model, tokenizer, "my-run"))
+        probe.note(ctx)                        # the dropped / kept examples into the manifest's notes
+        probe.record(ctx, step=100, epoch=0.5)
+    """
+
+    def __init__(self, config: Config, loaded: LoadedModel, *, quiet: bool = True, data: Any = None):
+        if loaded.tokenizer is None:
+            raise UserError("the model has no tokenizer: give the probe the tokenizer its training used "
+                            "(tokenizer=..., or the Trainer's processing_class)")
+        self.config, self.loaded = config, loaded
+        device = next(loaded.model.parameters()).device
+        tokenized, held = data if data is not None else read_probe_data(config, loaded.tokenizer, quiet=quiet)
+        self.prep: Prepared = prepare_for(config, tokenized, held, loaded, device)
+        self._heldout: Any = None
+        self._spectra: Any = None
+
+    @property
+    def examples(self) -> dict[str, int]:
+        enc = self.prep.encoded
+        return {task: int((enc.task == i).sum()) for i, task in enumerate(enc.tasks)}
+
+    def note(self, ctx: RunContext) -> None:
+        """The facts a lab run notes (dropped multi-token answers, replaced answers, the type
+        rule's exclusions, the examples per task, the held-out split and priors)."""
+        prep = self.prep
+        ctx.note("dropped_multi_token", prep.dropped)
+        if prep.replacement is not None:
+            ctx.note("replaced_answers", prep.replacement)
+        if prep.space is not None and prep.space.types is not None:
+            ctx.note("type_rule_excluded", prep.space.types.excluded)
+        ctx.note("examples", self.examples)
+        if prep.heldout is not None:
+            ctx.note("heldout", prep.heldout.note)
+            ctx.note("label_priors", {task: prior.as_dict() for task, prior in prep.heldout.priors.items()})
+
+    def record(self, ctx: RunContext, step: int, epoch: float) -> None:
+        """The records of one evaluation at ``step`` (``epoch``: the records' time coordinate)."""
+        from .train import record_epoch
+        from .twotask import HeldoutEval
+
+        prep, cfg = self.prep, self.config
+        if prep.heldout is not None and self._heldout is None:
+            self._heldout = HeldoutEval(cfg, prep.heldout, prep.device, prep.loaded.vocab_ids)
+        model = prep.loaded.model
+        with torch.inference_mode():
+            record_epoch(cfg, model, prep.encoded, ctx, prep.device, epoch, step, prep.space, prep.loaded.vocab_ids, None,
+                         heldout=self._heldout)
+            if cfg.source.spectra:
+                self._record_spectra(ctx, step, epoch)
+
+    def _record_spectra(self, ctx: RunContext, step: int, epoch: float) -> None:
+        from ...lmkit.spectra import spectra_hook
+
+        if self._spectra is None:
+            self._spectra = spectra_hook(self.prep.loaded.model)
+        metrics, table = self._spectra(self.prep.loaded.model)
+        ctx.log(step, {k: v.reshape(1).double() for k, v in metrics.items()})
+        if table is not None:
+            ctx.log_table("spectra", table.assign(epoch=epoch, step=step), part=step)
+
+    def extras(self, steps: int | None = None) -> dict[str, Any]:
+        """The run's facts for its summary (a lab run's RunResult extras)."""
+        prep = self.prep
+        types = prep.space.types if prep.space is not None else None
+        return {"model": prep.loaded.name, "examples": self.examples, "dropped": prep.dropped, "steps": steps,
+                "vocab_rows": prep.loaded.vocab_size, "replaced_answers": prep.replacement,
+                "type_rule_excluded": types.excluded if types is not None else None}
+
+
+def probe(config: Config, model: Any, tokenizer: Any, *, name: str | None = None,
+          vocab_ids: torch.Tensor | None = None) -> Probe:
+    """The lab's ``Lab.probe``: a :class:`Probe` of ``model`` (a Hugging Face causal LM) with
+    ``tokenizer`` (pad token = EOS when it has none); ``vocab_ids`` (V',) when the model's
+    rows are a subset of the tokenizer's ids (a compact vocabulary, e.g. the lab's own tiny runs)."""
+    if tokenizer is not None and getattr(tokenizer, "pad_token_id", None) is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    label = name or str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
+    return Probe(config, LoadedModel(model, tokenizer, label, vocab_ids))
+
+
+# ------------------------------------------------------------------ saved models
+@dataclass(frozen=True)
+class SavedModel:
+    """A ``save_pretrained`` folder of a trajectory: its config.json and trainer state."""
+
+    folder: Path
+    config: dict[str, Any]
+    step: int | None  # trainer_state.json's global_step
+    epoch: float | None  # trainer_state.json's epoch
+
+    def shape(self) -> dict[str, Any]:
+        return {k: self.config.get(k) for k in SHAPE_KEYS if k in self.config}
+
+
+def read_saved(name: str, where: str) -> SavedModel:
+    """The saved model at ``name``; one UserError line (``where`` names the entry) when the
+    folder is missing or holds no model (config.json and a weights file)."""
+    folder = Path(name).expanduser()
+    if not folder.exists():
+        raise UserError(f"{where}={name}: not found (a trajectory takes model folders written by save_pretrained)")
+    if not folder.is_dir():
+        raise UserError(f"{where}={name}: not a folder (a trajectory takes model folders written by save_pretrained)")
+    config = _json(folder / "config.json", where, name)
+    if config is None or not any((folder / f).is_file() for f in WEIGHT_FILES):
+        missing = "config.json" if config is None else f"weights ({', '.join(WEIGHT_FILES[::2])})"
+        raise UserError(f"{where}={name}: not a model folder (no {missing}); save it with model.save_pretrained(folder)")
+    state = _json(folder / "trainer_state.json", where, name) or {}
+    step = state.get("global_step")
+    epoch = state.get("epoch")
+    return SavedModel(folder.resolve(), config, int(step) if isinstance(step, int) else None,
+                      float(epoch) if isinstance(epoch, (int, float)) else None)
+
+
+def _json(path: Path, where: str, name: str) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise UserError(f"{where}={name}: {path.name} is unreadable ({type(err).__name__})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{where}={name}: {path.name} is not a JSON object")
+    return data
+
+
+def check_series(config: Config) -> list[SavedModel]:
+    """Every checkpoint of a trajectory read and checked before any work: missing, not a model,
+    or another architecture or shape than the first (one UserError line each, the first found)."""
+    saved = [read_saved(name, f"source.checkpoints[{i}]") for i, name in enumerate(config.source.checkpoints)]
+    first = saved[0].shape()
+    for i, s in enumerate(saved[1:], start=1):
+        other = s.shape()
+        diff = [k for k in dict.fromkeys([*first, *other]) if first.get(k) != other.get(k)]
+        if diff:
+            shown = ", ".join(f"{k}={other.get(k)!r} (first: {first.get(k)!r})" for k in diff[:3])
+            raise UserError(f"source.checkpoints[{i}]={config.source.checkpoints[i]}: another architecture than the first "
+                            f"checkpoint ({shown}); a trajectory is one model's checkpoints")
+    if config.model.compact_vocab:
+        raise UserError("model.compact_vocab: saved models keep their own vocabulary; set model.compact_vocab=false")
+    return saved
+
+
+def series_points(config: Config, saved: list[SavedModel]) -> list[tuple[int, float]]:
+    """(step, epoch) of every checkpoint: ``source.steps``, else trainer_state.json's global_step
+    (every one of them, increasing), else the position; the epoch is trainer_state.json's when
+    every checkpoint has one, else the step."""
+    steps: list[int]
+    if config.source.steps:
+        steps = list(config.source.steps)
+    elif all(s.step is not None for s in saved) and all(b.step > a.step for a, b in zip(saved, saved[1:])):  # type: ignore[operator]
+        steps = [int(s.step) for s in saved]  # type: ignore[arg-type]
+    else:
+        steps = list(range(len(saved)))
+    with_epochs = not config.source.steps and all(s.epoch is not None for s in saved) and steps == [s.step for s in saved]
+    return [(step, float(s.epoch) if with_epochs and s.epoch is not None else float(step)) for step, s in zip(steps, saved)]
+
+
+def part_config(config: Config, index: int, point: tuple[int, float]) -> dict[str, Any]:
+    """The config (as data) of checkpoint ``index``'s own run: the trajectory's, with
+    ``source.kind=checkpoint`` at the checkpoint's step and epoch and ``model.name`` its folder."""
+    data = config.model_dump(mode="json")
+    data["model"]["name"] = str(Path(config.source.checkpoints[index]).expanduser().resolve())
+    data["source"] = {**data["source"], "kind": "checkpoint", "checkpoints": [], "steps": [], "step": point[0],
+                      "epoch": point[1]}
+    return data
+
+
+def _load(config: Config, name: str, tokenizer: Any) -> LoadedModel:
+    from ...engine import resolve_device, resolve_dtype
+    from ...lmkit.models import build
+
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, ("float32", "bfloat16"), device)
+    loaded = build(config.model.model_copy(update={"name": name}), seed=config.seed, dtype=dtype, tokenizer=tokenizer)
+    loaded.model.to(device)
+    loaded.model.eval()
+    return loaded
+
+
+def run_checkpoint(config: Config, ctx: RunContext) -> RunResult:
+    """``source.kind=checkpoint``: the records of the saved model ``model.name`` at ``source.step``."""
+    from ...lmkit.models import load_tokenizer
+
+    tok = load_tokenizer(config.model)
+    p = Probe(config, _load(config, config.model.name, tok))
+    p.note(ctx)
+    epoch = config.source.epoch if config.source.epoch is not None else float(config.source.step)
+    p.record(ctx, config.source.step, epoch)
+    return RunResult(p.extras())
+
+
+def run_trajectory(config: Config, ctx: RunContext) -> RunResult:
+    """``source.kind=trajectory``: each checkpoint in order, folded from its finished own run
+    under ``parts/`` when there is one, else evaluated here; a resume checkpoint after each
+    (a killed trajectory evaluates only the checkpoints after its last one)."""
+    from ...config import config_hash
+    from ...lmkit.models import load_tokenizer
+
+    saved = check_series(config)
+    points = series_points(config, saved)
+    resume = ctx.resume_state()
+    start = int(resume.meta["index"]) + 1 if resume is not None else 0
+    tok = load_tokenizer(config.model.model_copy(update={"name": str(saved[0].folder)}))
+    data = read_probe_data(config, tok)
+    last: Probe | None = None
+    with ctx.progress(len(saved), "checkpoints", start=start) as advance:
+        for index in range(start, len(saved)):
+            step, epoch = points[index]
+            key = config_hash(Config.model_validate(part_config(config, index, points[index])))
+            part = ctx.finished_part(part_key(index), key)
+            if part is not None:
+                fold(ctx, step, *part)
+            else:
+                last = None  # one model in memory at a time
+                last = Probe(config, _load(config, str(saved[index].folder), tok), data=data)
+                last.record(ctx, step, epoch)
+            ctx.save_checkpoint(index + 1, {"trajectory.index": torch.tensor([index])}, {"index": index, "step": step})
+            advance()
+    if last is None:  # every checkpoint folded or resumed: the facts come from the first one (same data, same vocabulary)
+        last = Probe(config, _load(config, str(saved[0].folder), tok), data=data)
+    last.note(ctx)
+    return RunResult({**last.extras(points[-1][0]), "checkpoints": len(saved)})
+
+
+def fold(ctx: RunContext, step: int, metrics: Any, tables: Any) -> None:
+    """A finished checkpoint run's records into ``ctx`` at ``step``: its metrics (one step) and
+    every table's rows (one part), values unchanged."""
+    rows = metrics[metrics["step"] == step]
+    if len(rows) != len(metrics):
+        raise UserError(f"parts: a checkpoint run holds records at steps other than {step}; remove its folder and rerun")
+    ctx.log(step, {str(m): torch.tensor([float(v)], dtype=torch.float64) for m, v in zip(rows["metric"], rows["value"])})
+    for name in tables.names():
+        frame = tables.get(name)
+        if frame is not None and len(frame):
+            ctx.log_table(name, frame, part=step)

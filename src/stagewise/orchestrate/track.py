@@ -1,0 +1,284 @@
+"""A researcher's own training, probed into a run directory (issue 29).
+
+:class:`Tracker` owns a standard run directory (config.yaml with ``source.kind=tracked`` and
+the researcher's settings, a manifest, the metric stream -> Parquet, tables, a small resume
+checkpoint after every record) and calls the lab's probe (``Lab.probe``: for ``lm``, the
+lab's own evaluation, :mod:`stagewise.labs.lm.track`) at the steps it is given. Closing it
+writes the summary, the claims and the figures exactly as a lab run's end does, so
+``stagewise show``, ``stages`` and ``report`` read it unchanged. The Hugging Face Trainer's
+callback is :class:`stagewise.orchestrate.trackhf.StagewiseCallback`.
+
+Probing never changes the training: it runs without gradients in eval mode, then restores
+every module's train/eval flag and the torch RNG states (CPU and every CUDA device), so a
+training with probes gives the same weights, bit for bit, as one without.
+
+Example (a plain loop)::
+
+    with Tracker("runs/mine", model, tokenizer, preset="counterfact-tiny", every=50,
+                 settings={"lr": 1e-3, "optimizer": "adamw"}) as tracker:
+        tracker.step(0, epoch=0.0)              # before training: the records' first point
+        for step, batch in enumerate(batches, start=1):
+            ...                                 # forward, backward, optimizer step
+            tracker.step(step)                  # probes when step % every == 0
+
+Resume: a Tracker opened on a run directory of the same config that did not finish takes it
+up from its last record; steps at or before that record are not probed again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import signal
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Mapping
+
+from ..config import config_hash, deep_merge, load_yaml, validate
+from ..errors import UserError
+from ..labs import Lab, get_lab
+from ..runs import Interrupted, RunLock, RunPaths, read_manifest
+from .runner import finish, open_context, prepare, record_failure
+
+TRACKED = "tracked"
+
+
+def tracked_config(lab: Lab, *, preset: str | None = None, config: str | Path | Mapping[str, Any] | None = None,
+                   overrides: Mapping[str, Any] | None = None, every: int = 0, budget: float = 0.1,
+                   spectra: bool = False, settings: Mapping[str, Any] | None = None) -> Any:
+    """The validated config of a tracked run: the lab's defaults < ``preset`` < ``config`` (a
+    YAML file or a mapping) < ``overrides`` < the source section (``kind=tracked``, ``every``,
+    ``spectra``, ``settings``, the researcher's own settings made JSON-able; no lab baselines,
+    which train beside the lab's own training only)."""
+    data: dict[str, Any] = dict(lab.preset_overrides(preset))
+    if config is not None:
+        data = deep_merge(data, load_yaml(config) if isinstance(config, (str, Path)) else dict(config))
+    if overrides:
+        data = deep_merge(data, dict(overrides))
+    source = {"kind": TRACKED, "every": every, "budget": budget, "spectra": spectra, "settings": jsonable(dict(settings or {}))}
+    forced: dict[str, Any] = {"source": source}
+    if "baselines" in lab.Config.model_fields:  # a lab's own baselines are trained beside its own training only
+        forced["baselines"] = {"kinds": []}
+    return validate(lab.Config, deep_merge(data, forced))
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON data: mappings and sequences kept, numbers, strings, booleans and None
+    as they are, anything else (an enum, a dtype, a path) as its ``str``."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else str(value)
+    return str(value)
+
+
+class ModelState:
+    """Every module's train/eval flag and the torch RNG states, saved now and put back by
+    :meth:`restore` (what a probe must leave as it found)."""
+
+    def __init__(self, model: Any):
+        import torch
+
+        self.model = model
+        self.modes = [(m, m.training) for m in model.modules()]
+        self.cpu = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+    def restore(self) -> None:
+        import torch
+
+        for module, training in self.modes:
+            module.training = training
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+
+
+class Tracker:
+    """Probes a model trained elsewhere into the run directory ``out`` (module docstring).
+
+    Args:
+        out: the run directory (made now; an unfinished one of the same config is resumed).
+        model: the model being trained (a Hugging Face causal LM for ``lm``).
+        tokenizer: the tokenizer its training uses (required: one line otherwise).
+        lab: the lab whose probes and claims apply (``lm``).
+        preset, config, overrides: the probe sets, as for a lab run (``task``, ``data``, ``train``'s
+            evaluation settings, ``thresholds``): a preset name, a YAML file or mapping, overrides.
+        every: probe every k steps in :meth:`step` (0: only where asked with ``force``).
+        spectra: per-head attention spectra at every record.
+        settings: the researcher's own training settings, recorded in config.yaml as given.
+        name: the model's name in records (default: its ``config._name_or_path``).
+        vocab_ids: (V',) the tokenizer ids of the model's rows, for a compacted vocabulary.
+
+    Every input is checked before the folder is made (one UserError line, nothing written).
+    """
+
+    def __init__(self, out: str | Path, model: Any, tokenizer: Any = None, *, lab: str = "lm", preset: str | None = None,
+                 config: str | Path | Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None,
+                 every: int = 0, budget: float = 0.1, spectra: bool = False, settings: Mapping[str, Any] | None = None,
+                 name: str | None = None, vocab_ids: Any = None):
+        self.lab = get_lab(lab)
+        if self.lab.probe is None:
+            raise UserError(f"lab '{lab}' has no probes (it measures only the models it trains)")
+        if not isinstance(every, int) or isinstance(every, bool) or every < 0:
+            raise UserError(f"every={every!r}: probe every k steps, k a whole number >= 0 (0: only when asked)")
+        if tokenizer is None:
+            raise UserError("tokenizer: the model has no tokenizer; give the one its training uses (Tracker(..., tokenizer) "
+                            "or the Trainer's processing_class)")
+        self.config = tracked_config(self.lab, preset=preset, config=config, overrides=overrides, every=every,
+                                     budget=budget, spectra=spectra, settings=settings)
+        self.every, self.budget = every, self.config.source.budget
+        self.lab.check(self.config)
+        self.probe = self.lab.probe(self.config, model, tokenizer, name=name, vocab_ids=vocab_ids)
+        self.model = model
+        self.out = Path(out)
+        self.ctx: Any = None
+        self.last_step: int | None = None
+        self.records = 0
+        self.closed = False
+        self._signals: dict[int, Any] = {}
+        self._probed_until: float | None = None  # when the last probe ended (perf_counter), every=0
+        self._probe_seconds = 0.0  # the last probe's duration, every=0
+
+    def open(self) -> "Tracker":
+        """Make the run directory (or take up an unfinished one of this config); done by the
+        first :meth:`step` when not called before. Returns self."""
+        if self.ctx is not None:
+            return self
+        if self.closed:
+            raise UserError(f"{self.out}: this tracker is closed; open a new one to record more")
+        self.paths, resume = self._folder(self.out)
+        self._lock = RunLock(self.paths.root)
+        self._lock.acquire()
+        try:
+            self.ctx = open_context(self.lab, self.config, self.paths, resume=resume, progress=False)
+        except BaseException:
+            self._lock.release()
+            raise
+        checkpoint = self.ctx.resume_state() if resume else None
+        self.last_step = int(checkpoint.meta["step"]) if checkpoint is not None else None
+        atexit.register(self._at_exit)
+        return self
+
+    def _at_exit(self) -> None:
+        """A process that ends with the tracker open (a training that crashed outside a ``with``
+        block): the run is recorded as failed, never left 'running'."""
+        if not self.closed and self.ctx is not None:
+            self.fail(RuntimeError("the training process ended before the tracker was closed; what was recorded is kept"))
+
+    def _folder(self, out: Path) -> tuple[RunPaths, bool]:
+        """(paths, resume): a new run directory, or an unfinished one of this very config."""
+        paths = RunPaths(out)
+        if paths.manifest.is_file():
+            manifest = read_manifest(out)
+            if manifest.get("config_hash") != config_hash(self.config):
+                raise UserError(f"{out}: holds a run of another config (hash {manifest.get('config_hash')}, this tracker's "
+                                f"is {config_hash(self.config)}); choose another folder")
+            if manifest.get("status") == "done":
+                raise UserError(f"{out}: holds a finished tracked run; choose another folder")
+            return paths, True
+        return prepare(self.lab, self.config, out), False
+
+    # -------------------------------------------------------------- recording
+    def due(self, step: int) -> bool:
+        """Whether :meth:`step` probes at ``step`` without ``force``: never at or before the last
+        record; with ``every`` k, at multiples of k; with ``every=0``, once the training time
+        since the last probe is at least that probe's time / ``budget`` (probing then takes at
+        most about budget / (1 + budget) of the wall time)."""
+        if self.last_step is not None and step <= self.last_step:
+            return False
+        if self.every:
+            return step % self.every == 0
+        if self._probed_until is None:
+            return False
+        return (time.perf_counter() - self._probed_until) * self.budget >= self._probe_seconds
+
+    def step(self, step: int, epoch: float | None = None, *, force: bool = False) -> bool:
+        """Probe at training step ``step`` when due (or ``force``), recording ``epoch`` as the
+        records' time coordinate (None: the step); True when it probed. A step at or before
+        the last record is never probed again (a resumed training repeats them)."""
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise UserError(f"step={step!r}: a training step is a whole number >= 0")
+        self.open()
+        if self.last_step is not None and step <= self.last_step:
+            return False
+        if not (force or self.due(step)):
+            return False
+        import torch
+
+        started = time.perf_counter()
+        state = ModelState(self.model)
+        try:
+            with torch.no_grad():
+                self.probe.record(self.ctx, step, float(step) if epoch is None else float(epoch))
+        finally:
+            state.restore()
+        if self.records == 0:
+            self.probe.note(self.ctx)
+        self.records += 1
+        self.last_step = step
+        self.ctx.save_checkpoint(step, {"tracker.step": torch.tensor([step])}, {"step": step})
+        self._probed_until = time.perf_counter()
+        self._probe_seconds = self._probed_until - started
+        return True
+
+    def close(self) -> dict[str, Any]:
+        """Finish the run: metrics.parquet, summary.json (claims), figures, status done;
+        returns the manifest. Idempotent."""
+        if self.closed:
+            return read_manifest(self.out)
+        if self.ctx is None:
+            raise UserError(f"{self.out}: no record was taken (call step(...) at least once, e.g. step(0, force=True) "
+                            "before training); nothing was made")
+        self.closed = True
+        atexit.unregister(self._at_exit)
+        try:
+            if self.last_step is None:
+                raise UserError(f"{self.paths.root}: no record was taken (call step(...) at least once, e.g. step(0, force=True) "
+                                "before training)")
+            from ..labs.contract import RunResult
+
+            return finish(self.lab, self.config, self.paths, self.ctx, RunResult(self.probe.extras(self.last_step)))
+        except BaseException as err:
+            raised = record_failure(self.lab, self.paths, self.ctx, err, resume_hint=f"open a Tracker on {self.paths.root}")
+            raise raised from None
+        finally:
+            self._lock.release()
+
+    def fail(self, err: BaseException) -> BaseException:
+        """Record that the training ended with ``err`` (interrupted, failed); returns what to raise."""
+        if self.closed or self.ctx is None:
+            self.closed = True
+            return err
+        self.closed = True
+        atexit.unregister(self._at_exit)
+        try:
+            return record_failure(self.lab, self.paths, self.ctx, err, resume_hint=f"open a Tracker on {self.paths.root}")
+        finally:
+            self._lock.release()
+
+    # -------------------------------------------------------------- context manager
+    def __enter__(self) -> "Tracker":
+        """SIGTERM becomes :class:`Interrupted` inside the block (main thread), recorded at exit."""
+        if threading.current_thread() is threading.main_thread():
+            def stop(signum: int, frame: Any) -> None:
+                raise Interrupted(signum)
+
+            self._signals = {signal.SIGTERM: signal.signal(signal.SIGTERM, stop)}
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
+        for sig, handler in self._signals.items():
+            signal.signal(sig, handler)
+        self._signals = {}
+        if err is None:
+            self.close()
+            return
+        raised = self.fail(err)
+        if raised is not err:
+            raise raised from None

@@ -1,0 +1,101 @@
+"""The Hugging Face ``Trainer``'s way in: :class:`StagewiseCallback` probes the model being
+trained into a run directory through a :class:`~stagewise.orchestrate.track.Tracker`
+(needs transformers; the Trainer itself needs accelerate)::
+
+    from stagewise import StagewiseCallback
+    trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                      callbacks=[StagewiseCallback("runs/mine", preset="counterfact-tiny")])
+    trainer.train()        # records at the start, as often as 10 % of the training time allows, and at the end
+
+When it probes: at the training's start (step 0 or the resumed step) and end, every
+``every`` optimizer steps (``every=0``, the default: as often as ``budget`` of the training
+time allows), and, when asked, at every epoch end (``at_epoch_end``) and evaluation
+(``at_evaluate``). The records' epoch is the Trainer's ``state.epoch``. The Trainer's
+arguments are recorded as the run's settings (``source.settings``).
+
+The inputs are checked when the Trainer is made (``on_init_end``): a model without a
+tokenizer (no ``processing_class`` and none given) or a bad probe set is one UserError line
+there, before any training; the run directory is made when training starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from transformers import TrainerCallback
+
+from ..errors import UserError
+from .track import Tracker
+
+
+class StagewiseCallback(TrainerCallback):
+    """A ``transformers.TrainerCallback`` that probes the trained model (module docstring).
+
+    Args:
+        out: the run directory.
+        tokenizer: the tokenizer (default: the Trainer's ``processing_class``).
+        every, budget, at_epoch_end, at_evaluate: when to probe (module docstring).
+        settings: more settings to record beside the Trainer's arguments.
+        **tracker: the probe sets and the rest of :class:`~stagewise.orchestrate.track.Tracker`'s
+            keywords (``preset``, ``config``, ``overrides``, ``spectra``, ``name``, ``vocab_ids``, ``lab``).
+    """
+
+    def __init__(self, out: str | Path, *, tokenizer: Any = None, every: int = 0, budget: float = 0.1,
+                 at_epoch_end: bool = False, at_evaluate: bool = False, settings: Mapping[str, Any] | None = None,
+                 **tracker: Any):
+        self.out, self.tokenizer, self.every, self.budget = Path(out), tokenizer, every, budget
+        self.at_epoch_end, self.at_evaluate = at_epoch_end, at_evaluate
+        self.settings = dict(settings or {})
+        self.options = tracker
+        self.tracker: Tracker | None = None
+
+    def on_init_end(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
+                    **kwargs: Any) -> None:
+        tokenizer = self.tokenizer if self.tokenizer is not None else processing_class
+        if tokenizer is None or not callable(tokenizer) or not hasattr(tokenizer, "eos_token"):
+            raise UserError("StagewiseCallback: the Trainer's model has no tokenizer (processing_class is "
+                            f"{type(processing_class).__name__ if processing_class is not None else 'None'}); give "
+                            "Trainer(processing_class=tokenizer) or StagewiseCallback(..., tokenizer=tokenizer)")
+        if model is None:
+            raise UserError("StagewiseCallback: the Trainer has no model to probe")
+        settings = {"trainer": args.to_dict(), **self.settings}
+        self.tracker = Tracker(self.out, model, tokenizer, every=self.every, budget=self.budget, settings=settings,
+                               **self.options)
+
+    def _tracker(self) -> Tracker:
+        if self.tracker is None:
+            raise UserError("StagewiseCallback: the Trainer did not initialise the callback (pass it in Trainer(callbacks=[...]))")
+        return self.tracker
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._tracker().step(int(state.global_step), float(state.epoch or 0.0), force=True)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._tracker().step(int(state.global_step), float(state.epoch or 0.0))
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.at_epoch_end:
+            self._tracker().step(int(state.global_step), float(state.epoch or 0.0), force=True)
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.at_evaluate:
+            self._tracker().step(int(state.global_step), float(state.epoch or 0.0), force=True)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        tracker = self._tracker()
+        try:
+            tracker.step(int(state.global_step), float(state.epoch or 0.0), force=True)
+        except BaseException as err:
+            raise tracker.fail(err) from None
+        tracker.close()
+
+    def __enter__(self) -> "StagewiseCallback":
+        """``with callback: trainer.train()``: a training that raises is recorded (interrupted, failed)."""
+        return self
+
+    def __exit__(self, kind: Any, err: BaseException | None, tb: Any) -> None:
+        if err is not None and self.tracker is not None:
+            raised = self.tracker.fail(err)
+            if raised is not err:
+                raise raised from None
