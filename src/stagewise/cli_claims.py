@@ -10,7 +10,8 @@ last under :data:`UNDECLARED`.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Iterable, List, Mapping, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -80,12 +81,47 @@ def print_specs(console: Console, lab: str, specs: Sequence[Any], sources: Mappi
 
 
 def claims_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise labs`"),
-               as_json: bool = typer.Option(False, "--json", help="print the declared claims as a JSON list")) -> None:
-    """List LAB's declared claims and their sources (paper, theorem/figure, reviewer, own check); runs nothing."""
+               as_json: bool = typer.Option(False, "--json", help="print the declared claims as a JSON list"),
+               runs: Optional[List[Path]] = typer.Option(None, "--runs", help="finished run folders of LAB (a real run and "
+                                                         "its controls, over seeds; e.g. tracked runs): judge the "
+                                                         "claims over them; repeatable")) -> None:
+    """List LAB's declared claims and their sources (paper, theorem/figure, reviewer, own check); runs nothing.
+    With --runs, the claims over those runs (each judged by its declared aggregation across the
+    runs that differ only in seed and control), as sweeps and reproduce judge them."""
     from .labs import get_lab
 
     value = get_lab(lab)
+    if runs:
+        claims = judge_runs(value, runs)
+        if as_json:
+            typer.echo(json.dumps([c.model_dump(mode="json") for c in claims], indent=2))
+        elif not claims:
+            out_console.print("no claim over seeds: the runs hold no real run with another seed or a control of it "
+                              "(family: same config but seed and control)", highlight=False, markup=False)
+        else:
+            print_verdicts(out_console, claims, value.sources)
+        return
     if as_json:
         typer.echo(json.dumps([spec.model_dump(mode="json") for spec in value.claims], indent=2))
         return
     print_specs(out_console, lab, value.claims, value.sources)
+
+
+def judge_runs(lab: Any, run_dirs: Sequence[Path]) -> list[Any]:
+    """``lab.across_runs`` over the finished runs ``run_dirs``; one UserError line for a folder
+    that is not a finished run of ``lab`` (nothing judged), or a lab without claims over runs."""
+    from .errors import UserError
+    from .orchestrate.overseeds import finished_runs
+    from .runs import read_manifest
+
+    if lab.across_runs is None:
+        raise UserError(f"--runs: lab '{lab.name}' judges no claims across runs")
+    for run_dir in run_dirs:
+        manifest = read_manifest(run_dir)
+        if manifest.get("lab") != lab.name or manifest.get("status") != "done":
+            raise UserError(f"--runs {run_dir}: not a finished {lab.name} run (lab {manifest.get('lab')}, status "
+                            f"{manifest.get('status')})")
+    found = finished_runs(run_dirs)
+    if len(found) != len(run_dirs):
+        raise UserError(f"--runs: {len(run_dirs) - len(found)} of the runs have no readable summary or config")
+    return list(lab.across_runs([(config, summary) for _, config, summary in found]))

@@ -114,6 +114,8 @@ class Tracker:
         settings: the researcher's own training settings, recorded in config.yaml as given.
         name: the model's name in records (default: its ``config._name_or_path``).
         vocab_ids: (V',) the tokenizer ids of the model's rows, for a compacted vocabulary.
+        seed: the training's seed, recorded as the run's ``seed`` (runs of one experiment that
+            differ in seed and control pair by it: ``stagewise claims lm --runs ...``).
 
     Every input is checked before the folder is made (one UserError line, nothing written).
     """
@@ -121,7 +123,7 @@ class Tracker:
     def __init__(self, out: str | Path, model: Any, tokenizer: Any = None, *, lab: str = "lm", preset: str | None = None,
                  config: str | Path | Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None,
                  every: int = 0, budget: float = 0.1, spectra: bool = False, settings: Mapping[str, Any] | None = None,
-                 name: str | None = None, vocab_ids: Any = None):
+                 name: str | None = None, vocab_ids: Any = None, seed: int | None = None):
         self.lab = get_lab(lab)
         if self.lab.probe is None:
             raise UserError(f"lab '{lab}' has no probes (it measures only the models it trains)")
@@ -130,6 +132,8 @@ class Tracker:
         if tokenizer is None:
             raise UserError("tokenizer: the model has no tokenizer; give the one its training uses (Tracker(..., tokenizer) "
                             "or the Trainer's processing_class)")
+        if seed is not None:  # the training's seed: the run's seed key (a real run and its controls pair by it)
+            overrides = deep_merge(dict(overrides or {}), {"seed": seed})
         self.config = tracked_config(self.lab, preset=preset, config=config, overrides=overrides, every=every,
                                      budget=budget, spectra=spectra, settings=settings)
         self.every, self.budget = every, self.config.source.budget

@@ -11,7 +11,8 @@ When it probes: at the training's start (step 0 or the resumed step) and end, ev
 ``every`` optimizer steps (``every=0``, the default: as often as ``budget`` of the training
 time allows), and, when asked, at every epoch end (``at_epoch_end``) and evaluation
 (``at_evaluate``). The records' epoch is the Trainer's ``state.epoch``. The Trainer's
-arguments are recorded as the run's settings (``source.settings``).
+arguments are recorded as the run's settings (``source.settings.trainer``), their ``seed`` as
+the run's ``seed``.
 
 The inputs are checked when the Trainer is made (``on_init_end``): a model without a
 tokenizer (no ``processing_class`` and none given) or a bad probe set is one UserError line
@@ -59,9 +60,11 @@ class StagewiseCallback(TrainerCallback):
                             "Trainer(processing_class=tokenizer) or StagewiseCallback(..., tokenizer=tokenizer)")
         if model is None:
             raise UserError("StagewiseCallback: the Trainer has no model to probe")
-        settings = {"trainer": args.to_dict(), **self.settings}
+        trainer = {k: v for k, v in args.to_dict().items() if k != "seed"}  # the seed is the run's own (config.seed)
+        settings = {"trainer": trainer, **self.settings}
+        options = {"seed": int(args.seed), **self.options}
         self.tracker = Tracker(self.out, model, tokenizer, every=self.every, budget=self.budget, settings=settings,
-                               **self.options)
+                               **options)
 
     def _tracker(self) -> Tracker:
         if self.tracker is None:

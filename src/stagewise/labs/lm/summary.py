@@ -372,7 +372,9 @@ def _type_part(config: Config, tables: Tables, details: dict[str, Any]) -> list[
     control = f" (control: {details['control']}; the claim should fail or be null)" if details["control"] else ""
     raw, described = type_claims(facts, evidence, control + f" [{rule} type rule]")
     baseline = typeclaims.reference_rows(tables.get("baseline_predictions"))
-    differences, compared = typeclaims.difference_claims(predictions, baseline, rule, half, control + f" [{rule} type rule]")
+    elsewhere = config.source.kind if config.source.kind != "train" else None
+    differences, compared = typeclaims.difference_claims(predictions, baseline, rule, half, control + f" [{rule} type rule]",
+                                                         elsewhere)
     details["descriptions"] = described
     details["baseline_comparison"] = compared
     details["baselines"] = _baseline_counts(tables.get("baseline_predictions"), rule)

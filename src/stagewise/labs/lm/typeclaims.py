@@ -109,12 +109,17 @@ def reference_rows(baselines: pd.DataFrame | None) -> pd.DataFrame | None:
 
 
 def difference_claims(model: pd.DataFrame, baseline: pd.DataFrame | None, rule: str, half: float,
-                      suffix: str = "") -> tuple[list[Claim], dict[str, Any]]:
+                      suffix: str = "", elsewhere: str | None = None) -> tuple[list[Claim], dict[str, Any]]:
     """``type_lead_beyond_baseline`` and ``type_share_beyond_baseline`` of one run, with the
-    phases they compare; not testable without the baseline's records or with fewer than 2."""
+    phases they compare; not testable without the baseline's records or with fewer than 2;
+    not applicable to a model trained ``elsewhere`` (its source kind: no baseline saw its batches)."""
     specs = (cs.TYPE_LEAD_BEYOND_BASELINE, cs.TYPE_SHARE_BEYOND_BASELINE)
     mine = phase(category_counts(model, rule=rule), half)
     facts: dict[str, Any] = {"model": mine.as_dict()}
+    if baseline is None and elsewhere is not None:
+        reason = (f"a baseline claim; the model was trained elsewhere (source.kind={elsewhere}), so no baseline was "
+                  "trained on its batches")
+        return [s.not_applicable(reason, statement=s.statement + suffix) for s in specs], facts
     if baseline is None:
         reason = "no bow-last baseline was trained in this run (set baselines.kinds=[bow, bow-last])"
         return [s.not_testable(reason, statement=s.statement + suffix) for s in specs], facts

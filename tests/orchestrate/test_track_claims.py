@@ -1,0 +1,82 @@
+"""Claims on tracked runs (issue 29): one training probed twice, as the real run and as its
+probe-side control (shuffled groups), judged over the two by ``stagewise claims lm --runs``
+with the lab's declared aggregation, as sweeps and reproduce judge lab runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from lm_fixtures import write_layout  # noqa: E402
+
+from stagewise import Tracker, get_lab  # noqa: E402
+from stagewise.config import validate  # noqa: E402
+
+EPOCHS = 8
+
+
+@pytest.fixture(scope="module")
+def tracked_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """The real run and its shuffled-groups control of one plain-loop training (seed 3)."""
+    from stagewise.labs.lm.batching import dataset_batches
+    from stagewise.labs.lm.prepare import prepare
+    from stagewise.labs.lm.train import batch_loss, make_optimizer
+
+    tmp = tmp_path_factory.mktemp("tracked")
+    root = write_layout(tmp / "data")
+    lab = get_lab("lm")
+    data = {"data": {"root": str(root)}}
+    config = validate(lab.Config, {**lab.preset_overrides("counterfact-tiny"), **data})
+    prep = prepare(config)
+    model = prep.loaded.model
+    opt = make_optimizer(config, list(model.parameters()))
+    common = {"preset": "counterfact-tiny", "vocab_ids": prep.loaded.vocab_ids, "seed": 3, "settings": {"lr": 1e-3}}
+    real = Tracker(tmp / "real", model, prep.loaded.tokenizer, overrides=data, **common)
+    control = Tracker(tmp / "control", model, prep.loaded.tokenizer,
+                      overrides={**data, "task": {"name": "counterfact", "shuffle_groups": True}}, **common)
+    with real, control:
+        step = 0
+        for tracker in (real, control):
+            tracker.step(0, 0.0, force=True)
+        for epoch in range(1, EPOCHS + 1):
+            model.train()
+            for rows in dataset_batches(len(prep.encoded), config.train.batch_size):
+                loss = batch_loss(model, prep.encoded, rows, config, prep.device)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                step += 1
+            for tracker in (real, control):
+                tracker.step(step, float(epoch), force=True)
+    return tmp / "real", tmp / "control"
+
+
+def test_the_claims_over_a_tracked_run_and_its_control(cli, tracked_pair):
+    real, control = tracked_pair
+    for folder in (real, control):
+        assert json.loads((folder / "manifest.json").read_text())["status"] == "done"
+    summary = json.loads((control / "summary.json").read_text())
+    assert summary["details"]["control"] == "shuffled groups"
+    assert any("control: shuffled groups" in c["statement"] for c in summary["claims"])
+    code, out, err = cli("claims", "lm", "--runs", str(real), "--runs", str(control), "--json")
+    assert code == 0, err
+    claims = {c["id"]: c for c in json.loads(out)}
+    over = claims["type_before_fact_over_seeds"]
+    assert over["verdict"] in ("holds", "fails", "not testable")
+    assert "shuffled groups" in json.dumps(over)  # judged against the control, which is named
+    # the baseline claims do not apply to a model trained elsewhere: never judged, never "fails"
+    per_run = {c["id"]: c for c in json.loads((real / "summary.json").read_text())["claims"]}
+    assert per_run["type_lead_beyond_baseline"]["verdict"] == "not applicable"
+    assert "source.kind=tracked" in per_run["type_lead_beyond_baseline"]["reason"]
+    assert "type_lead_beyond_baseline_over_seeds" not in claims
+
+
+def test_claims_over_runs_refuses_a_folder_that_is_not_a_finished_run(cli, tracked_pair, tmp_path):
+    code, _, err = cli("claims", "lm", "--runs", str(tracked_pair[0]), "--runs", str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "not a run directory" in err
+    code, _, err = cli("claims", "ntp", "--runs", str(tracked_pair[0]))  # ntp declares no claims across runs
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "ntp" in err
