@@ -109,7 +109,10 @@ class Tracker:
         lab: the lab whose probes and claims apply (``lm``).
         preset, config, overrides: the probe sets, as for a lab run (``task``, ``data``, ``train``'s
             evaluation settings, ``thresholds``): a preset name, a YAML file or mapping, overrides.
-        every: probe every k steps in :meth:`step` (0: only where asked with ``force``).
+        every: probe every k steps in :meth:`step` (0: as often as ``budget`` allows once a first
+            probe was timed, see :meth:`due`; always where asked with ``force``).
+        budget: with ``every=0``, the share of the training time probing may take, the first and
+            the final probe included (0 < budget <= 1).
         spectra: per-head attention spectra at every record.
         settings: the researcher's own training settings, recorded in config.yaml as given.
         name: the model's name in records (default: its ``config._name_or_path``).
@@ -146,8 +149,9 @@ class Tracker:
         self.records = 0
         self.closed = False
         self._signals: dict[int, Any] = {}
-        self._probed_until: float | None = None  # when the last probe ended (perf_counter), every=0
-        self._probe_seconds = 0.0  # the last probe's duration, every=0
+        self._clock: float | None = None  # every=0: when the budget's accounting started (the first probe, or a resume)
+        self._probing = 0.0  # every=0: seconds spent probing since then
+        self._last_probe = 0.0  # every=0: the last probe's seconds (the reserve kept for the final probe)
 
     def open(self) -> "Tracker":
         """Make the run directory (or take up an unfinished one of this config); done by the
@@ -166,6 +170,8 @@ class Tracker:
             raise
         checkpoint = self.ctx.resume_state() if resume else None
         self.last_step = int(checkpoint.meta["step"]) if checkpoint is not None else None
+        if checkpoint is not None:  # every=0: the first step after the last record probes (and times the probe again)
+            self._clock = time.perf_counter()
         atexit.register(self._at_exit)
         return self
 
@@ -191,16 +197,23 @@ class Tracker:
     # -------------------------------------------------------------- recording
     def due(self, step: int) -> bool:
         """Whether :meth:`step` probes at ``step`` without ``force``: never at or before the last
-        record; with ``every`` k, at multiples of k; with ``every=0``, once the training time
-        since the last probe is at least that probe's time / ``budget`` (probing then takes at
-        most about budget / (1 + budget) of the wall time)."""
+        record; with ``every`` k, at multiples of k; with ``every=0``, when the time spent
+        probing, plus the next probe and one more kept for the final record, stays within
+        ``budget`` of the training time since the first probe:
+
+            probing + 2 * last_probe <= budget * (elapsed - probing)
+
+        so that a training that ends with a forced probe (the callback's ``on_train_end``) has
+        spent at most about ``budget`` of its training time probing, the first and the final
+        probe included (a training shorter than 2 / budget probe times exceeds it with those two)."""
         if self.last_step is not None and step <= self.last_step:
             return False
         if self.every:
             return step % self.every == 0
-        if self._probed_until is None:
+        if self._clock is None:
             return False
-        return (time.perf_counter() - self._probed_until) * self.budget >= self._probe_seconds
+        training = time.perf_counter() - self._clock - self._probing
+        return self._probing + 2 * self._last_probe <= self.budget * training
 
     def step(self, step: int, epoch: float | None = None, *, force: bool = False) -> bool:
         """Probe at training step ``step`` when due (or ``force``), recording ``epoch`` as the
@@ -216,6 +229,8 @@ class Tracker:
         import torch
 
         started = time.perf_counter()
+        if self._clock is None:
+            self._clock = started
         state = ModelState(self.model)
         try:
             with torch.no_grad():
@@ -227,8 +242,8 @@ class Tracker:
         self.records += 1
         self.last_step = step
         self.ctx.save_checkpoint(step, {"tracker.step": torch.tensor([step])}, {"step": step})
-        self._probed_until = time.perf_counter()
-        self._probe_seconds = self._probed_until - started
+        self._last_probe = time.perf_counter() - started
+        self._probing += self._last_probe
         return True
 
     def close(self) -> dict[str, Any]:

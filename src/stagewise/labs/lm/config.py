@@ -225,8 +225,8 @@ class SourceConfig(ConfigModel):
                                 "null: the step)")
     every: int = Field(0, ge=0, le=MAX_STEPS, description="tracked: probe every k optimizer steps (0: as often as\n"
                        "source.budget allows, plus where the caller asks: training's start and end, epoch ends)")
-    budget: float = Field(0.1, gt=0, le=1, allow_inf_nan=False, description="tracked, every=0: probe when the training time\n"
-                          "since the last probe is at least the last probe's time / budget (probing <= budget of training)")
+    budget: float = Field(0.1, gt=0, le=1, allow_inf_nan=False, description="tracked, every=0: probe while the time spent\n"
+                          "probing, the next probe and one kept for the final record stay within budget x the training time")
     spectra: bool = Field(False, description="tracked/checkpoint/trajectory: per-head attention spectra at every record")
     settings: dict[str, Any] = Field(default_factory=dict, description="the researcher's own training settings, recorded\n"
                                      "as given (optimizer, rate, schedule, ...); not read by stagewise")
