@@ -109,8 +109,8 @@ class Tracker:
         lab: the lab whose probes and claims apply (``lm``).
         preset, config, overrides: the probe sets, as for a lab run (``task``, ``data``, ``train``'s
             evaluation settings, ``thresholds``): a preset name, a YAML file or mapping, overrides.
-        every: probe every k steps in :meth:`step` (0: as often as ``budget`` allows once a first
-            probe was timed, see :meth:`due`; always where asked with ``force``).
+        every: probe every k steps in :meth:`step` (0: at the first step given, then as often as
+            ``budget`` allows, see :meth:`due`; always where asked with ``force``).
         budget: with ``every=0``, the share of the training time probing may take, the first and
             the final probe included (0 < budget <= 1).
         spectra: per-head attention spectra at every record.
@@ -197,7 +197,8 @@ class Tracker:
     # -------------------------------------------------------------- recording
     def due(self, step: int) -> bool:
         """Whether :meth:`step` probes at ``step`` without ``force``: never at or before the last
-        record; with ``every`` k, at multiples of k; with ``every=0``, when the time spent
+        record; with ``every`` k, at multiples of k; with ``every=0``, at the first step given,
+        then when the time spent
         probing, plus the next probe and one more kept for the final record, stays within
         ``budget`` of the training time since the first probe:
 
@@ -210,8 +211,8 @@ class Tracker:
             return False
         if self.every:
             return step % self.every == 0
-        if self._clock is None:
-            return False
+        if self._clock is None:  # nothing timed yet: the first step given probes (and times a probe)
+            return True
         training = time.perf_counter() - self._clock - self._probing
         return self._probing + 2 * self._last_probe <= self.budget * training
 
