@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 from lm_fixtures import write_layout  # noqa: E402
 
 from stagewise import Tracker, get_lab  # noqa: E402
-from stagewise.config import validate  # noqa: E402
+from stagewise.config import deep_merge, validate  # noqa: E402
 
 EPOCHS = 8
 
@@ -80,3 +80,47 @@ def test_claims_over_runs_refuses_a_folder_that_is_not_a_finished_run(cli, track
     assert code == 2 and len(err.strip().splitlines()) == 1 and "not a run directory" in err
     code, _, err = cli("claims", "ntp", "--runs", str(tracked_pair[0]))  # ntp declares no claims across runs
     assert code == 2 and len(err.strip().splitlines()) == 1 and "ntp" in err
+
+
+def test_a_tracked_two_task_run_records_per_task_loss_minimal_pairs_and_spectra(tmp_path):
+    """The probe sets of the two-task study (BLiMP + SICK with held-out examples) on a plain
+    loop: per-task losses, the held-out BLiMP minimal-pair accuracy, the label priors, the
+    per-head spectra at every record, and the syntax claim with a verdict."""
+    from stagewise.labs.lm.batching import dataset_batches
+    from stagewise.labs.lm.prepare import prepare
+    from stagewise.labs.lm.train import batch_loss, make_optimizer
+
+    root = write_layout(tmp_path / "data")
+    lab = get_lab("lm")
+    data = {"data": {"root": str(root)}, "task": {"limits": {"blimp": 3, "sick": 4}}}
+    config = validate(lab.Config, deep_merge(lab.preset_overrides("blimp-sick-tiny"), data))
+    prep = prepare(config)
+    model = prep.loaded.model
+    opt = make_optimizer(config, list(model.parameters()))
+    out = tmp_path / "run"
+    with Tracker(out, model, prep.loaded.tokenizer, preset="blimp-sick-tiny", overrides=data, every=2, spectra=True,
+                 vocab_ids=prep.loaded.vocab_ids) as tracker:
+        step = 0
+        tracker.step(0, 0.0)
+        for _ in range(3):
+            for rows in dataset_batches(len(prep.encoded), 4):
+                loss = batch_loss(model, prep.encoded, rows, config, prep.device)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                step += 1
+                tracker.step(step, step / 4)
+    import pandas as pd
+
+    metrics = pd.read_parquet(out / "metrics.parquet")
+    names = set(metrics["metric"])
+    assert {"train.loss.blimp", "train.loss.sick", "eval.blimp_minimal_pair", "eval.accuracy_minus_majority.blimp"} <= names
+    records = sorted(metrics[metrics["metric"] == "epoch"]["step"])
+    assert records == list(range(0, step + 1, 2))  # every 2 steps, the first step included
+    spectra = pd.read_parquet(out / "tables" / "spectra.parquet")
+    assert sorted(spectra["step"].unique()) == records
+    summary = json.loads((out / "summary.json").read_text())
+    syntax = next(c for c in summary["claims"] if c["id"] == "syntax_before_semantics")
+    assert syntax["verdict"] in ("holds", "fails", "not testable")
+    notes = json.loads((out / "manifest.json").read_text())["notes"]
+    assert set(notes["label_priors"]) == {"blimp", "sick"} and notes["examples"]
