@@ -93,8 +93,10 @@ def made_once(tmp_path_factory, worker_id):
 
 
 @pytest.fixture
-def no_run_figures():
-    """The test's in-process runs skip their figures (runcache.without_run_figures)."""
+def no_run_figures(monkeypatch):
+    """The test's runs skip their figures: in this process (runcache.without_run_figures) and
+    in the processes it starts (STAGEWISE_FIGURES=0: sweep workers, Ray, submitit jobs)."""
+    monkeypatch.setenv("STAGEWISE_FIGURES", "0")
     with runcache.without_run_figures():
         yield
 

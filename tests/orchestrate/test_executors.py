@@ -84,6 +84,7 @@ def assert_same_runs(a, b, pts):
 
 
 @pytest.mark.slow  # starts a local Ray cluster (~20 s) besides two sweeps
+@pytest.mark.usefixtures("no_run_figures")  # the runs' figures (in every process) are not what is tested
 def test_ray_equals_local(tmp_path):
     pytest.importorskip("ray", reason="Ray not installed (pip install -e '.[ray]')")
     pts = reference(tmp_path)
@@ -96,6 +97,7 @@ def test_ray_equals_local(tmp_path):
 
 
 @pytest.mark.slow  # submitit-local jobs: a process per job, ~25 s
+@pytest.mark.usefixtures("no_run_figures")  # the runs' figures (in every process) are not what is tested
 def test_submitit_local_equals_local_and_caps_concurrency(tmp_path):
     pytest.importorskip("submitit", reason="submitit not installed (pip install -e '.[slurm]')")
     pts = reference(tmp_path)
@@ -136,6 +138,7 @@ def test_a_submitit_timeout_requeues_and_resumes(tmp_path):
 
 
 @pytest.mark.slow  # two sweep processes, each spawning its workers: ~20 s
+@pytest.mark.usefixtures("no_run_figures")  # the runs' figures (in every process) are not what is tested
 def test_two_sweep_processes_on_one_folder_share_the_work(tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text(json.dumps({**NTP, "axes": {"train.lr_stage2": [0.01, 0.02], "seed": [0, 1]}, "executor": {"max_parallel": 1}}))

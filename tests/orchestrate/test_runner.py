@@ -52,3 +52,16 @@ def test_a_20k_token_data_file_is_refused(cli, tmp_path):
     path.write_text(json.dumps({"tokens": tokens, "samples": samples}))
     code, _, err = cli("run", "ntp", "--set", f"data.file={path}", "--out", str(tmp_path / "r"))
     one_line(code, err, "estimated peak memory")
+
+
+def test_stagewise_figures_0_skips_the_figures_and_nothing_else(cli, tmp_path, monkeypatch):
+    """STAGEWISE_FIGURES=0 (what large sweeps of small runs use): the run ends done with its
+    metrics, summary and claims, and no figures (the runs that draw them: the figure tests)."""
+    monkeypatch.setenv("STAGEWISE_FIGURES", "0")
+    out = tmp_path / "run"
+    code, _, err = cli("run", "ntp", "--preset", "example1", "--set", "train.steps_stage1=20", "--set",
+                       "train.steps_stage2=20", "-q", "--out", str(out))
+    assert code == 0, err
+    assert json.loads((out / "manifest.json").read_text())["status"] == "done"
+    assert json.loads((out / "summary.json").read_text())["claims"] and (out / "metrics.parquet").is_file()
+    assert not (out / "figures").exists() or not any((out / "figures").iterdir())

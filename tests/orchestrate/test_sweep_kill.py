@@ -26,6 +26,7 @@ SWEEP = {"lab": "ntp", "preset": "example1", "set": {"train.steps_stage1": 100, 
 N_RUNS = 24
 KILL_AFTER = 6          # SIGKILL once this many runs are done (a quarter to a half of the sweep)
 WAIT_S = 600            # a sweep (or its rerun) that takes longer than this has hung
+ENV = {**os.environ, "STAGEWISE_FIGURES": "0"}  # every process of the sweep skips the runs' figures (not what is tested)
 
 
 def sweep_cmd(spec: Path, out: Path, *extra: str) -> list[str]:
@@ -43,7 +44,7 @@ def _reference_sweep(root: Path) -> str:
     spec = root / "s.yaml"
     spec.write_text(json.dumps(SWEEP))
     run = subprocess.run(sweep_cmd(spec, root / "out", "--max-parallel", "2"), capture_output=True, text=True,
-                         timeout=WAIT_S)
+                         timeout=WAIT_S, env=ENV)
     assert run.returncode == 0, run.stderr[-2000:]
     assert len(done_runs(root / "out")) == N_RUNS
     return ""
@@ -58,7 +59,7 @@ def reference(made_once):
 def kill_halfway(cmd: list[str], out: Path, victim: str) -> None:
     """Start the sweep; once KILL_AFTER runs are done, SIGKILL the sweep process (``parent``)
     or the process holding a running point's lock (``worker``)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=ENV)
     deadline = time.time() + WAIT_S
     try:
         while len(done_runs(out)) < KILL_AFTER:
@@ -115,7 +116,7 @@ def test_a_killed_sweep_completes_when_run_again(tmp_path, reference, executor, 
     else:  # the sweep outlives its worker: the killed run is resumed in the same command (local) or failed (ray: retried)
         resumed = [d for d in (out / "runs").iterdir() if read_manifest(d).get("resumed")]
         assert len(resumed) >= 1 or len(done_runs(out)) < N_RUNS
-    again = subprocess.run(sweep_cmd(spec, out, *extra), capture_output=True, text=True, timeout=WAIT_S)
+    again = subprocess.run(sweep_cmd(spec, out, *extra), capture_output=True, text=True, timeout=WAIT_S, env=ENV)
     assert again.returncode == 0, (again.stdout[-1000:], again.stderr[-2000:])
     assert f"({N_RUNS} points" in again.stdout
     check_complete(out, reference)

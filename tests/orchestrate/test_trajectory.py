@@ -263,12 +263,14 @@ def _run_on(executor: ExecutorOptions, series: Series, reference: Path, out: Pat
 
 
 @pytest.mark.slow  # starts a local Ray cluster (~20 s) and runs six checkpoint runs (~5 s each) on 2 cores
+@pytest.mark.usefixtures("no_run_figures")  # the checkpoint runs' figures (in every process) are not compared
 def test_ray_trajectory_equals_in_process(series, reference, tmp_path, model_loads):
     pytest.importorskip("ray", reason="Ray not installed (pip install -e '.[ray]')")
     _run_on(ExecutorOptions(kind="ray", cpus_per_run=1, gpus_per_run=0), series, reference, tmp_path / "ray", model_loads)
 
 
 @pytest.mark.slow  # submitit-local: a process per checkpoint run (~10 s each with its imports), two at a time
+@pytest.mark.usefixtures("no_run_figures")  # the checkpoint runs' figures (in every process) are not compared
 def test_submitit_local_trajectory_equals_in_process(series, reference, tmp_path, model_loads):
     pytest.importorskip("submitit", reason="submitit not installed (pip install -e '.[slurm]')")
     opts = ExecutorOptions(kind="slurm", cluster="local", max_parallel=2, time_min=10)

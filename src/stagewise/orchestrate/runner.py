@@ -276,15 +276,27 @@ def open_context(lab: Lab, config: Any, paths: RunPaths, *, resume: bool = False
     return ctx
 
 
+FIGURES_ENV = "STAGEWISE_FIGURES"
+"""``STAGEWISE_FIGURES=0`` (or ``off``, ``no``, ``false``): runs skip their figures (the rest of
+the run folder is the same). For large sweeps of small runs, whose figures take most of each
+run's time; inherited by a sweep's workers (local processes, Ray, submitit)."""
+
+
+def figures_wanted() -> bool:
+    """False when :data:`FIGURES_ENV` turns the runs' figures off."""
+    return os.environ.get(FIGURES_ENV, "1").strip().lower() not in ("0", "off", "no", "false")
+
+
 def finish(lab: Lab, config: Any, paths: RunPaths, ctx: RunDirContext, result: Any) -> dict[str, Any]:
     """A finished run's outcome: the stream compacted to metrics.parquet, summary.json, the
-    figures, status done; returns the manifest."""
+    figures (unless :data:`FIGURES_ENV` turns them off), status done; returns the manifest."""
     ctx.sink.close()
     frame = _metrics_frame(lab, ctx)
     write_parquet(frame, paths.metrics)
     summary = lab.summary(config, frame, ctx.tables, result)
     atomic_write_json(paths.summary, summary.to_json())
-    lab.make_figures(config, frame, ctx.tables, summary, paths.figures)
+    if figures_wanted():
+        lab.make_figures(config, frame, ctx.tables, summary, paths.figures)
     ctx.finishing()
     return update_manifest(paths.root, status="done", ended=now_iso())
 
