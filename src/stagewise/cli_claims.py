@@ -84,10 +84,9 @@ def claims_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise lab
                as_json: bool = typer.Option(False, "--json", help="print the declared claims as a JSON list"),
                runs: Optional[List[Path]] = typer.Option(None, "--runs", help="finished run folders of LAB (a real run and "
                                                          "its controls, over seeds; e.g. tracked runs): judge the "
-                                                         "claims over them; repeatable")) -> None:
-    """List LAB's declared claims and their sources (paper, theorem/figure, reviewer, own check); runs nothing.
-    With --runs, the claims over those runs (each judged by its declared aggregation across the
-    runs that differ only in seed and control), as sweeps and reproduce judge them."""
+                                                         "claims over them, each by its declared aggregation across "
+                                                         "the runs that differ only in seed and control; repeatable")) -> None:
+    """List LAB's declared claims and their sources (paper, theorem/figure, reviewer, own check); runs nothing."""
     from .labs import get_lab
 
     value = get_lab(lab)

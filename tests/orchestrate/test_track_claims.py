@@ -102,7 +102,7 @@ def test_a_tracked_two_task_run_records_per_task_loss_minimal_pairs_and_spectra(
                  vocab_ids=prep.loaded.vocab_ids) as tracker:
         step = 0
         tracker.step(0, 0.0)
-        for _ in range(3):
+        for _ in range(2):
             for rows in dataset_batches(len(prep.encoded), 4):
                 loss = batch_loss(model, prep.encoded, rows, config, prep.device)
                 opt.zero_grad()

@@ -217,6 +217,7 @@ def test_a_killed_trajectory_evaluates_only_what_it_had_not_recorded(series, ref
     assert_same_records(out, reference)
 
 
+@pytest.mark.slow  # a spawned local pool (each worker imports torch) runs three checkpoint runs, then a rerun: ~10 s
 def test_a_failed_checkpoint_run_is_one_line_and_its_finished_ones_are_kept(series, reference, tmp_path, cli, model_loads):
     broken = tmp_path / "broken"
     shutil.copytree(series.folders[2], broken)
