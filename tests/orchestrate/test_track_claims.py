@@ -124,3 +124,57 @@ def test_a_tracked_two_task_run_records_per_task_loss_minimal_pairs_and_spectra(
     assert syntax["verdict"] in ("holds", "fails", "not testable")
     notes = json.loads((out / "manifest.json").read_text())["notes"]
     assert set(notes["label_priors"]) == {"blimp", "sick"} and notes["examples"]
+
+
+def capitalised_rule(examples, predictions):
+    """A researcher's own rule: the answer is semantic-correct, another capitalised word is the
+    right kind (the fixture's answers are places, languages and cities), anything else is not."""
+    return ["semantic-correct" if p.strip().lower() == e.answer.strip().lower() else
+            "type-correct" if p.strip()[:1].isupper() else "type-wrong" for e, p in zip(examples, predictions)]
+
+
+def test_a_user_category_rule_is_recorded_and_judges_the_claims(tmp_path):
+    import pandas as pd
+
+    from stagewise.labs.lm.prepare import prepare
+
+    root = write_layout(tmp_path / "data")
+    lab = get_lab("lm")
+    data = {"data": {"root": str(root)}}
+    config = validate(lab.Config, deep_merge(lab.preset_overrides("counterfact-tiny"), data))
+    prep = prepare(config)
+    out = tmp_path / "run"
+    with Tracker(out, prep.loaded.model, prep.loaded.tokenizer, preset="counterfact-tiny", overrides=data,
+                 vocab_ids=prep.loaded.vocab_ids, categorize=capitalised_rule) as tracker:
+        tracker.step(0, 0.0, force=True)
+        tracker.step(1, 1.0, force=True)
+    rows = pd.read_parquet(out / "tables" / "predictions.parquet")
+    top1 = [prep.loaded.tokenizer.decode([int(ids[0])]) for ids in rows["top_ids"]]
+    expected = capitalised_rule([next(e for e in tracker.probe._items if e.id == i) for i in rows["example_id"]], top1)
+    assert list(rows["category_user"]) == expected  # the function's own verdicts, example by example
+    metrics = pd.read_parquet(out / "metrics.parquet")
+    at0 = metrics[(metrics["step"] == 0) & metrics["metric"].str.endswith("_user")].set_index("metric")["value"]
+    assert at0["train.type_correct_user"] == expected[:len(rows) // 2].count("type-correct")
+    config_text = (out / "config.yaml").read_text()
+    assert "capitalised_rule" in config_text and "type_rule: user" in config_text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["details"]["type_rule"] == "user"
+
+
+@pytest.mark.parametrize("rule, needle", [
+    (lambda examples, predictions: ["right"] * len(examples), "categorize returned 'right' for example"),
+    (lambda examples, predictions: [], "categorize returned 0 categories"),
+])
+def test_a_bad_user_rule_is_one_line_before_the_folder(tmp_path, rule, needle):
+    from stagewise import UserError
+    from stagewise.labs.lm.prepare import prepare
+
+    root = write_layout(tmp_path / "data")
+    lab = get_lab("lm")
+    data = {"data": {"root": str(root)}}
+    prep = prepare(validate(lab.Config, deep_merge(lab.preset_overrides("counterfact-tiny"), data)))
+    with pytest.raises(UserError) as err:
+        Tracker(tmp_path / "run", prep.loaded.model, prep.loaded.tokenizer, preset="counterfact-tiny", overrides=data,
+                vocab_ids=prep.loaded.vocab_ids, categorize=rule)
+    assert len(err.value.messages) == 1 and needle in err.value.messages[0]
+    assert not (tmp_path / "run").exists()

@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ..config import config_hash, deep_merge, load_yaml, validate
 from ..errors import UserError
@@ -119,6 +119,11 @@ class Tracker:
         vocab_ids: (V',) the tokenizer ids of the model's rows, for a compacted vocabulary.
         seed: the training's seed, recorded as the run's ``seed`` (runs of one experiment that
             differ in seed and control pair by it: ``stagewise claims lm --runs ...``).
+        categorize: a researcher's own category rule, ``categorize(examples, predictions) ->
+            categories`` (lm: one of semantic-correct, type-correct, type-wrong, excluded per
+            example; predictions are the top-1 tokens as text), checked once when the tracker is
+            made; its records are ``category_user`` and the claims are judged by it
+            (``thresholds.type_rule=user``, its name in ``source.categorize``).
 
     Every input is checked before the folder is made (one UserError line, nothing written).
     """
@@ -126,7 +131,8 @@ class Tracker:
     def __init__(self, out: str | Path, model: Any, tokenizer: Any = None, *, lab: str = "lm", preset: str | None = None,
                  config: str | Path | Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None,
                  every: int = 0, budget: float = 0.1, spectra: bool = False, settings: Mapping[str, Any] | None = None,
-                 name: str | None = None, vocab_ids: Any = None, seed: int | None = None):
+                 name: str | None = None, vocab_ids: Any = None, seed: int | None = None,
+                 categorize: Callable[[Sequence[Any], Sequence[str]], Sequence[str]] | None = None):
         self.lab = get_lab(lab)
         if self.lab.probe is None:
             raise UserError(f"lab '{lab}' has no probes (it measures only the models it trains)")
@@ -137,11 +143,18 @@ class Tracker:
                             "or the Trainer's processing_class)")
         if seed is not None:  # the training's seed: the run's seed key (a real run and its controls pair by it)
             overrides = deep_merge(dict(overrides or {}), {"seed": seed})
+        if categorize is not None:  # the researcher's own rule: recorded by name, and the claims judged by it
+            if not callable(categorize):
+                raise UserError(f"categorize={categorize!r}: give a function (examples, predictions) -> categories")
+            label = f"{getattr(categorize, '__module__', '?')}.{getattr(categorize, '__qualname__', type(categorize).__name__)}"
+            overrides = deep_merge(dict(overrides or {}), {"source": {"categorize": label},
+                                                           "thresholds": {"type_rule": "user"}})
         self.config = tracked_config(self.lab, preset=preset, config=config, overrides=overrides, every=every,
                                      budget=budget, spectra=spectra, settings=settings)
         self.every, self.budget = every, self.config.source.budget
         self.lab.check(self.config)
-        self.probe = self.lab.probe(self.config, model, tokenizer, name=name, vocab_ids=vocab_ids)
+        extra = {"categorize": categorize} if categorize is not None else {}
+        self.probe = self.lab.probe(self.config, model, tokenizer, name=name, vocab_ids=vocab_ids, **extra)
         self.model = model
         self.out = Path(out)
         self.ctx: Any = None

@@ -177,9 +177,10 @@ class Thresholds(ConfigModel):
     """The claims' thresholds, fixed before any run (see docs/lm.md)."""
 
     half: float = Field(0.5, gt=0, lt=1, description="'falls to half' / 'reaches half': the fraction used by both claims")
-    type_rule: Literal["open", "closed"] = Field(
+    type_rule: Literal["open", "closed", "user"] = Field(
         "open", description="the type rule the type claims are judged by: open (the prompt's declared answer type, lexicons;\n"
-        "categories.py) or closed (another answer of the same group in the loaded sample) [ours; both are reported]")
+        "categories.py) or closed (another answer of the same group in the loaded sample) [ours; both are reported];\n"
+        "user: a tracked run's own rule (source.categorize, the researcher's function)")
 
     ADDED = ("type_rule",)
 
@@ -230,6 +231,8 @@ class SourceConfig(ConfigModel):
     spectra: bool = Field(False, description="tracked/checkpoint/trajectory: per-head attention spectra at every record")
     settings: dict[str, Any] = Field(default_factory=dict, description="the researcher's own training settings, recorded\n"
                                      "as given (optimizer, rate, schedule, ...); not read by stagewise")
+    categorize: str | None = Field(None, description="tracked: the name of the researcher's own category function (its\n"
+                                   "records are category_user; thresholds.type_rule=user judges the claims by it)")
 
     @model_validator(mode="after")
     def _check(self):
@@ -244,6 +247,8 @@ class SourceConfig(ConfigModel):
                 raise ValueError(f"source.steps={self.steps}: steps increase along the trajectory")
             if any(s < 0 for s in self.steps):
                 raise ValueError(f"source.steps={self.steps}: steps are >= 0")
+        if self.categorize is not None and self.kind != "tracked":
+            raise ValueError("source.categorize: a researcher's own category function, only for source.kind=tracked")
         if self.kind == "train" and (self.settings or self.every or self.spectra or self.budget != 0.1):
             raise ValueError("source.settings/every/spectra: only when the model is trained elsewhere (source.kind != train)")
         return self
@@ -263,6 +268,9 @@ class Config(RunBase):
 
     @model_validator(mode="after")
     def _check(self):
+        if self.thresholds.type_rule == "user" and self.source.categorize is None:
+            raise ValueError("thresholds.type_rule=user: the claims are judged by a tracked run's own category function "
+                             "(Tracker(categorize=...), recorded as source.categorize)")
         if self.source.kind != "train":
             if self.baselines.kinds:
                 raise ValueError(f"baselines.kinds={self.baselines.kinds}: the baselines are trained by the lab; a model "

@@ -20,6 +20,7 @@ class Evaluation:
         answer_rank: (N,) 1-based rank of the answer (1 = top-1); answer_logprob: (N,).
         codes: (N,) category codes of the closed-world rule (categories.SEMANTIC / TYPE_CORRECT / TYPE_WRONG).
         codes_open: (N,) codes of the open-world rule (also EXCLUDED), or None without types.
+        codes_user: (N,) codes of a researcher's own rule (a tracked run's ``categorize``), or None.
     """
 
     top_rows: torch.Tensor
@@ -28,6 +29,7 @@ class Evaluation:
     answer_logprob: torch.Tensor
     codes: torch.Tensor
     codes_open: torch.Tensor | None = None
+    codes_user: torch.Tensor | None = None
 
 
 def score_logits(logits: torch.Tensor, target: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:

@@ -274,8 +274,9 @@ def stage_detection(config: Config, frame: pd.DataFrame) -> dict[str, Any] | Non
     h = config.thresholds.half
     derived: list[pd.DataFrame] = []
     if config.task.framing == "answer":
-        suffix = "_open" if config.thresholds.type_rule == "open" and (frame["metric"] == "train.type_correct_open").any() else ""
-        counts = {c: _at_evaluations(frame, f"train.{c}{suffix if c != 'semantic_correct' else ''}")
+        rule = config.thresholds.type_rule
+        suffix = f"_{rule}" if rule != "closed" and (frame["metric"] == f"train.type_correct_{rule}").any() else ""
+        counts = {c: _at_evaluations(frame, f"train.{c}{suffix if c != 'semantic_correct' or suffix == '_user' else ''}")
                   for c in ("type_wrong", "type_correct", "semantic_correct")}
         for seed, (steps, tw) in counts["type_wrong"].items():
             tc, sem = counts["type_correct"][seed][1], counts["semantic_correct"][seed][1]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -64,7 +64,8 @@ class Probe:
         probe.record(ctx, step=100, epoch=0.5)
     """
 
-    def __init__(self, config: Config, loaded: LoadedModel, *, quiet: bool = True, data: Any = None):
+    def __init__(self, config: Config, loaded: LoadedModel, *, quiet: bool = True, data: Any = None,
+                 categorize: Callable[[Sequence[Any], Sequence[str]], Sequence[str]] | None = None):
         if loaded.tokenizer is None:
             raise UserError("the model has no tokenizer: give the probe the tokenizer its training used "
                             "(tokenizer=..., or the Trainer's processing_class)")
@@ -74,6 +75,16 @@ class Probe:
         self.prep: Prepared = prepare_for(config, tokenized, held, loaded, device)
         self._heldout: Any = None
         self._spectra: Any = None
+        self.categorize = categorize
+        self._items: list[Any] = list(tokenized.items)
+        self._strings: list[str] = []
+        if categorize is not None:
+            if config.task.framing != "answer":
+                raise UserError("categorize: a category rule judges answers; task.framing=lm has none")
+            from .categories import row_strings
+
+            self._strings = row_strings(loaded.tokenizer, loaded.vocab_ids, loaded.vocab_size)
+            self.user_codes([e.answer for e in self._items])  # the function's shape checked once, before any record
 
     @property
     def examples(self) -> dict[str, int]:
@@ -105,7 +116,7 @@ class Probe:
         model = prep.loaded.model
         with torch.inference_mode():
             record_epoch(cfg, model, prep.encoded, ctx, prep.device, epoch, step, prep.space, prep.loaded.vocab_ids, None,
-                         heldout=self._heldout)
+                         heldout=self._heldout, user_rule=self._user_rule if self.categorize is not None else None)
             if cfg.source.spectra:
                 self._record_spectra(ctx, step, epoch)
 
@@ -119,6 +130,27 @@ class Probe:
         if table is not None:
             ctx.log_table("spectra", table.assign(epoch=epoch, step=step), part=step)
 
+    def user_codes(self, predictions: Sequence[str]) -> torch.Tensor:
+        """(N,) category codes of the researcher's ``categorize(examples, predictions)``: one of
+        "semantic-correct", "type-correct", "type-wrong", "excluded" per example (one UserError
+        line naming the first bad value otherwise)."""
+        from .categories import OPEN_CATEGORIES
+
+        assert self.categorize is not None
+        index = {name: i for i, name in enumerate(OPEN_CATEGORIES)}
+        got = list(self.categorize(self._items, list(predictions)))
+        if len(got) != len(self._items):
+            raise UserError(f"categorize returned {len(got)} categories for {len(self._items)} examples; one per example")
+        bad = next((i for i, c in enumerate(got) if c not in index), None)
+        if bad is not None:
+            raise UserError(f"categorize returned {got[bad]!r} for example {self._items[bad].id}; allowed: "
+                            f"{', '.join(OPEN_CATEGORIES)}")
+        return torch.tensor([index[c] for c in got], dtype=torch.long)
+
+    def _user_rule(self, ev: Any) -> torch.Tensor:
+        """The user codes of an evaluation: its top-1 tokens as text, through ``categorize``."""
+        return self.user_codes([self._strings[r] for r in ev.top_rows[:, 0].tolist()])
+
     def extras(self, steps: int | None = None) -> dict[str, Any]:
         """The run's facts for its summary (a lab run's RunResult extras)."""
         prep = self.prep
@@ -129,14 +161,18 @@ class Probe:
 
 
 def probe(config: Config, model: Any, tokenizer: Any, *, name: str | None = None,
-          vocab_ids: torch.Tensor | None = None) -> Probe:
+          vocab_ids: torch.Tensor | None = None,
+          categorize: Callable[[Sequence[Any], Sequence[str]], Sequence[str]] | None = None) -> Probe:
     """The lab's ``Lab.probe``: a :class:`Probe` of ``model`` (a Hugging Face causal LM) with
     ``tokenizer`` (pad token = EOS when it has none); ``vocab_ids`` (V',) when the model's
-    rows are a subset of the tokenizer's ids (a compact vocabulary, e.g. the lab's own tiny runs)."""
+    rows are a subset of the tokenizer's ids (a compact vocabulary, e.g. the lab's own tiny runs);
+    ``categorize(examples, predictions) -> categories`` a researcher's own category rule
+    (examples: :class:`~.tasks.Example` values with ``prompt``, ``answer``, ``group``, ``task``,
+    ``id``; predictions: each one's top-1 token as text), recorded as ``category_user``."""
     if tokenizer is not None and getattr(tokenizer, "pad_token_id", None) is None:
         tokenizer.pad_token = tokenizer.eos_token
     label = name or str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
-    return Probe(config, LoadedModel(model, tokenizer, label, vocab_ids))
+    return Probe(config, LoadedModel(model, tokenizer, label, vocab_ids), categorize=categorize)
 
 
 # ------------------------------------------------------------------ saved models

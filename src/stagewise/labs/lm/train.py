@@ -19,6 +19,7 @@ a resumed run repeats the uninterrupted one exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable
 
@@ -115,6 +116,12 @@ def answer_metrics(enc: Encoded, ev: Evaluation) -> dict[str, torch.Tensor]:
             out[f"train.type_correct_open{suffix}"] = (opened == TYPE_CORRECT).sum().double()
             out[f"train.type_wrong_open{suffix}"] = (opened == TYPE_WRONG).sum().double()
             out[f"train.excluded_open{suffix}"] = (opened == EXCLUDED).sum().double()
+        if ev.codes_user is not None:  # a researcher's own rule (it decides semantic-correct too)
+            mine = ev.codes_user[sel]
+            out[f"train.semantic_correct_user{suffix}"] = (mine == SEMANTIC).sum().double()
+            out[f"train.type_correct_user{suffix}"] = (mine == TYPE_CORRECT).sum().double()
+            out[f"train.type_wrong_user{suffix}"] = (mine == TYPE_WRONG).sum().double()
+            out[f"train.excluded_user{suffix}"] = (mine == EXCLUDED).sum().double()
     return out
 
 
@@ -148,6 +155,7 @@ def prediction_records(enc: Encoded, ev: Evaluation, epoch: float, vocab_ids: to
         "answer_logprob": ev.answer_logprob.numpy(),
         "category_open": category_names(ev.codes_open) if ev.codes_open is not None else np.full(len(enc), None, dtype=object),
         **kinds,
+        **({"category_user": category_names(ev.codes_user)} if ev.codes_user is not None else {}),
     })
 
 
@@ -391,11 +399,12 @@ def log_spectra(ctx: RunContext, step: int, model: Any, spectra: SpectraHook) ->
 def record_epoch(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device: torch.device, epoch: float, step: int,
                  space: AnswerSpace | None, vocab_ids: torch.Tensor | None, spectra: SpectraHook | None,
                  recorder: TrainPassRecorder | None = None, baselines: Baselines | None = None,
-                 heldout: RecordHook | None = None) -> None:
+                 heldout: RecordHook | None = None, user_rule: Callable[[Evaluation], torch.Tensor] | None = None) -> None:
     """Log the epoch's records at ``step``: metrics and the table part ``step`` (``epoch`` is
     fractional for evaluations inside an epoch: step / steps per epoch). The records are an
     eval-mode evaluation of every example, or, with ``recorder``, the epoch's training-pass
-    scores (which it then clears). ``baselines`` are recorded the same way, beside the model."""
+    scores (which it then clears). ``baselines`` are recorded the same way, beside the model;
+    ``user_rule`` gives the codes of a researcher's own category rule (``category_user``)."""
     if cfg.task.framing == "lm":
         model.eval()
         nll, tokens = evaluate_sentences(model, enc, cfg, device)
@@ -410,6 +419,8 @@ def record_epoch(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device:
         else:
             model.eval()
             ev = evaluate_answers(model, enc, space, cfg, device)
+        if user_rule is not None:
+            ev = dataclasses.replace(ev, codes_user=user_rule(ev))
         ctx.log_table("predictions", prediction_records(enc, ev, epoch, vocab_ids, space), part=step)
         values = answer_metrics(enc, ev)
         if baselines is not None:

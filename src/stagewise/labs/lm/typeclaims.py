@@ -84,9 +84,10 @@ def question_predictions(frame: pd.DataFrame | None) -> pd.DataFrame | None:
 
 
 def rule_column(predictions: pd.DataFrame, rule: str) -> str | None:
-    """The predictions column of a type rule ("category": closed, "category_open": open), or
-    None when the table has no values for it (runs made before the open rule)."""
-    column = "category_open" if rule == "open" else "category"
+    """The predictions column of a type rule ("category": closed, "category_open": open,
+    "category_user": a tracked run's own rule), or None when the table has no values for it
+    (runs made before the open rule)."""
+    column = {"open": "category_open", "user": "category_user"}.get(rule, "category")
     return column if column in predictions and predictions[column].notna().any() else None
 
 
