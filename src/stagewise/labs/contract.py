@@ -233,7 +233,7 @@ class Lab:
     across the runs that differ only in seed and control; shown beside the claims matrix."""
     probe: Callable[..., Any] | None = None
     """The lab's measurements of a model it did not train (issue 29): ``probe(config, model,
-    tokenizer, *, name=None, vocab_ids=None)`` reads and checks the config's probe sets (one
+    tokenizer, *, name=None, vocab_ids=None, **lab_keywords)`` (the lm lab's: ``categorize``) reads and checks the config's probe sets (one
     UserError line) and returns an object with ``note(ctx)`` (the run's facts into the
     manifest), ``record(ctx, step, epoch)`` (one evaluation's records, in eval mode without
     gradients; the caller restores the model's modes and RNG) and ``extras(steps)`` (the
