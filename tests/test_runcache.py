@@ -29,6 +29,7 @@ def counted(monkeypatch):
     return calls
 
 
+@pytest.mark.usefixtures("no_run_figures")  # the cache's bookkeeping is tested, not the runs' figures
 def test_one_run_per_config_and_copies_are_private(tmp_path, counted):
     cache = RunCache(tmp_path / "cache")
     spec = RunSpec(lab="ntp", overrides=TINY_NTP, name="a")
@@ -41,14 +42,16 @@ def test_one_run_per_config_and_copies_are_private(tmp_path, counted):
     assert cache.changed() == []
 
 
+@pytest.mark.usefixtures("no_run_figures")  # the cache's bookkeeping is tested, not the runs' figures
 def test_a_write_into_a_cached_run_is_found(tmp_path, counted):
     cache = RunCache(tmp_path / "cache")
     folder = cache.path(RunSpec(lab="ntp", overrides=TINY_NTP))
     assert cache.changed() == []
-    (folder / "figures" / "extra.png").write_bytes(b"x")
+    (folder / "tables" / "extra.parquet").write_bytes(b"x")
     assert cache.changed() == [folder.name]
 
 
+@pytest.mark.usefixtures("no_run_figures")  # the cache's bookkeeping is tested, not the runs' figures
 def test_a_folder_without_its_digest_is_made_again(tmp_path, counted):
     cache = RunCache(tmp_path / "cache")
     spec = RunSpec(lab="ntp", overrides=TINY_NTP)

@@ -55,6 +55,7 @@ def test_bad_specs_are_user_errors():
         spec_config(RunSpec(lab="ntp", overrides={"train": {"no_such": 1}}, name="x"))
 
 
+@pytest.mark.usefixtures("no_run_figures")  # metrics, tables and summaries are compared; figures cost most of each run
 def test_execute_spec_in_a_fresh_process_equals_stagewise_run(tmp_path, cli):
     code = ("import sys; from stagewise import RunSpec, execute_spec; "
             "spec = RunSpec.from_json(sys.argv[1]); print(execute_spec(spec, sys.argv[2])['status'])")
@@ -71,6 +72,7 @@ def test_execute_spec_in_a_fresh_process_equals_stagewise_run(tmp_path, cli):
     assert json.loads((tmp_path / "spec" / "summary.json").read_text()) == json.loads((tmp_path / "cli" / "summary.json").read_text())
 
 
+@pytest.mark.usefixtures("no_run_figures")  # the refusal is tested, not the run's figures
 def test_execute_spec_refuses_a_folder_of_another_config(tmp_path):
     execute_spec(SPEC, tmp_path / "r")
     other = RunSpec(lab="ntp", preset="example1", overrides={"train": {"steps_stage2": 61}}, name="x")

@@ -174,7 +174,7 @@ KILL_SWEEP = {"set": {"train.steps_stage1": 1500, "train.steps_stage2": 3000, "t
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds the workers through /proc")
 @pytest.mark.parametrize("extra", [
-    pytest.param([], id="local"),
+    pytest.param([], id="local", marks=pytest.mark.slow),  # a real SIGKILL of a sweep process and its spawned pool: ~13 s
     pytest.param(["--executor", "slurm", "--set", "executor.cluster=local"], id="submitit-local",
                  marks=pytest.mark.slow),
 ])

@@ -53,7 +53,8 @@ COUNTS = ("train.semantic_correct", "train.type_correct", "train.type_wrong", "t
 
 # ------------------------------------------------------------------ helpers
 def doc_blocks() -> list[str]:
-    """The ```python blocks of docs/probes.md, in order: the model and data, the Trainer, the loop."""
+    """The ```python blocks of docs/probes.md, in order: the model and data, the Trainer, the loop,
+    a tracker with a category rule of one's own (made and checked; it records nothing)."""
     return re.findall(r"^```python\n(.*?)^```$", DOC.read_text(encoding="utf-8"), flags=re.S | re.M)
 
 
@@ -143,11 +144,13 @@ def setup_ns(tmp_path_factory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def doc_runs(tmp_path_factory) -> Path:
-    """The doc's three blocks run as written: runs/tracked (the Trainer) and runs/loop (a plain loop)."""
+    """The doc's blocks run as written: runs/tracked (the Trainer) and runs/loop (a plain loop),
+    then a tracker with its own category rule, made (every input checked) but never stepped."""
     folder = tmp_path_factory.mktemp("probes_doc")
     blocks = doc_blocks()
-    assert len(blocks) == 3, "docs/probes.md: the model and data, the Trainer, the plain loop"
-    run_blocks(blocks, folder)
+    assert len(blocks) == 4, "docs/probes.md: the model and data, the Trainer, the plain loop, your own categories"
+    namespace = run_blocks(blocks, folder)
+    assert namespace["tracker"].config.thresholds.type_rule == "user" and not (folder / "runs" / "mine").exists()
     return folder
 
 

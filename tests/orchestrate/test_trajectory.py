@@ -188,6 +188,7 @@ def test_a_trajectory_reads_as_a_lab_run(series, reference, cli, tmp_path):
     assert result.kind == "run" and result.html.is_file() and "type_before_fact" in result.html.read_text()
 
 
+@pytest.mark.slow  # a real SIGKILL of a trajectory process, then its rerun: two fresh interpreters importing torch, ~11 s
 def test_a_killed_trajectory_evaluates_only_what_it_had_not_recorded(series, reference, tmp_path, model_loads):
     out = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "stagewise.cli", *series.cli_args(out), "--quiet"],

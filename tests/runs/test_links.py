@@ -72,6 +72,7 @@ def test_resume_refuses_a_link_and_leaves_its_target_untouched(cli, finished, tm
     assert _digest(target) == before
 
 
+@pytest.mark.usefixtures("no_run_figures")  # the folder's links are what is tested, not the runs' figures
 def test_a_sweep_rerun_refuses_a_link_in_its_folder(cli, tmp_path):
     import yaml
 
