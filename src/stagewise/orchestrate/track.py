@@ -192,7 +192,10 @@ class Tracker:
         """A process that ends with the tracker open (a training that crashed outside a ``with``
         block): the run is recorded as failed, never left 'running'."""
         if not self.closed and self.ctx is not None:
-            self.fail(RuntimeError("the training process ended before the tracker was closed; what was recorded is kept"))
+            try:
+                self.fail(RuntimeError("the training process ended before the tracker was closed; what was recorded is kept"))
+            except Exception:  # noqa: BLE001 (the folder may be gone at interpreter exit: nothing left to record into)
+                pass
 
     def _folder(self, out: Path) -> tuple[RunPaths, bool]:
         """(paths, resume): a new run directory, or an unfinished one of this very config."""
