@@ -35,6 +35,7 @@ from ..labs import RunSpec, get_lab
 from ..labs.resolve import spec_hash
 from ..progress import ProgressCallback
 from ..runs import RunLock, RunPaths, read_manifest, update_manifest
+from ..runs.manifest import finished_with
 from ..runs.store import Checkpoints, now_iso
 from .executor_options import ExecutorOptions
 from .runner import check_size, execute, load_for_resume, prepare
@@ -188,7 +189,7 @@ def dispatch_parts(config: Any, paths: RunPaths, opts: ExecutorOptions,
     todo: dict[str, tuple[int, Task]] = {}
     for index in range(recorded + 1, len(points)):
         spec = RunSpec(lab=LAB, overrides=part_config(config, index, points[index]), name=part_key(index))
-        if not _part_done(paths, part_key(index), spec_hash(spec)):
+        if not finished_with(paths.parts / "runs" / part_key(index), spec_hash(spec)):
             todo[part_key(index)] = (index, Task(part_key(index), spec.to_json()))
     results: dict[str, PartResult] = {}
 
@@ -225,13 +226,3 @@ def _recorded_index(paths: RunPaths) -> int:
     latest = Checkpoints(paths.checkpoints).latest()
     index = latest[3].get("index") if latest is not None else None
     return int(index) if isinstance(index, int) else -1
-
-
-def _part_done(paths: RunPaths, key: str, expected_hash: str) -> bool:
-    """Whether ``parts/runs/KEY`` holds a finished run of ``expected_hash`` (what the
-    trajectory folds, :meth:`~stagewise.runs.RunDirContext.finished_part`)."""
-    try:
-        manifest = read_manifest(paths.parts / "runs" / key)
-    except (UserError, OSError):
-        return False
-    return manifest.get("status") == "done" and manifest.get("config_hash") == expected_hash

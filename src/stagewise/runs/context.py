@@ -230,14 +230,10 @@ class RunDirContext:
     def finished_part(self, key: str, config_hash: str) -> tuple[pd.DataFrame, TableStore] | None:
         """(metrics, tables) of the finished run ``parts/runs/KEY`` whose config hash is
         ``config_hash``, else None (absent, unfinished, another config, or unreadable)."""
-        from .manifest import read_manifest
+        from .manifest import finished_with
 
         folder = self.paths.parts / "runs" / key
-        try:
-            manifest = read_manifest(folder)
-        except Exception:  # noqa: BLE001 (absent or damaged: the part is evaluated again)
-            return None
-        if manifest.get("status") != "done" or manifest.get("config_hash") != config_hash:
+        if not finished_with(folder, config_hash):  # absent, unfinished or damaged: the part is evaluated again
             return None
         part = RunPaths(folder)
         try:

@@ -29,6 +29,16 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     return data
 
 
+def finished_with(run_dir: str | Path, config_hash: str) -> bool:
+    """Whether ``run_dir`` holds a finished run (status done) of ``config_hash``; False when it
+    is absent, unfinished, of another config, or its manifest is unreadable."""
+    try:
+        manifest = read_manifest(run_dir)
+    except (UserError, OSError):
+        return False
+    return manifest.get("status") == "done" and manifest.get("config_hash") == config_hash
+
+
 def update_manifest(run_dir: str | Path, **changes: Any) -> dict[str, Any]:
     path = Path(run_dir) / "manifest.json"
     manifest = json.loads(path.read_text(encoding="utf-8"))

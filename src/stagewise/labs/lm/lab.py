@@ -182,13 +182,7 @@ def run(config: Config, ctx: RunContext) -> RunResult:
     if config.source.kind != "train":
         return _measure(config, ctx)
     prep = prepare(config)
-    ctx.note("dropped_multi_token", prep.dropped)
-    if prep.replacement is not None:
-        ctx.note("replaced_answers", prep.replacement)
-    if prep.space is not None and prep.space.types is not None:
-        ctx.note("type_rule_excluded", prep.space.types.excluded)
-    counts = {task: int((prep.encoded.task == i).sum()) for i, task in enumerate(prep.encoded.tasks)}
-    ctx.note("examples", counts)
+    prep.note(ctx)
     from .twotask import heldout_hook
 
     heldout = heldout_hook(config, prep.heldout, ctx, prep.device, prep.loaded.vocab_ids)  # issue 27; None without task.heldout
@@ -197,21 +191,17 @@ def run(config: Config, ctx: RunContext) -> RunResult:
         from ...lmkit.spectra import spectra_hook
 
         spectra = spectra_hook(prep.loaded.model)
-    threads = config.train.threads if isinstance(config.train.threads, int) else _auto_threads(config)
     import torch
 
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32  # restored after the run
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = config.train.tf32
     try:
-        with training_threads(threads):
+        with training_threads(_threads(config)):
             steps = train(config, prep.loaded.model, prep.encoded, ctx, prep.device, space=prep.space,
                           vocab_ids=prep.loaded.vocab_ids, spectra=spectra, heldout=heldout)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
-    types = prep.space.types if prep.space is not None else None
-    return RunResult({"model": prep.loaded.name, "examples": counts, "dropped": prep.dropped, "steps": steps,
-                      "vocab_rows": prep.loaded.vocab_size, "replaced_answers": prep.replacement,
-                      "type_rule_excluded": types.excluded if types is not None else None})
+    return RunResult(prep.extras(steps))
 
 
 def _measure(config: Config, ctx: RunContext) -> RunResult:
@@ -224,9 +214,13 @@ def _measure(config: Config, ctx: RunContext) -> RunResult:
     if config.source.kind == "tracked":
         raise UserError("source.kind=tracked: a tracked run is written by the researcher's own training (stagewise.Tracker "
                         "or the Trainer callback, docs/probes.md), not by stagewise run")
-    threads = config.train.threads if isinstance(config.train.threads, int) else _auto_threads(config)
-    with training_threads(threads):
+    with training_threads(_threads(config)):
         return (track.run_checkpoint if config.source.kind == "checkpoint" else track.run_trajectory)(config, ctx)
+
+
+def _threads(config: Config) -> int:
+    """``train.threads``, or with ``auto`` :func:`_auto_threads`."""
+    return config.train.threads if isinstance(config.train.threads, int) else _auto_threads(config)
 
 
 def _auto_threads(config: Config) -> int:

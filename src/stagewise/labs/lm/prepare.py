@@ -102,6 +102,28 @@ class Prepared:
     replacement: dict[str, float | int] | None = None
     heldout: HeldoutSet | None = None  # task.heldout: the held-out examples and minimal pairs (twotask.py)
 
+    @property
+    def examples(self) -> dict[str, int]:
+        """Examples per task."""
+        return {task: int((self.encoded.task == i).sum()) for i, task in enumerate(self.encoded.tasks)}
+
+    def note(self, ctx: Any) -> None:
+        """The data's facts into the run's manifest notes: dropped multi-token answers, replaced
+        answers, the open type rule's exclusions, the examples per task."""
+        ctx.note("dropped_multi_token", self.dropped)
+        if self.replacement is not None:
+            ctx.note("replaced_answers", self.replacement)
+        if self.space is not None and self.space.types is not None:
+            ctx.note("type_rule_excluded", self.space.types.excluded)
+        ctx.note("examples", self.examples)
+
+    def extras(self, steps: int | None) -> dict[str, Any]:
+        """The RunResult extras the summary reads, after ``steps`` optimizer steps."""
+        types = self.space.types if self.space is not None else None
+        return {"model": self.loaded.name, "examples": self.examples, "dropped": self.dropped, "steps": steps,
+                "vocab_rows": self.loaded.vocab_size, "replaced_answers": self.replacement,
+                "type_rule_excluded": types.excluded if types is not None else None}
+
 
 @dataclass(frozen=True, eq=False)
 class Tokenized:

@@ -86,24 +86,14 @@ class Probe:
             self._strings = row_strings(loaded.tokenizer, loaded.vocab_ids, loaded.vocab_size)
             self.user_codes([e.answer for e in self._items])  # the function's shape checked once, before any record
 
-    @property
-    def examples(self) -> dict[str, int]:
-        enc = self.prep.encoded
-        return {task: int((enc.task == i).sum()) for i, task in enumerate(enc.tasks)}
-
     def note(self, ctx: RunContext) -> None:
         """The facts a lab run notes (dropped multi-token answers, replaced answers, the type
         rule's exclusions, the examples per task, the held-out split and priors)."""
-        prep = self.prep
-        ctx.note("dropped_multi_token", prep.dropped)
-        if prep.replacement is not None:
-            ctx.note("replaced_answers", prep.replacement)
-        if prep.space is not None and prep.space.types is not None:
-            ctx.note("type_rule_excluded", prep.space.types.excluded)
-        ctx.note("examples", self.examples)
-        if prep.heldout is not None:
-            ctx.note("heldout", prep.heldout.note)
-            ctx.note("label_priors", {task: prior.as_dict() for task, prior in prep.heldout.priors.items()})
+        from .twotask import note_heldout
+
+        self.prep.note(ctx)
+        if self.prep.heldout is not None:
+            note_heldout(ctx, self.prep.heldout)
 
     def record(self, ctx: RunContext, step: int, epoch: float) -> None:
         """The records of one evaluation at ``step`` (``epoch``: the records' time coordinate)."""
@@ -153,11 +143,7 @@ class Probe:
 
     def extras(self, steps: int | None = None) -> dict[str, Any]:
         """The run's facts for its summary (a lab run's RunResult extras)."""
-        prep = self.prep
-        types = prep.space.types if prep.space is not None else None
-        return {"model": prep.loaded.name, "examples": self.examples, "dropped": prep.dropped, "steps": steps,
-                "vocab_rows": prep.loaded.vocab_size, "replaced_answers": prep.replacement,
-                "type_rule_excluded": types.excluded if types is not None else None}
+        return self.prep.extras(steps)
 
 
 def probe(config: Config, model: Any, tokenizer: Any, *, name: str | None = None,

@@ -263,9 +263,14 @@ def heldout_hook(cfg: Any, held: HeldoutSet | None, ctx: RunContext, device: tor
     label priors in the manifest (``notes.heldout``, ``notes.label_priors``)."""
     if held is None:
         return None
+    note_heldout(ctx, held)
+    return HeldoutEval(cfg, held, device, vocab_ids)
+
+
+def note_heldout(ctx: RunContext, held: HeldoutSet) -> None:
+    """The held-out split and the label priors into the manifest (``notes.heldout``, ``notes.label_priors``)."""
     ctx.note("heldout", held.note)
     ctx.note("label_priors", {task: prior.as_dict() for task, prior in held.priors.items()})
-    return HeldoutEval(cfg, held, device, vocab_ids)
 
 
 # ``syntax_before_semantics`` on the floor-relative held-out records (issue 27; declared in
