@@ -1,4 +1,4 @@
-"""Benchmark the attainable-floor computation (floors.floors_report; not a test; run by hand).
+"""Benchmark the attainable-floor computation (floor_tables.floors_report; not a test; run by hand).
 
 For each config: wall time of the numerical floors (semismooth Newton; on the CPU one problem at a time, floors.CPU_BATCH) from
 the config alone, the Newton iterations, the certificate (max |generalised grad|, target <
@@ -32,7 +32,7 @@ import time
 
 from stagewise.config import resolve
 from stagewise.labs.disentangled.config import Config
-from stagewise.labs.disentangled.floors import floors_report
+from stagewise.labs.disentangled.floor_tables import floors_report
 
 CASES = {
     "default (8 seeds)": {},
@@ -121,7 +121,7 @@ def timed_solves(seconds: dict[tuple[int, str], float]):
 
 
 def starts_table() -> None:
-    from stagewise.labs.disentangled import floors
+    from stagewise.labs.disentangled import floor_tables, floors
     from stagewise.labs.disentangled.floor_starts import TIE_REL
     from stagewise.labs.disentangled.train import members_from_config
 
@@ -132,7 +132,7 @@ def starts_table() -> None:
         real, floors.solve = timed_solves(seconds)
         try:
             begin = time.perf_counter()
-            tables = floors.floor_tables(config, members)
+            tables = floor_tables.floor_tables(config, members)
             total = time.perf_counter() - begin
         finally:
             floors.solve = real
@@ -152,7 +152,7 @@ def starts_table() -> None:
                   f"{took:6.1f} {'yes' if same else 'NO':>23}", flush=True)
         if name.startswith("default"):
             begin = time.perf_counter()
-            floors.floor_tables(config.model_copy(update={"experiment": config.experiment.model_copy(
+            floor_tables.floor_tables(config.model_copy(update={"experiment": config.experiment.model_copy(
                 update={"floor_starts": ["init"]})}), members)
             print(f"default preset floors: init start alone (before) {time.perf_counter() - begin:.1f} s vs "
                   f"{len(starts)} starts {total:.1f} s", flush=True)

@@ -1,4 +1,4 @@
-"""Floors as the lowest objective found over declared starts (floor_starts.py, floors.floor_tables,
+"""Floors as the lowest objective found over declared starts (floor_starts.py, floor_tables.floor_tables,
 floor_claims.gate_by_floor): the starts are seeded and distinct, the floors row is the argmin
 of J over the converged starts of the floor_starts table, a run's floors are `stagewise
 floors`', a threshold is not testable only below every start's floor, old floors tables still
@@ -22,7 +22,8 @@ from stagewise.labs.disentangled.claims import stage_claims
 from stagewise.labs.disentangled.config import FLOOR_STARTS, Config, ExperimentConfig
 from stagewise.labs.disentangled.floor_claims import FLOOR_REASON, SeedFloors, relative_claims, with_floors
 from stagewise.labs.disentangled.floor_starts import TIE_REL, aligned_scales, start_weights
-from stagewise.labs.disentangled.floors import floor_tables, floors_report, solve
+from stagewise.labs.disentangled.floor_tables import floor_tables, floors_report
+from stagewise.labs.disentangled.floors import solve
 from stagewise.labs.disentangled.train import build_ensemble, init_weights, members_from_config
 
 LAB = get_lab("disentangled")

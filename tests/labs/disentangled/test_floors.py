@@ -20,7 +20,8 @@ from stagewise.errors import UserError
 from stagewise.labs import get_lab
 from stagewise.labs.disentangled import floor_limits, floors, theory
 from stagewise.labs.disentangled.config import Config
-from stagewise.labs.disentangled.floors import GRAD_TOL, _Problem, floor_rows, floors_report
+from stagewise.labs.disentangled.floor_tables import floor_rows, floors_report
+from stagewise.labs.disentangled.floors import GRAD_TOL, _Problem
 from stagewise.labs.disentangled.train import Member, build_ensemble, members_from_config
 from stagewise.orchestrate import execute, prepare
 

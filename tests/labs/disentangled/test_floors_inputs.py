@@ -15,9 +15,10 @@ import time
 import pytest
 from cli_errors import one_error
 from stagewise.config import MAX_SEED, resolve
-from stagewise.labs.disentangled import floors, theory
+from stagewise.labs.disentangled import floor_tables, floors, theory
 from stagewise.labs.disentangled.config import Config
-from stagewise.labs.disentangled.floors import MAX_WEIGHTS, floor_rows
+from stagewise.labs.disentangled.floor_tables import floor_rows
+from stagewise.labs.disentangled.floors import MAX_WEIGHTS
 from stagewise.labs.disentangled.train import Member, members_from_config
 
 TINY = ("--seeds", "1", "--set", "data.d=6", "--set", "data.prompt_len=6", "--set", "data.n_train=40", "--set", "data.n_test=60")
@@ -172,14 +173,14 @@ def test_the_floor_problem_is_scale_covariant():
 
 def test_json_is_strict_a_value_without_a_number_is_null(cli, tmp_path, monkeypatch):
     """Before: NaN was written as a bare `NaN`, which JSON readers other than Python's refuse."""
-    real = floors.floor_rows
+    real = floor_tables.floor_rows
 
     def with_a_gap(config, members):
         rows = real(config, members)
         rows[0]["analytic.K1"] = math.nan
         return rows
 
-    monkeypatch.setattr(floors, "floor_rows", with_a_gap)
+    monkeypatch.setattr(floor_tables, "floor_rows", with_a_gap)
     out = tmp_path / "rows.json"
     code, _, stderr = cli("floors", "disentangled", *TINY, "--json", str(out))
     assert code == 0, stderr

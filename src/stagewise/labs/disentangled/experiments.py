@@ -141,10 +141,10 @@ INTEGER_AXES = ("t1", "batch_size")
 
 
 def floor_tables(group: Group) -> dict[str, pd.DataFrame]:
-    """The attainable floors of the group's members (:func:`.floors.floor_tables`: ``floors``, one
+    """The attainable floors of the group's members (:func:`.floor_tables.floor_tables`: ``floors``, one
     row per member, and ``floor_starts``, one per member and start; identical problems solved
     once) under the run store's variant names."""
-    from .floors import floor_tables as solve_floors
+    from .floor_tables import floor_tables as solve_floors
 
     return solve_floors(group.config, group.members).frames(group.name, [group.variant_of(m) for m in group.members])
 

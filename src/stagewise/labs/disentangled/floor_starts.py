@@ -201,7 +201,7 @@ class FloorTables:
 
 @dataclass(frozen=True)
 class FloorsReport:
-    """What ``stagewise floors`` prints: rows (:func:`.floors.floor_rows`), seconds taken, a config note."""
+    """What ``stagewise floors`` prints: rows (:func:`.floor_tables.floor_rows`), seconds taken, a config note."""
 
     rows: list[dict[str, Any]]
     seconds: float

@@ -132,8 +132,8 @@ make_figures = deferred("stagewise.labs.disentangled.figures", "make_figures")
 estimate = deferred("stagewise.labs.disentangled.resources", "estimate")
 floors_command = LabCommand(
     help="Print the attainable loss floors of a config (numerical optimum, analytic cross-check), without training.",
-    what="attainable floors", run=deferred("stagewise.labs.disentangled.floors", "floors_report"))
-"""``stagewise floors disentangled``: :func:`.floors.floors_report` of the config."""
+    what="attainable floors", run=deferred("stagewise.labs.disentangled.floor_tables", "floors_report"))
+"""``stagewise floors disentangled``: :func:`.floor_tables.floors_report` of the config."""
 
 
 def floors_table(summary: Summary) -> SummaryTable | None:
