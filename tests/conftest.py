@@ -1,14 +1,16 @@
-"""The test session: its environment, the per-test time budget, the session cache of
+"""The test session: its environment, the per-test cost budget (tests/costbudget.py), the session cache of
 finished runs (tests/runcache.py) and shared helpers (the in-process CLI, the LM data root).
 
 Environment, set before anything imports torch or matplotlib: one torch/BLAS thread per
 process (pytest-xdist runs one worker per core), ``HF_HUB_OFFLINE=1`` (no test reaches the
 hub; the hub probe's tests unset it themselves), ``MPLBACKEND=Agg``.
 
-Budget: in the default tier (tests not marked ``slow``) a test whose setup or call phase
-takes longer than its budget fails with a message saying to make it cheaper or mark it
-``slow``. ``STAGEWISE_TEST_BUDGET_S`` (call) and ``STAGEWISE_SETUP_BUDGET_S`` (setup, which
-includes making a cached run at first need) change the budgets; 0 turns the check off.
+Budget: the default tier's per-test cost rule is tests/costbudget.py (a plugin loaded here):
+a test not marked ``slow`` whose call costs more than 30 CPU seconds (its setup more than 90),
+counting its own process and the processes it started, fails with a message that says it is
+the project's own rule and how to turn it off (``STAGEWISE_TEST_BUDGET_S=0``). CPU time, not
+wall time: a busy machine does not move it. The wall clock is a hang guard only
+(pytest-timeout).
 """
 
 from __future__ import annotations
@@ -30,14 +32,7 @@ import pytest  # noqa: E402
 import runcache  # noqa: E402
 from runcache import RunCache  # noqa: E402
 
-CALL_BUDGET_S = float(os.environ.get("STAGEWISE_TEST_BUDGET_S", "30"))
-"""Seconds a default-tier test's call phase may take (wall time, one core)."""
-SETUP_BUDGET_S = float(os.environ.get("STAGEWISE_SETUP_BUDGET_S", "90"))
-"""Seconds a default-tier test's setup may take: module fixtures and the cached runs it is first to need."""
-OVER_BUDGET = ("{nodeid}: the {when} took {seconds:.1f} s, over the default tier's budget of {budget:.0f} s. Make it "
-               "cheaper (share a finished run through the session cache, tests/runcache.py; fewer steps or seeds) or "
-               "mark it @pytest.mark.slow with the reason.")
-
+pytest_plugins = ["costbudget", "pytester"]  # the per-test CPU budget of the default tier; pytester tests it
 
 SLOW_HANG_GUARD_S = 1800  # pytest-timeout for `slow` tests (the default tier's hang guard is pyproject's `timeout`)
 
@@ -52,18 +47,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SLOW_HANG_GUARD_S))
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    budget = {"setup": SETUP_BUDGET_S, "call": CALL_BUDGET_S}.get(call.when, 0.0)
-    if budget <= 0 or not report.passed or item.get_closest_marker("slow") is not None:
-        return
-    if call.duration > budget:
-        report.outcome = "failed"
-        report.longrepr = OVER_BUDGET.format(nodeid=item.nodeid, when=call.when, seconds=call.duration, budget=budget)
 
 
 def _shared_root(tmp_path_factory, worker_id: str):
