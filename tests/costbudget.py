@@ -61,9 +61,10 @@ COST_PROPERTY = "cpu_s"
 OVER_BUDGET = (
     "{nodeid}: the test passed, but its {when} cost {cpu:.1f} CPU-s ({wall:.1f} s wall; its process and the "
     "processes it started), {ref:.1f} CPU-s at the reference speed (this machine ran a calibration loop "
-    "{factor:.2f}x slower than the reference machine; never counted below 1x), over {budget:g} CPU-s, the stagewise project's own cost rule for the default test "
-    "tier. This is not an install or correctness failure: {env}=0 turns the rule off for a run that only checks "
-    "the install. (For the project's developers: make the test cheaper, e.g. share a finished run through "
+    "{factor:.2f}x slower than the reference machine; never counted below 1x), over {budget:g} CPU-s, the "
+    "stagewise project's own cost rule for the default test tier. This is not an install or correctness "
+    "failure: {env}=0 turns the rule off for a run that only checks the install. (For the project's "
+    "developers: make the test cheaper, e.g. share a finished run through "
     "tests/runcache.py or use fewer steps or seeds, or mark it @pytest.mark.slow with the reason.)"
 )
 

@@ -5,9 +5,10 @@ exists; a few hundred bytes of aliases cannot eat the machine."""
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
+
+from costbudget import cpu_seconds  # CPU seconds of this process and its reaped children: not moved by load
 
 from cli_errors import one_error as _one_error
 from stagewise.errors import UserError
@@ -27,13 +28,13 @@ def test_billion_laughs_config_exits_2_quickly(cli, tmp_path):
     path = tmp_path / "lol.yaml"
     path.write_text(BILLION_LAUGHS)
     assert len(BILLION_LAUGHS.encode()) < 500
-    start = time.perf_counter()
+    start = cpu_seconds()
     line = _one_error(cli, "run", "ntp", "--config", str(path), "--out", str(tmp_path / "r"))
-    assert time.perf_counter() - start < 5
+    assert cpu_seconds() - start < 5
     assert "lol.yaml" in line and "aliases" in line
-    start = time.perf_counter()
+    start = cpu_seconds()
     line = _one_error(cli, "run", "ntp", "--set", f"seed={FLOW_LAUGHS}", "--out", str(tmp_path / "r"))
-    assert time.perf_counter() - start < 5 and line.startswith("error: --set seed: ") and "aliases" in line
+    assert cpu_seconds() - start < 5 and line.startswith("error: --set seed: ") and "aliases" in line
 
 
 def test_doubling_aliases_are_caught(tmp_path):

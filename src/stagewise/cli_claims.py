@@ -21,7 +21,7 @@ from rich.table import Column, Table
 UNDECLARED = "undeclared (no source)"
 """Heading of the claims that carry no source."""
 
-VERDICT_STYLE = {"holds": "green", "fails": "red", "not testable": "yellow", "not applicable": "dim"}
+VERDICT_STYLE = {"holds": "green", "fails": "red", "inconclusive": "magenta", "not testable": "yellow", "not applicable": "dim"}
 """Colour of each verdict in the tables."""
 
 out_console = Console()

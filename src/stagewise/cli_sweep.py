@@ -37,14 +37,16 @@ sweep_app = typer.Typer(cls=_DefaultRun, no_args_is_help=True,
 
 
 def claim_checks_line(report: Mapping[str, Any]) -> str:
-    """``4 runs, 61 of 67 claim checks hold, 6 not testable`` for a reproduce report
+    """``4 runs, 61 of 67 claim checks hold, 2 inconclusive, 4 not testable`` for a reproduce report
     (``claims.json``): a claim check is one claim judged in one run, what the report page's
     matrix counts per verdict (one cell each), so the two say the same numbers."""
     claims = [c for run in report["runs"] for c in run.get("claims") or []]
     holds = sum(c["holds"] is True for c in claims)
     unconcerned = sum(c["holds"] is None and c.get("verdict") == "not applicable" for c in claims)
-    untestable = sum(c["holds"] is None for c in claims) - unconcerned
+    undecided = sum(c["holds"] is None and c.get("verdict") == "inconclusive" for c in claims)
+    untestable = sum(c["holds"] is None for c in claims) - unconcerned - undecided
     return (f"{len(report['runs'])} runs, {holds} of {len(claims) - unconcerned} claim checks hold"
+            + (f", {undecided} inconclusive" if undecided else "")
             + (f", {untestable} not testable" if untestable else "")
             + (f" ({unconcerned} not applicable)" if unconcerned else ""))
 

@@ -73,10 +73,13 @@ def test_result_value_is_the_worst_seed_per_relation(relation, values, worst, ho
     assert (c.spec_id, c.relation, c.threshold) == ("probe", relation, 0.5)
 
 
-def test_nan_never_passes_and_is_the_worst():
+def test_nan_or_inf_never_holds_or_fails():
+    """A value that cannot carry a verdict makes the claim not testable, naming the seed (the verdict engine)."""
     c = _spec().result([0.9, float("nan")], seeds=[0, 1])
-    assert c.holds is False and c.value is None and c.pass_fraction == 0.5 and c.per_seed == {"0": 0.9, "1": None}
-    assert _spec("<").result([float("inf")]).holds is False
+    assert c.holds is None and c.verdict == "not testable" and c.value is None and c.per_seed == {"0": 0.9, "1": None}
+    assert "seed 1: nan" in c.reason and c.judged_by == "stagewise.verdicts/1"
+    assert _spec("<").result([float("inf")]).verdict == "not testable"
+    assert _spec().result({0: 0.9, 1: None}).verdict == "fails"  # None: the event never happened
 
 
 def test_mapping_and_sequence_inputs_agree():
@@ -120,7 +123,7 @@ def test_version1_summary_still_reads(tmp_path):
     assert summary.schema_version == 1
     assert [c.verdict for c in summary.claims] == ["holds", "not testable"]
     assert all(c.source is None and c.spec_id is None and c.condition() == "" for c in summary.claims)
-    assert summary.counts() == {"holds": 1, "fails": 0, "not testable": 1, "not applicable": 0}
+    assert summary.counts() == {"holds": 1, "fails": 0, "inconclusive": 0, "not testable": 1, "not applicable": 0}
 
 
 OLD_SOURCES_SUMMARY = {
@@ -295,6 +298,6 @@ def test_not_applicable_is_neither_judged_nor_untestable():
     again = Claim.model_validate(claim.model_dump(mode="json"))  # survives summary.json
     assert again.verdict == "not applicable"
     summary = Summary(lab="x", seeds=[0], claims=[claim, spec.result(1.0)])
-    assert summary.counts() == {"holds": 1, "fails": 0, "not testable": 0, "not applicable": 1}
+    assert summary.counts() == {"holds": 1, "fails": 0, "inconclusive": 0, "not testable": 0, "not applicable": 1}
     with pytest.raises(ValueError, match="disagrees"):
         Claim(id="x", statement="s", holds=True, verdict="not applicable")

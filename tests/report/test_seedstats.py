@@ -54,9 +54,12 @@ def test_over_seeds_section_in_claims_md_and_the_reproduce_page(tmp_path):
     from stagewise.report.seedstats import judge_over_seeds
 
     spec = ClaimSpec(id="lead", statement="the lead is positive", source=own("test"), quantity="lead", relation=">",
-                     threshold=0.0, control="shuffled", over="run", aggregation="paired-bootstrap")
-    over = judge_over_seeds(spec, {0: 1.0, 1: 2.0, 2: 3.0}, {"shuffled": {0: -1.0, 1: 0.5, 2: -0.5}})
-    assert over.verdict == "holds" and over.id == "lead_over_seeds"
+                     threshold=0.0, control="shuffled", over="run", aggregation="paired-median")
+    few = judge_over_seeds(spec, {0: 1.0, 1: 2.0, 2: 3.0}, {"shuffled": {0: -1.0, 1: 0.5, 2: -0.5}})
+    assert few.verdict == "inconclusive" and "3 of 6 seeds" in few.reason  # the declared minimum (default 6)
+    over = judge_over_seeds(spec, {s: 1.0 + s for s in range(6)}, {"shuffled": {s: 0.5 * s - 1 for s in range(6)}})
+    assert over.verdict == "holds" and over.id == "lead_over_seeds" and over.judged_by == "stagewise.verdicts/1"
+    assert over.interval is not None and over.coverage >= 0.95 and over.sign_p == pytest.approx(2 ** -6)
     report = {"lab": "x", "quick": False, "sources": {},
               "runs": [{"name": "r0", "status": "done", "seeds": [0], "claims": [spec.result(1.0).model_dump(mode="json")],
                         "figures": [], "run_dir": "runs/r0"}],
@@ -76,6 +79,7 @@ def test_sign_test_aggregation_counts_the_passing_side_of_the_relation():
     spec = ClaimSpec(id="err", statement="the error is small", source=own("test"), quantity="error", relation="<",
                      threshold=0.1, control="c", over="run", aggregation="sign-test")
     low = judge_over_seeds(spec, dict(enumerate([0.01, 0.02, 0.0, 0.05, 0.03, 0.04])), {})
-    assert low.verdict == "holds" and low.value == pytest.approx(1 / 64) and low.pass_fraction == 1.0
+    assert low.verdict == "holds" and low.sign_p == pytest.approx(1 / 64) and low.pass_fraction == 1.0
+    assert low.value == 0.05 and low.interval == [0.0, 0.05]  # the interval's end nearest failing decides
     high = judge_over_seeds(spec, dict(enumerate([0.5] * 6)), {})
     assert high.verdict == "fails" and high.pass_fraction == 0.0

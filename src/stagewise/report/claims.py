@@ -44,19 +44,26 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from ..errors import UserError
+from . import verdicts
 
 SCHEMA_VERSION = 2
 """summary.json's schema: 1 = claims as (id, statement, holds, evidence); 2 = declared claims."""
 
-Verdict = Literal["holds", "fails", "not testable", "not applicable"]
-VERDICTS: tuple[str, ...] = ("holds", "fails", "not testable", "not applicable")
-UNJUDGED: tuple[str, ...] = ("not testable", "not applicable")
-"""The verdicts of a claim that was not judged (``holds`` None): *not testable* where the claim
-applies but this run cannot decide it (too few epochs, a tie); *not applicable* where the claim
-does not concern the run (a type claim on a classification task), with the reason."""
+Verdict = Literal["holds", "fails", "inconclusive", "not testable", "not applicable"]
+VERDICTS: tuple[str, ...] = ("holds", "fails", "inconclusive", "not testable", "not applicable")
+UNJUDGED: tuple[str, ...] = ("inconclusive", "not testable", "not applicable")
+"""The verdicts of a claim that was neither held nor failed (``holds`` None): *inconclusive* where
+the numbers cannot decide (fewer seeds than declared, an interval straddling the threshold, a
+value within the claim's band); *not testable* where the claim applies but this run cannot
+decide it (a threshold beyond the attainable bound, NaN or round-off values, too few epochs);
+*not applicable* where the claim does not concern the run (a type claim on a classification
+task), with the reason. :mod:`.verdicts` decides them all."""
 Relation = Literal[">=", ">", "<=", "<"]
-Aggregation = Literal["paired-bootstrap", "sign-test"]
-"""How a claim's per-run values aggregate over seeds (described in :data:`~.seedstats.AGGREGATIONS`)."""
+Aggregation = Literal["median", "paired-median", "paired-bootstrap", "sign-test"]
+"""How a claim's per-run values aggregate over seeds (:data:`~.verdicts.METHODS`). ``paired-bootstrap``
+and ``sign-test`` are the names of summaries written before the verdict engine: read, and judged now
+as ``paired-median`` and ``median`` (:data:`LEGACY_AGGREGATIONS`)."""
+LEGACY_AGGREGATIONS: dict[str, str] = {"paired-bootstrap": "paired-median", "sign-test": "median"}
 _PASSES = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less}
 
 SourceKind = Literal["paper", "reviewer", "own"]
@@ -184,8 +191,46 @@ class ClaimSpec(BaseModel):
     control: str = Field(min_length=1)
     over: Literal["every", "run"] = "every"
     aggregation: Aggregation | None = None
-    """How the claim's per-run values aggregate over seeds (:data:`~.seedstats.AGGREGATIONS`),
+    """How the claim's per-run values aggregate over seeds (:data:`~.verdicts.METHODS`),
     declared with it; None: each run is judged alone."""
+    min_seeds: int | None = Field(default=None, ge=1)
+    """Finished seeds an over-seeds verdict needs (fewer: inconclusive); None: the fewest whose
+    interval reaches its level (:func:`~.verdicts.min_seeds_for`, 6 at 95 %)."""
+    band: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """A failing value nearer the threshold than this is inconclusive, not a failure."""
+    tolerance: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """|value| <= tolerance cannot carry a verdict (a fit, a rate or a ratio at round-off): not testable."""
+    bound: float | None = Field(default=None, allow_inf_nan=False)
+    """The attainable floor (``<``/``<=``) or ceiling (``>``/``>=``) where it is a number known at
+    declaration; a lab passes the bound it computes for a run to :meth:`result` instead."""
+    missing: Literal["fails", "not testable"] = "fails"
+    """What a None value means: the event never happened (a failing seed), or no value."""
+
+    @model_validator(mode="after")
+    def _rules_valid(self) -> "ClaimSpec":
+        try:
+            self.rule()
+            if self.aggregation is not None:
+                self.seeds_rule()
+        except ValueError as err:
+            raise ValueError(f"claim {self.id}: {err}") from None
+        return self
+
+    def rule(self, bound: float | None = None, bound_name: str = "") -> verdicts.Rule:
+        """The engine's rule for one run's values (every seed of the run; ``bound`` overrides the declared one)."""
+        return verdicts.Rule(self.relation, self.threshold, "every", band=self.band, tolerance=self.tolerance,
+                             bound=self.bound if bound is None else bound, bound_name=bound_name or self.floor,
+                             missing=self.missing)
+
+    def seeds_rule(self, bound: float | None = None, bound_name: str = "") -> verdicts.Rule:
+        """The engine's rule over the seeds of several runs, by the declared aggregation."""
+        if self.aggregation is None:
+            raise ValueError(f"claim {self.id}: no declared aggregation")
+        method = LEGACY_AGGREGATIONS.get(self.aggregation, self.aggregation)
+        need = self.min_seeds if self.min_seeds is not None else verdicts.min_seeds_for()
+        return verdicts.Rule(self.relation, self.threshold, method, min_seeds=need,  # type: ignore[arg-type]  # a Method
+                             band=self.band, tolerance=self.tolerance, bound=self.bound if bound is None else bound,
+                             bound_name=bound_name or self.floor, missing=self.missing)
 
     def condition(self) -> str:
         """``quantity relation threshold`` as text."""
@@ -194,9 +239,7 @@ class ClaimSpec(BaseModel):
 
     def passes(self, values: Any) -> np.ndarray:
         """Bool array: which values pass (a non-finite value never passes)."""
-        arr = np.asarray(values, dtype=float).reshape(-1)
-        with np.errstate(invalid="ignore"):
-            return np.isfinite(arr) & _PASSES[self.relation](arr, self.threshold)
+        return self.rule().passes(values)
 
     def _declared(self, case: str | None) -> dict[str, Any]:
         cid = self.id if case is None else f"{self.id}_{case}"
@@ -205,37 +248,44 @@ class ClaimSpec(BaseModel):
                     control=self.control, aggregation=self.aggregation)
 
     def result(self, values: Any, evidence: str = "", *, seeds: Sequence[int] | None = None,
-               case: str | None = None, statement: str | None = None) -> "Claim":
-        """The verdict from the measured value(s).
+               case: str | None = None, statement: str | None = None, bound: float | None = None,
+               bound_name: str = "") -> "Claim":
+        """The verdict from the measured value(s), decided by the engine (:func:`~.verdicts.decide_arm`
+        with :meth:`rule`: every seed of the run passes).
 
         ``values``: one number (``over="run"``, or one seed), a sequence in the order of
-        ``seeds``, or a mapping seed -> value. With ``over="every"`` the claim holds when
-        every seed passes and ``value`` is the worst seed's (the smallest for ``>=``/``>``,
-        the largest for ``<=``/``<``; a non-finite value is the worst)."""
+        ``seeds``, or a mapping seed -> value. ``value`` is the worst seed's (the smallest for
+        ``>=``/``>``, the largest for ``<=``/``<``). ``bound``: the attainable bound the lab
+        computed for this run (a threshold beyond it: not testable)."""
         if isinstance(values, Mapping):
-            keys = [str(k) for k in values]
-            arr = np.asarray([float(v) if v is not None else math.nan for v in values.values()], dtype=float)
+            keyed = {str(k): (None if v is None else float(v)) for k, v in values.items()}
         else:
             arr = np.asarray(values, dtype=float).reshape(-1)
             keys = [str(s) for s in seeds] if seeds is not None and len(seeds) == arr.size else [str(i) for i in range(arr.size)]
-        if arr.size == 0:
-            return self.not_testable("no measured value", evidence, case=case, statement=statement)
-        ok = self.passes(arr)
-        if self.over == "run" and arr.size != 1:
-            raise ValueError(f"claim {self.id}: over='run' takes one value, got {arr.size}")
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            worst = math.nan
-        else:
-            worst = float(arr.min() if self.relation in (">=", ">") else arr.max())
+            keyed = {k: float(v) for k, v in zip(keys, arr)}
+        if self.over == "run" and len(keyed) > 1:
+            raise ValueError(f"claim {self.id}: over='run' takes one value, got {len(keyed)}")
+        decision = verdicts.decide_arm(keyed, self.rule(bound, bound_name))
+        if self.over == "run":
+            decision = verdicts.Decision(decision.word, decision.reason, decision.evidence, decision.value, {},
+                                         decision.pass_fraction)
+        return self.judged(decision, evidence, case=case, statement=statement)
+
+    def judged(self, decision: verdicts.Decision, evidence: str = "", *, case: str | None = None,
+               statement: str | None = None) -> "Claim":
+        """The Claim of an engine decision: the declaration's fields, the decision's verdict,
+        reason, value, per-seed values, interval and sign test; ``evidence`` (the lab's numbers in
+        words) before the engine's."""
         fields = self._declared(case)
         if statement is not None:
             fields["statement"] = statement
-        holds = bool(ok.all())
-        return Claim(**fields, holds=holds, verdict="holds" if holds else "fails", evidence=evidence,
-                     value=_finite_or_none(worst),
-                     per_seed={} if self.over == "run" else {k: _finite_or_none(v) for k, v in zip(keys, arr)},
-                     pass_fraction=float(ok.mean()))
+        text = "; ".join(t for t in (evidence, "" if decision.word in ("holds", "fails") and not decision.arms
+                                     and decision.interval is None else decision.evidence) if t)
+        iv = decision.interval
+        return Claim(**fields, holds=decision.holds, verdict=decision.word, evidence=text, reason=decision.reason,
+                     value=decision.value, per_seed=dict(decision.per_seed), pass_fraction=decision.pass_fraction,
+                     interval=None if iv is None else [iv.low, iv.high], coverage=None if iv is None else iv.coverage,
+                     sign_p=None if decision.sign is None else decision.sign.p, judged_by=verdicts.ENGINE)
 
     def not_testable(self, reason: str, evidence: str = "", *, case: str | None = None,
                      statement: str | None = None, values: Any = None, seeds: Sequence[int] | None = None) -> "Claim":
@@ -248,10 +298,10 @@ class ClaimSpec(BaseModel):
         if values is not None:
             measured = self.result(values, evidence, seeds=seeds, case=case)
             value, per_seed, fraction = measured.value, measured.per_seed, measured.pass_fraction
-            outcome = "would hold" if measured.holds else "would fail"
+            outcome = {"holds": "would hold", "fails": "would fail"}.get(str(measured.verdict), str(measured.verdict))
             evidence = f"measured ({outcome}): {evidence}" if evidence else f"measured: {outcome}"
         return Claim(**fields, holds=None, verdict="not testable", reason=reason, evidence=evidence,
-                     value=value, per_seed=per_seed, pass_fraction=fraction)
+                     value=value, per_seed=per_seed, pass_fraction=fraction, judged_by=verdicts.ENGINE)
 
     def not_applicable(self, reason: str, evidence: str = "", *, case: str | None = None,
                        statement: str | None = None) -> "Claim":
@@ -260,7 +310,8 @@ class ClaimSpec(BaseModel):
         fields = self._declared(case)
         if statement is not None:
             fields["statement"] = statement
-        return Claim(**fields, holds=None, verdict="not applicable", reason=reason, evidence=evidence)
+        return Claim(**fields, holds=None, verdict="not applicable", reason=reason, evidence=evidence,
+                     judged_by=verdicts.ENGINE)
 
 
 class Claim(BaseModel):
@@ -292,6 +343,14 @@ class Claim(BaseModel):
     per_seed: dict[str, float | None] = Field(default_factory=dict)
     pass_fraction: float | None = None
     reason: str = ""
+    interval: list[float] | None = None
+    """Over seeds: the median's interval [low, high] that decided (:func:`~.verdicts.median_interval`)."""
+    coverage: float | None = None
+    """The interval's exact coverage (>= its level for any continuous law)."""
+    sign_p: float | None = None
+    """Over seeds: the exact one-sided sign test's p of 'value passes', reported beside the interval."""
+    judged_by: str = ""
+    """The engine that decided the verdict (:data:`~.verdicts.ENGINE`); "" in summaries written before it."""
 
     @model_validator(mode="after")
     def _agree(self) -> "Claim":
@@ -325,14 +384,10 @@ class Claim(BaseModel):
         configured seed fraction below 1 relaxes it). A not testable claim is returned as is."""
         if self.holds is None or self.pass_fraction is None or need >= 1:
             return self
-        holds = bool(self.pass_fraction >= need - FRACTION_TOL)
+        word = verdicts.required_fraction(self.pass_fraction, need)
         note = f"holds when at least {need:g} of the seeds pass ({self.pass_fraction:.3g} do)"
-        return self.model_copy(update={"holds": holds, "verdict": "holds" if holds else "fails",
+        return self.model_copy(update={"holds": word == "holds", "verdict": word, "judged_by": verdicts.ENGINE,
                                        "evidence": f"{self.evidence}; {note}" if self.evidence else note})
-
-
-FRACTION_TOL = 1e-12
-"""Seed fractions are k / n: compared with this rounding margin."""
 
 
 class Stats(BaseModel):

@@ -45,7 +45,8 @@ REASON_CHARS = 90
 TITLE_CHARS = 300
 """Characters of an undeclared claim's evidence shown as its cell's hover text."""
 
-CSS_CLASS = {"holds": "holds", "fails": "fails", "not testable": "nottestable", "not applicable": "notapplicable",
+CSS_CLASS = {"holds": "holds", "fails": "fails", "inconclusive": "inconclusive", "not testable": "nottestable",
+             "not applicable": "notapplicable",
              ABSENT: "absent"}
 """Verdict -> css class of its cell."""
 

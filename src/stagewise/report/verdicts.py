@@ -102,11 +102,12 @@ class MedianInterval:
 
 def median_interval(values: Any, level: float = LEVEL) -> MedianInterval | None:
     """The narrowest order-statistic interval of the median with coverage >= ``level``, or None
-    when n is too small for any (n < :func:`min_seeds_for`). values: (n,) finite."""
+    when n is too small for any (n < :func:`min_seeds_for`). values: (n,), not NaN (an infinite
+    value is an event that never happened, on the failing side)."""
     x = np.sort(np.asarray(values, dtype=float).reshape(-1))  # (n,)
     n = int(x.size)
-    if n == 0 or not np.isfinite(x).all():
-        raise ValueError(f"median_interval: needs finite values, got {x.tolist()}")
+    if n == 0 or np.isnan(x).any():
+        raise ValueError(f"median_interval: needs values that are not NaN, got {x.tolist()}")
     best = None
     for k in range(1, n // 2 + 1):  # x_(k) .. x_(n+1-k), 1-based
         coverage = 1.0 - 2.0 * (1.0 - binomial_tail(n, k))  # 1 - 2 P(Bin <= k-1)
@@ -253,6 +254,8 @@ def decide_arm(values: Any, rule: Rule) -> Decision:
     per_seed = _values(values)
     shown = {k: _finite(v) for k, v in per_seed.items()}
     if not per_seed:
+        if rule.method != "every":
+            return Decision("inconclusive", reason=f"inconclusive (0 of {rule.min_seeds} seeds)")
         return Decision("not testable", reason="no measured value")
     unattainable = rule.unattainable()
     if unattainable:
@@ -375,6 +378,16 @@ def _with(decision: Decision, *, word: str | None = None, reason: str | None = N
     return Decision(word or decision.word, decision.reason if reason is None else reason, evidence, decision.value,
                     decision.per_seed, decision.pass_fraction, decision.interval, decision.sign,
                     decision.arms if arms is None else arms)
+
+
+FRACTION_TOL = 1e-12
+"""Seed fractions are k / n: compared with this rounding margin."""
+
+
+def required_fraction(pass_fraction: float, need: float) -> str:
+    """A per-seed claim judged by a configured fraction of passing seeds (a lab's seed fraction
+    below 1 relaxes ``every``): holds when ``pass_fraction >= need``, else fails."""
+    return "holds" if pass_fraction >= need - FRACTION_TOL else "fails"
 
 
 def not_applicable(reason: str) -> Decision:

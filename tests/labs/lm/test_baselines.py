@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from stagewise.report.verdicts import ENGINE
 from stagewise.labs.lm.baselines import Baseline, Baselines
 from stagewise.labs.lm.batching import Encoded
 from stagewise.labs.lm.categories import CATEGORIES, answer_space
@@ -145,20 +146,32 @@ def _summary(lead: float | None, lead_diff: float) -> Summary:
     return Summary(lab="lm", seeds=[0], claims=claims)
 
 
-def test_claims_over_seeds_pair_real_and_control_by_seed():
+def _family(table):
     runs = []
-    for seed, (real, shuffled, diff) in {10: (3.0, None, -1.0), 11: (2.0, 1.0, -2.0), 12: (4.0, -1.0, -1.0)}.items():
+    for seed, (real, shuffled, diff) in table.items():
         base = {"seed": seed, "task": {"sample_seed": seed}}
         runs.append((Config.model_validate(base), _summary(real, diff)))
         runs.append((Config.model_validate({**base, "task": {"sample_seed": seed, "shuffle_groups": True}}),
                      _summary(shuffled, 0.0)))
+    return runs
+
+
+def test_claims_over_seeds_pair_real_and_control_by_seed():
+    """Seeds pair real and control runs; the paired differences decide (verdict engine, 6 seeds at least); a
+    control seed that could not measure the claim (NaN: not testable) is not a finished seed of the pair."""
+    table = {10: (3.0, None, -1.0), 11: (2.0, 1.0, -2.0), 12: (4.0, -1.0, -1.0), 13: (3.0, 0.0, -1.0),
+             14: (5.0, -1.0, -2.0), 15: (2.0, 0.0, -1.0), 16: (3.0, 1.0, -1.0)}
+    runs = _family(table)
     runs.append((Config.model_validate({"seed": 10, "train": {"lr": 0.1}}), _summary(5.0, 1.0)))  # another family alone
     over = {c.spec_id: c for c in across_runs(runs)}
     assert {"type_before_fact", "type_lead_beyond_baseline", "type_share_beyond_baseline"} <= set(over)
     raw = over["type_before_fact"]
-    assert raw.id == "type_before_fact_over_seeds" and raw.verdict == "holds"
-    assert raw.per_seed == {"10/10": 3.0, "11/11": 2.0, "12/12": 4.0}
-    assert "control shuffled groups" in raw.evidence and "fails it" in raw.evidence
+    assert raw.id == "type_before_fact_over_seeds" and raw.verdict == "holds" and raw.judged_by == ENGINE
+    assert raw.per_seed == {f"{s}/{s}": v[0] for s, v in table.items()}
+    assert "real - shuffled groups per seed: holds" in raw.evidence and "6 seeds" in raw.evidence  # seed 10 unpaired
+    assert raw.interval == [1.0, 6.0] and raw.sign_p == pytest.approx(2 ** -6)  # differences 1, 5, 3, 6, 2, 2
     lead = over["type_lead_beyond_baseline"]
     assert lead.verdict == "fails" and lead.value is not None and lead.value < 0
-    assert math.isclose(np.mean(list(lead.per_seed.values())), -4 / 3)
+    assert math.isclose(np.mean(list(lead.per_seed.values())), -9 / 7)
+    few = {c.spec_id: c for c in across_runs(_family({s: table[s] for s in (11, 12, 13)}))}
+    assert few["type_before_fact"].verdict == "inconclusive" and "3 of 6 seeds" in few["type_before_fact"].reason

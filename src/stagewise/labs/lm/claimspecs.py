@@ -8,7 +8,7 @@ authors' proposed follow-up in the review: BLiMP (syntax) is learned before SICK
 (``over="run"``); the times are epochs of the per-epoch evaluation, ``thresholds.half`` =
 0.5 (docs/lm.md). The earlier conjunction "(a) and (b) and (c)" of type_before_fact is
 one claim here, (c), the part the controls fail; (a) and (b) are descriptions. Every claim
-declares how seeds aggregate (``aggregation``, :mod:`stagewise.report.seedstats`), computed by
+declares how seeds aggregate (``aggregation``, ``min_seeds``; the verdict engine, :mod:`stagewise.report.verdicts`), computed by
 :func:`stagewise.labs.lm.summary.across_runs` in sweep reports and ``stagewise reproduce lm``.
 """
 
@@ -16,14 +16,19 @@ from __future__ import annotations
 
 from ...report.claims import ClaimSpec, paper, reviewer
 
+MIN_SEEDS = 6
+"""Finished seeds an over-seeds verdict of these claims needs: the fewest whose exact median interval reaches 95 %
+(1 - 2^-5 = 0.969 at 6 seeds; :func:`stagewise.report.verdicts.min_seeds_for`). Fewer: inconclusive (n of 6 seeds)."""
+
 SOURCES = {"paper1": "paper 1: Gong et al., arXiv 2502.20681 (disentangled features)"}
 """The paper the claims cite (``Lab.sources``): key -> heading; ``paper("paper1", where)`` names it."""
 
 _STAGES = paper("paper1", "abstract; the motivating GPT-2 experiment on CounterFact (syntactically wrong -> type-correct -> right)")
 _CONTROL = ("both controls, each must make it fail: counterfact-tiny-shuffled-groups (task.shuffle_groups: the groups' "
             "labels and types permuted, judging broken) and counterfact-tiny-frequency-matched (task.replace_answers: each answer "
-            "replaced by one of another type and the nearest frequency rank, types broken, frequencies kept); per seed over 3 "
-            "training-order / subsample seeds (examples/sweeps/lm_type_claims_seeds.yaml)")
+            "replaced by one of another type and the nearest frequency rank, types broken, frequencies kept); paired by "
+            "training-order / subsample seed (examples/sweeps/lm_type_claims_seeds.yaml); over seeds the verdict needs "
+            "6 finished seeds (fewer: inconclusive)")
 _RULE = (" Judged by the open type rule (thresholds.type_rule=open: the prompt's declared answer type, categories.py; the "
          "closed rule is reported beside it), h = thresholds.half = 0.5, epochs of the run's records.")
 
@@ -32,7 +37,7 @@ TYPE_BEFORE_FACT = ClaimSpec(
     "make up at least half of the wrong predictions at an epoch before semantic-correct reaches half of its final count."
     + _RULE, source=_STAGES, quantity="semantic-correct half-way epoch minus the first epoch where type-correct >= 0.5 of "
     "the wrong predictions", relation=">", threshold=0.0, unit="epochs", over="run", control=_CONTROL,
-    aggregation="paired-bootstrap")
+    aggregation="paired-median", min_seeds=MIN_SEEDS)
 # Issue 27: a model without attention (a bag of words plus the prompt's last two tokens) shows the same phase,
 # with a larger lead, on counterfact-tiny. The two claims below ask whether the transformer's phase goes beyond
 # that template-frequency baseline, trained on the same batches (baselines.py); declared before their runs.
@@ -46,7 +51,7 @@ TYPE_LEAD_BEYOND_BASELINE = ClaimSpec(
     "a phase) exceeds the baseline's." + _BASELINE + _RULE, source=_STAGES,
     quantity="the transformer's type-before-fact lead minus the bow-last baseline's", relation=">", threshold=0.0,
     unit="epochs", over="run", control=_CONTROL + "; the baseline itself is the run's within-run control",
-    aggregation="paired-bootstrap")
+    aggregation="paired-median", min_seeds=MIN_SEEDS)
 TYPE_SHARE_BEYOND_BASELINE = ClaimSpec(
     id="type_share_beyond_baseline", statement="the transformer's type-correct phase is stronger than the no-attention "
     "baseline's: its largest type-correct share of the wrong predictions before its semantic half-way epoch exceeds "
@@ -54,7 +59,7 @@ TYPE_SHARE_BEYOND_BASELINE = ClaimSpec(
     quantity="the transformer's max type-correct share before the facts (0 without a phase) minus the bow-last baseline's",
     relation=">",
     threshold=0.0, unit="", over="run", control=_CONTROL + "; the baseline itself is the run's within-run control",
-    aggregation="paired-bootstrap")
+    aggregation="paired-median", min_seeds=MIN_SEEDS)
 # (a) "type-wrong answers fall to half of their epoch-0 count before semantic-correct reaches half" was a claim
 # until issue 27: it held in 3 of 3 shuffled-groups control seeds, so by the lab's rule (each control must make
 # a claim fail) it is a description, kept in details.descriptions.type_wrong_falls_first. Part (b), the peak
@@ -89,7 +94,7 @@ SYNTAX_BEFORE_SEMANTICS = ClaimSpec(
     control="blimp-sick-tiny-permuted (task.permute_labels: labels permuted within each task and part, seeded, label "
     "marginals kept exactly; must be not testable or fail: no held-out accuracy can beat its majority share) and "
     "blimp-tiny-alone / sick-tiny-alone (each task trained alone: its own beat-the-prior epoch, against which the "
-    "mixture's order is read)", aggregation="paired-bootstrap")
+    "mixture's order is read)", aggregation="paired-median", min_seeds=MIN_SEEDS)
 
 # ---- the spectral claim (issue 27), declared before the runs
 # The spectral claim of the lm lab, declared before any run (issue 27): the paper's reading of

@@ -431,8 +431,8 @@ def across_runs(runs: Sequence[tuple[Config, Summary]]) -> list[Claim]:
                 claim = next((c for c in summary.claims if c.spec_id == spec.id), None)
                 if claim is None or claim.verdict == "not applicable":
                     continue
-                key = f"{config.seed}/{config.task.sample_seed}"
-                value = claim.value if claim.verdict != "not testable" else None
+                key = f"{config.seed}/{config.task.sample_seed}"  # not testable: None, a seed without a value
+                value = claim.value if claim.verdict != "not testable" else None  # (paired: no difference for it)
                 by_condition.setdefault(control_name(config) or REAL, {})[key] = value
             if REAL not in by_condition:
                 continue
