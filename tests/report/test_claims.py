@@ -211,14 +211,38 @@ def _declared_instances(name: str, claims: list[Claim]) -> None:
         spec = declared[c.spec_id]
         assert (c.relation, c.threshold, c.quantity, c.control, c.source) == \
                (spec.relation, spec.threshold, spec.quantity, spec.control, spec.source), c.id
-        assert c.verdict in ("holds", "fails", "not testable")
-        if c.verdict != "not testable" and c.value is not None:
+        assert c.verdict in ("holds", "fails", "inconclusive", "not testable")
+        if c.verdict in ("holds", "fails") and c.value is not None:
             assert spec.passes([c.value])[0] == (c.verdict == "holds") or c.pass_fraction not in (0.0, 1.0)
 
 
 @pytest.mark.parametrize("name", THEORY_LABS)
 def test_smoke_claims_instantiate_declared_specs(name, run_cache):
     _declared_instances(name, _run(name, run_cache))
+
+
+@pytest.mark.parametrize("name", LABS)
+def test_every_claim_is_decided_by_the_verdict_engine(name, run_cache):
+    """Each lab's declared claims are engine rules (per run, and over seeds where an aggregation is
+    declared), and every claim its smoke run writes says the engine decided it."""
+    from stagewise.report.verdicts import ENGINE, Rule
+
+    for spec in get_lab(name).claims:
+        assert isinstance(spec.rule(), Rule)
+        if spec.aggregation is not None:
+            rule = spec.seeds_rule()
+            assert rule.method in ("median", "paired-median") and rule.min_seeds >= 6, spec.id
+    folder = run_cache.path(RunSpec(lab=name, overrides=dict(get_lab(name).smoke), name="smoke"))
+    claims = read_summary(folder / "summary.json").claims
+    assert claims and all(c.judged_by == ENGINE for c in claims), [c.id for c in claims if c.judged_by != ENGINE]
+
+
+def test_bad_claim_declarations_are_one_line():
+    with pytest.raises(ValueError, match="min_seeds=1: an over-seeds claim"):
+        ClaimSpec(id="x", statement="s", source=own("t"), quantity="q", relation=">", threshold=0.0, control="c",
+                  aggregation="median", min_seeds=1)
+    with pytest.raises(ValueError, match="band"):
+        ClaimSpec(id="x", statement="s", source=own("t"), quantity="q", relation=">", threshold=0.0, control="c", band=-1)
 
 
 @pytest.mark.parametrize("name", LABS)

@@ -15,7 +15,7 @@ points folded into one batched run each get their own seeds of it), else the run
   ``seed`` column, i.e. the row's own seed (the first seed of a run when n_seeds > 1);
 * ``claims_over_seeds`` (Int64): how many seeds the run's claims were computed over;
 * ``final.NAME``: every numeric scalar of ``summary.per_seed[seed]`` (booleans as 0/1;
-  a one-seed run with an empty ``per_seed``, as the LM lab writes, takes ``summary.final``'s
+  a one-seed run with an empty ``per_seed``, as the LM lab wrote before it recorded its seed's, takes ``summary.final``'s
   means, which are that seed's values); an old metric name is read as its current one (the
   lab's ``metric_aliases``);
 * ``stage.NAME``: the step at which the seed enters each stage (NaN: never), from every

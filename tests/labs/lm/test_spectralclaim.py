@@ -18,7 +18,6 @@ from stagewise.labs.lm.rankcurve import draw_seed
 from stagewise.labs.lm.spectralclaim import judge, pair_checkpoints, per_seed_values, spectral_curves
 from stagewise.labs.lm.claimspecs import CLAIM_P, CLAIM_THRESHOLD, MIN_RANDOM_DAMAGE, SPECTRAL_SMALL_DIRECTIONS_EARLY
 from stagewise.labs.lm.refs import load_ref
-from stagewise.report.seedstats import bootstrap_interval
 
 HAND_TOL = 1e-12
 EARLY, LATE = 2, 6
@@ -68,11 +67,10 @@ def test_claim_value_matches_a_hand_computation():
     result = judge(values.reset_index())
     assert result.claim.verdict == "holds" and result.claim.per_seed == {"0": pytest.approx(0.2), "1": pytest.approx(0.5 - 1 / 9)}
     assert result.claim.value == pytest.approx(0.2) and result.claim.threshold == CLAIM_THRESHOLD
-    expected = bootstrap_interval([0.2, 0.5 - 1 / 9])
-    assert result.interval is not None and result.sign == (2, 2, 0.25)
-    got = (result.interval.mean, result.interval.low, result.interval.high)
-    assert got == pytest.approx((expected.mean, expected.low, expected.high), abs=HAND_TOL)
-    assert result.over_seeds == ("holds" if expected.low > CLAIM_THRESHOLD else "fails")
+    # over seeds: 2 testable seeds, fewer than the declared 6 -> inconclusive, with the sign test beside it
+    assert result.over_seeds == "inconclusive" and result.decision.reason == "inconclusive (2 of 6 seeds)"
+    assert result.decision.interval is None and result.decision.sign.p == pytest.approx(0.25)
+    assert "over seeds: inconclusive (inconclusive (2 of 6 seeds)" in result.line()
     assert "holds per seed (2/2 seeds" in result.line()
 
 
@@ -82,7 +80,7 @@ def test_a_seed_below_the_damage_floor_is_not_testable_and_saturation_fails():
                     (0, "late", "largest"): [1.0], (0, "late", "random"): [ok], (0, "late", "smallest"): [0.9]})
     result = judge(per_seed_values(table))
     assert result.claim.verdict == "not testable" and "seed 0" in result.claim.reason
-    assert result.interval is None and result.over_seeds == "not testable"
+    assert result.decision.interval is None and result.over_seeds == "inconclusive"  # 0 of 6 testable seeds
     # keep-largest retains everything at both checkpoints while the late model is fragile to random removal:
     # the difference in differences is large, the claim's value is ~0 (it fails)
     table = _table({(0, "early", "largest"): [0.99], (0, "early", "random"): [0.75], (0, "early", "smallest"): [0.6],
@@ -131,7 +129,8 @@ def test_cli_writes_the_table_the_claim_and_the_figure(cli, runs, tmp_path):
     assert claim["id"] == "spectral_small_directions_early" and claim["verdict"] in ("holds", "fails", "not testable")
     assert data["rule"] == "closed" and data["draws"] == 2 and data["p"] == CLAIM_P
     assert [row["seed"] for row in data["per_seed"]] == [0, 1]
-    assert data["over_seeds"]["aggregation"] == "paired-bootstrap" and data["over_seeds"]["verdict"] in ("holds", "fails", "not testable")
+    assert data["over_seeds"]["aggregation"] == "median" and data["over_seeds"]["verdict"] == "inconclusive"  # < 6 seeds
+    assert data["over_seeds"]["judged_by"] == "stagewise.verdicts/1"
     table = pd.read_parquet(out / "spectral_curve.parquet")
     assert set(table["keep"]) == {"largest", "random", "smallest"} and set(table["p"]) == {CLAIM_P, 1.0}
     assert (out / "spectral_claim.png").exists() and (out / "spectral_claim.pdf").exists()

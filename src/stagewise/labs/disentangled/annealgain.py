@@ -6,12 +6,14 @@ Per seed s (the same data, initialisation and noise draws in every arm)::
     gain_s(control) = the same for the shuffled-label controls of seed s
     diff_s          = gain_s(real) - gain_s(control)
 
-``anneal_gain_beyond_control`` (:data:`.claimspecs.ANNEAL_GAIN_BEYOND_CONTROL`) holds when the lower
-end of the 95 % percentile bootstrap interval of mean_s diff_s (:func:`stagewise.report.seedstats.
-bootstrap_interval`) is above 0: "the claim separates from its control" is then computed, not
-read off two pass fractions. Several groups (the cells of ``robustness``) pool their seeds:
-each (cell, seed) is one pair. With 4 seeds the interval is crude (at most 4^4 distinct
-resamples); the evidence says how many pairs there are.
+``anneal_gain_beyond_control`` (:data:`.claimspecs.ANNEAL_GAIN_BEYOND_CONTROL`) is decided by the
+verdict engine (:mod:`stagewise.report.verdicts`, the claim's ``median`` aggregation over the pairs):
+it holds when the exact interval of the median diff_s lies above 0, fails when it lies at or below
+0, and is inconclusive when it straddles 0 or there are fewer pairs than the claim's ``min_seeds``:
+"the claim separates from its control" is then computed, not read off two pass fractions. Several
+groups (the cells of ``robustness``) pool their seeds: each (cell, seed) is one pair. The mean
+with its percentile bootstrap interval stays in the details (:func:`difference_interval`), as a
+description only.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from ...report import verdicts
 from ...report.claims import Claim
 from ...report.seedstats import bootstrap_interval
 from . import claimspecs as cs
 from .floor_claims import anneal_gain
 
 MIN_PAIRS = 2
-"""An interval needs at least two paired seeds."""
+"""The description's bootstrap interval needs at least two paired seeds (the verdict: the claim's ``min_seeds``)."""
 
 
 def gain_differences(stages: pd.DataFrame, variant: str) -> dict[int, float] | None:
@@ -51,12 +54,10 @@ def gain_beyond_control(stages: pd.DataFrame, variants: Sequence[str]) -> Claim 
         return None
     label = (lambda v, s: f"{s}") if len(variants) == 1 else (lambda v, s: f"{v}:{s}")
     listed = ", ".join(f"{label(v, s)}: {d:+.3f}" for (v, s), d in pairs.items())
-    if len(pairs) < MIN_PAIRS:
-        return spec.not_testable(f"{len(pairs)} paired seed(s); an interval needs at least {MIN_PAIRS}", listed)
-    iv = bootstrap_interval(list(pairs.values()))
-    evidence = (f"mean gain(real) - gain(control) {iv.text()} over {iv.n} (group, seed) pairs; per pair: {listed}"
-                if len(variants) > 1 else f"mean gain(real) - gain(control) {iv.text()}; per seed: {listed}")
-    return spec.result(iv.low, evidence)
+    decision = verdicts.decide_arm({label(v, s): d for (v, s), d in pairs.items()}, spec.seeds_rule())
+    head = f"gain(real) - gain(control) over {len(pairs)} (group, seed) pairs" if len(variants) > 1 else \
+        f"gain(real) - gain(control) over {len(pairs)} seed(s)"
+    return spec.judged(decision, f"{head}; per {'pair' if len(variants) > 1 else 'seed'}: {listed}")
 
 
 def difference_interval(stages: pd.DataFrame, variant: str) -> dict[str, float | int] | None:

@@ -8,8 +8,9 @@ directions of every selected attention matrix, chosen three ways: the largest, a
 
 Random draw d uses the same seed at both checkpoints and every p (the same direction indices
 by rank: paired early vs late, nested over p). Per seed the claim's value is
-rho_early - rho_late at p* (:mod:`.claimspecs`); over seeds the percentile bootstrap
-interval of its mean and the one-sided sign test (:mod:`stagewise.report.seedstats`).
+rho_early - rho_late at p* (:mod:`.claimspecs`); over seeds the verdict engine
+(:mod:`stagewise.report.verdicts`, the claim's ``median`` aggregation): the exact interval of the
+median, the one-sided sign test, at least ``min_seeds`` testable seeds (fewer: inconclusive).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from ...errors import UserError
 from ...lmkit.surgery import RankReducer, check_reduce_args
 from ...report.claims import Claim
 from ...report.plots import figure, save
-from ...report.seedstats import AGGREGATIONS, Interval, bootstrap_interval, paired_differences, sign_test
+from ...report import verdicts
+from ...report.seedstats import AGGREGATIONS, paired_differences
 from ...runs import atomic_write_json, safe_csv, write_parquet
 from ...runs.store import atomic_write_text
 from .categories import SEMANTIC
@@ -39,7 +41,7 @@ from .train import evaluate_answers
 
 SELECTIONS = ("largest", "random", "smallest")
 STAGES = ("early", "late")
-AGGREGATION = SPEC.aggregation or "paired-bootstrap"
+AGGREGATION = SPEC.aggregation or "median"
 _P_TOL = 1e-9
 _IGNORED = ("seed", "task.sample_seed", "device", "train.threads", "train.snapshot_epochs", "train.checkpoint_every")
 """Config keys the runs of one claim may differ in (everything else must agree): the seed key (init, order and
@@ -194,37 +196,40 @@ def per_seed_values(table: pd.DataFrame, p: float = CLAIM_P) -> pd.DataFrame:
 @dataclass(frozen=True, eq=False)
 class SpectralClaim:
     """The claim's per-seed verdict (:class:`Claim`, ``over="every"``) with the over-seeds
-    statistic: the bootstrap interval of the mean value (None without a finite seed), the sign
-    test (k above the threshold, n non-tied, p) and the over-seeds verdict (interval's low > threshold)."""
+    decision of the verdict engine (:func:`~stagewise.report.verdicts.decide_arm` with the claim's
+    ``seeds_rule``): its interval of the median (None below the minimum seed count), sign test and word."""
 
     claim: Claim
     values: pd.DataFrame
-    interval: Interval | None
-    sign: tuple[int, int, float] | None
-    over_seeds: str
+    decision: verdicts.Decision
+
+    @property
+    def over_seeds(self) -> str:
+        return self.decision.word
 
     def line(self) -> str:
         """The one-line verdict."""
         finite = self.values["value"].dropna()
         head = (f"{self.claim.id}: {self.claim.verdict} per seed ({int((finite > SPEC.threshold).sum())}/{len(self.values)} "
                 f"seeds with rho_early - rho_late > {SPEC.threshold:g} at p = {CLAIM_P:g})")
-        if self.interval is None or self.sign is None:
-            return f"{head}; over seeds: {self.over_seeds} (no testable seed)"
-        k, n, p = self.sign
-        return (f"{head}; over seeds: {self.over_seeds} (mean {self.interval.text()}, lower end "
-                f"{'>' if self.over_seeds == 'holds' else '<='} {SPEC.threshold:g}; sign test {k}/{n} above, p = {p:.3g})")
+        d = self.decision
+        said = "; ".join(t for t in (d.reason, d.evidence) if t) or "no testable seed"
+        return f"{head}; over seeds: {d.word} ({said})"
 
     def to_json(self, curves: SpectralCurves) -> dict[str, Any]:
         records = self.values.replace({np.nan: None}).to_dict(orient="records")
-        stats = None if self.interval is None or self.sign is None else {
-            "mean": self.interval.mean, "low": self.interval.low, "high": self.interval.high, "level": self.interval.level,
-            "n": self.interval.n, "sign_test": dict(zip(("above", "n", "p"), self.sign))}
+        iv, sign = self.decision.interval, self.decision.sign
+        stats = {"median": None if iv is None else iv.median, "low": None if iv is None else iv.low,
+                 "high": None if iv is None else iv.high, "coverage": None if iv is None else iv.coverage,
+                 "n": int(self.values["value"].notna().sum()), "min_seeds": SPEC.seeds_rule().min_seeds,
+                 "sign_test": None if sign is None else {"above": sign.passing, "n": sign.n, "p": sign.p}}
         return {"claim": self.claim.model_dump(mode="json"), "p": CLAIM_P, "selector": curves.selector,
                 "rule": curves.rule, "draws": curves.draws, "draw_base_seed": curves.seed,
                 "random_directions": "k of the r singular directions of every target, uniformly at random (lmkit.surgery)",
                 "per_seed": records, "over_seeds": {"aggregation": AGGREGATION, "rule": AGGREGATIONS[AGGREGATION],
                                                     "pairing": "per seed: rho_early - rho_late", "statistic": stats,
-                                                    "verdict": self.over_seeds}}
+                                                    "verdict": self.over_seeds, "reason": self.decision.reason,
+                                                    "judged_by": verdicts.ENGINE}}
 
 
 def judge(values: pd.DataFrame) -> SpectralClaim:
@@ -233,12 +238,9 @@ def judge(values: pd.DataFrame) -> SpectralClaim:
     by_seed = {int(s): float(v) for s, v in zip(values["seed"], values["value"])}
     parts = [f"seed {s}: rho {e:.3g} early, {l_:.3g} late" for s, e, l_ in zip(values["seed"], values["rho_early"], values["rho_late"])]
     evidence = "; ".join(parts) + f" (E = {', '.join(str(int(n)) for n in values['n'])} examples)"
-    interval, sign, verdict = None, None, "not testable"
-    if len(finite):
-        interval = bootstrap_interval(finite["value"].to_numpy())
-        sign = sign_test(finite["value"].to_numpy(), SPEC.threshold)
-        verdict = "holds" if bool(SPEC.passes([interval.low])[0]) else "fails"
-        evidence += f"; over seeds: mean {interval.text()}, sign test {sign[0]}/{sign[1]} above, p = {sign[2]:.3g}"
+    decision = verdicts.decide_arm({str(int(k)): float(v) for k, v in zip(finite["seed"], finite["value"])},
+                                   SPEC.seeds_rule())
+    evidence += f"; over seeds: {decision.word}" + "".join(f"; {t}" for t in (decision.reason, decision.evidence) if t)
     untestable = sorted(set(by_seed) - set(int(s) for s in finite["seed"]))
     if untestable:
         reason = (f"seed{'s' if len(untestable) > 1 else ''} {', '.join(map(str, untestable))}: random-direction damage "
@@ -246,7 +248,7 @@ def judge(values: pd.DataFrame) -> SpectralClaim:
         claim = SPEC.not_testable(reason, evidence)
     else:
         claim = SPEC.result(by_seed, evidence)
-    return SpectralClaim(claim, values, interval, sign, verdict)
+    return SpectralClaim(claim, values, decision)
 
 
 def spectral_figure(curves: SpectralCurves, folder: Path, name: str = "spectral_claim") -> list[Path]:

@@ -340,7 +340,11 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
     stages = stage_detection(config, frame)
     if stages is not None:
         details["stage_detection"] = stages
-    return Summary(lab="lm", seeds=config.seed_list(), final=final, per_seed={}, claims=claims, details=details)
+    # one fine-tuned model per run: its seed's final values, as the other labs give theirs (the claims' values are
+    # in the claims), and the subsample seed that, with the seed, pairs it with its controls
+    values = {"sample_seed": config.task.sample_seed, **{m: stats.mean for m, stats in final.items()}}
+    per_seed = {str(seed): values for seed in config.seed_list()}
+    return Summary(lab="lm", seeds=config.seed_list(), final=final, per_seed=per_seed, claims=claims, details=details)
 
 
 def _type_part(config: Config, tables: Tables, details: dict[str, Any]) -> list[Claim]:
