@@ -254,15 +254,17 @@ class ClaimSpec(BaseModel):
         with :meth:`rule`: every seed of the run passes).
 
         ``values``: one number (``over="run"``, or one seed), a sequence in the order of
-        ``seeds``, or a mapping seed -> value. ``value`` is the worst seed's (the smallest for
+        ``seeds``, or a mapping seed -> value; None where the event never happened (a failing
+        value unless the claim declares ``missing="not testable"``), while NaN or infinite
+        values cannot carry a verdict (not testable). ``value`` is the worst seed's (the smallest for
         ``>=``/``>``, the largest for ``<=``/``<``). ``bound``: the attainable bound the lab
         computed for this run (a threshold beyond it: not testable)."""
         if isinstance(values, Mapping):
             keyed = {str(k): (None if v is None else float(v)) for k, v in values.items()}
-        else:
-            arr = np.asarray(values, dtype=float).reshape(-1)
+        else:  # None (one value: the event never happened), a number, or a sequence (None kept)
+            arr = np.asarray([None] if values is None else values, dtype=object).reshape(-1)
             keys = [str(s) for s in seeds] if seeds is not None and len(seeds) == arr.size else [str(i) for i in range(arr.size)]
-            keyed = {k: float(v) for k, v in zip(keys, arr)}
+            keyed = {k: (None if v is None else float(v)) for k, v in zip(keys, arr)}
         if self.over == "run" and len(keyed) > 1:
             raise ValueError(f"claim {self.id}: over='run' takes one value, got {len(keyed)}")
         decision = verdicts.decide_arm(keyed, self.rule(bound, bound_name))

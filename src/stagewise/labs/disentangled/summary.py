@@ -217,7 +217,7 @@ def robustness_claims(config: Config, cells: dict[str, dict[str, Any]]) -> list[
             out.append(spec.not_testable("no block has a pass fraction for this criterion", evidence, case=key,
                                          statement=statement))
         elif len(known) < len(fracs):
-            out.append(spec.result(math.nan, f"{evidence} (a block without a value counts as failing)", case=key,
+            out.append(spec.result(None, f"{evidence} (a block without a value counts as failing)", case=key,
                                    statement=statement))
         else:
             out.append(spec.result(min(known), evidence, case=key, statement=statement))

@@ -215,7 +215,7 @@ def syntax_claim(config: Config, frame: pd.DataFrame) -> tuple[Claim, dict[str, 
 
 def type_claims(facts: dict[str, Any], evidence: str, control: str = "") -> tuple[list[Claim], dict[str, Any]]:
     """type_before_fact (part (c)) from :func:`type_before_fact`'s numbers: the epoch lead (> 0:
-    the type phase first; a phase that never happens is NaN, which fails); not testable where
+    the type phase first; a phase that never happens is None, which fails); not testable where
     ``type_before_fact`` is (``evidence`` then says why). Also the descriptions (a) and (b),
     which held in their controls (docs/lm.md): {name: {value, statement}}."""
     spec = cs.TYPE_BEFORE_FACT
@@ -223,12 +223,12 @@ def type_claims(facts: dict[str, Any], evidence: str, control: str = "") -> tupl
         reason = evidence.removeprefix("not testable: ")
         return [spec.not_testable(reason, statement=spec.statement + control)], {}
 
-    def lead(late: Any, early: Any) -> float:
-        return float("nan") if late is None or early is None else float(late) - float(early)
+    def lead(late: Any, early: Any) -> float | None:  # None: the event never happened (fails the claim)
+        return None if late is None or early is None else float(late) - float(early)
 
     sem = facts["semantic_half_epoch"]
     described = {"type_wrong_falls_first": {"statement": cs.DESCRIPTIONS["type_wrong_falls_first"],
-                                            "value": _finite(lead(sem, facts["type_wrong_half_epoch"])),
+                                            "value": lead(sem, facts["type_wrong_half_epoch"]),
                                             "holds": facts["part_a"]},
                  "type_correct_peaks_first": {"statement": "the type-correct count peaks before the semantic-correct count",
                                               "type_correct_peak_epoch": facts["type_correct_peak_epoch"],
@@ -245,9 +245,6 @@ def raw_lead(counts: pd.DataFrame, half: float) -> float | None:
     sem, maj = facts["semantic_half_epoch"], facts["type_correct_majority_epoch"]
     return float("nan") if sem is None or maj is None else float(sem) - float(maj)
 
-
-def _finite(value: float) -> float | None:
-    return float(value) if np.isfinite(value) else None
 
 
 def _at_evaluations(frame: pd.DataFrame, metric: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -448,4 +445,3 @@ def across_runs(runs: Sequence[tuple[Config, Summary]]) -> list[Claim]:
 
 def _label(config: Config) -> str:
     return f"{config.task.name}, {config.model.name or 'tiny'}, {config.train.epochs} epochs"
-

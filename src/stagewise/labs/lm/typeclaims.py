@@ -17,7 +17,7 @@ question tasks only) at threshold h:
   0" (the difference claims compare phase shares; the max share is reported beside).
 
 ``type_before_fact`` keeps its own rule (:func:`.summary.type_before_fact`: a phase that never
-happens is NaN, so it fails); the difference claims compare the lead and the max share of the
+happens is None, so it fails); the difference claims compare the lead and the max share of the
 model with the ``bow-last`` baseline's.
 """
 
