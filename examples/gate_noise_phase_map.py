@@ -4,17 +4,25 @@ src/stagewise/labs/disentangled/phasemap.py before the runs.
 
     stagewise sweep examples/sweeps/gate_noise_phase_map.yaml --out sweeps/gate-noise-map --max-parallel 1
     python examples/gate_noise_phase_map.py sweeps/gate-noise-map [--out docs/figures/gate_noise_phase_map.png]
+        [--claims results/disentangled/gate_noise_phase_map.json]
+
+--claims writes every point's claims (the engine's verdicts, per-seed values, no metrics) as JSON:
+the file `stagewise findings` reads.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 import stagewise
 from stagewise.errors import UserError
-from stagewise.labs.disentangled.phasemap import CRITERIA, DESCRIPTIONS, GRID, draw, judge_point, phase_table, run_points
+from stagewise.labs.disentangled.phasemap import (CRITERIA, DESCRIPTIONS, GRID, OLD_CRITERIA, OLD_DESCRIPTIONS, draw, judge_point,
+                                                  phase_table, run_points)
 
 
 def levers_of(config: dict) -> dict[str, float]:
@@ -30,6 +38,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", type=Path)
     parser.add_argument("--out", type=Path, default=Path("gate_noise_phase_map.png"))
+    parser.add_argument("--claims", type=Path, default=None, help="write every point's claims here (JSON)")
     args = parser.parse_args()
     sweep = stagewise.load_sweep(args.sweep)
     results = []
@@ -46,13 +55,33 @@ def main() -> int:
     if not results:
         raise SystemExit("no finished point")
     table = phase_table(results).sort_values(["rho", "t2_steps", "lr_ratio", "noise_stage2"], ascending=[True, True, False, False])
-    shown = table.drop(columns=["t2_times"]).assign(relaxation_times=table["t2_times"].round(2))
+    short = {"holds": "H", "fails": "F", "inconclusive": "I", "not testable": "NT", "not applicable": "NA"}
+    shown = pd.DataFrame({
+        "rho": table["rho"], "lr2/lr1": table["lr_ratio"], "noise2": table["noise_stage2"],
+        "T2 (relax.)": [f"{t:g} ({r:.1f})" for t, r in zip(table["t2_steps"], table["t2_times"])],
+        **{c.removeprefix("gn_"): table[c].map(short) for c in CRITERIA},
+        "K1(t1) / K1*": [f"{a:.3f} / {b:.3f}" for a, b in zip(table["K1_t1_mean"], table["K1_floor_t1"])],
+        "K2(end) / ref": [f"{a:.3f} / {b:.3f}" for a, b in zip(table["K2_end_mean"], table["ref_K2_end_mean"])],
+        **{f"abs {c.removeprefix('abs.').removesuffix('_stage1').removesuffix('_stage2')}": table[c].map(short)
+           for c in table.columns if c.startswith("abs.")},
+        **{f"old {c}": table[f"old.{c}"] for c in OLD_CRITERIA},
+        "first not holding": table["reason"]})
     print(shown.to_markdown(index=False, floatfmt=".3g"))
     print()
     for c in CRITERIA:
         print(f"- {c}: {DESCRIPTIONS[c]}")
+    for c in OLD_CRITERIA:
+        print(f"- old {c} (issue 28, fraction of seeds): {OLD_DESCRIPTIONS[c]}")
     draw(table, str(args.out))
     print(f"\nfigure: {args.out} (+ .pdf); {len(table)} points of {len(run_points()) * len(GRID['t2_steps'])}")
+    if args.claims is not None:
+        points = [{"levers": r.levers, "end_step": r.end, "claims": [c.model_dump(mode="json") for c in r.claims],
+                   "absolute": [c.model_dump(mode="json") for c in r.absolute], "old_fractions": r.old_fractions}
+                  for r in results]
+        args.claims.parent.mkdir(parents=True, exist_ok=True)
+        args.claims.write_text(json.dumps({"kind": "stagewise.phase-map/1", "sweep": str(args.sweep), "points": points},
+                                          indent=1, allow_nan=False) + "\n")
+        print(f"claims: {args.claims}")
     return 0
 
 

@@ -18,7 +18,8 @@ Rules, in the order they are applied:
 3. Power. An over-seeds aggregation needs ``min_seeds`` values: fewer give
    ``inconclusive (n of k seeds)``.
 4. The decision. ``every``: each seed's value passes (holds) / one fails beyond the band
-   (fails) / the failing seeds are all within the band (inconclusive). ``median`` and
+   (fails) / the failing seeds are all within the band (inconclusive); with several seeds the
+   exact sign test is reported beside it (it does not decide). ``median`` and
    ``paired-median``: the distribution-free interval of the median (order statistics,
    :func:`median_interval`; its coverage is exact for any continuous law, not a bootstrap's
    nominal one) on the passing side of the threshold: holds; beyond the band on the failing
@@ -280,16 +281,20 @@ def decide_arm(values: Any, rule: Rule) -> Decision:
     if rule.method == "every":
         worst = rule.worst(x)
         value = _finite(worst)
-        text = f"{int(passing.sum())} of {x.size} seed(s) {condition}" if x.size > 1 else f"value {worst:.4g} {condition}"
+        # several seeds: the exact sign test beside the every-seed verdict (it does not decide it)
+        every_sign = sign_test(x, rule.relation, rule.threshold) if x.size > 1 else None
+        text = (f"{int(passing.sum())} of {x.size} seed(s) {condition}" if x.size > 1 else f"value {worst:.4g} {condition}") \
+            + (f" (sign test p = {every_sign.p:.3g})" if every_sign is not None else "")
         if x.size < rule.min_seeds:
             return Decision("inconclusive", reason=f"inconclusive ({x.size} of {rule.min_seeds} seeds)", evidence=text,
-                            value=value, per_seed=shown, pass_fraction=fraction)
+                            value=value, per_seed=shown, pass_fraction=fraction, sign=every_sign)
         if passing.all():
-            return Decision("holds", evidence=text, value=value, per_seed=shown, pass_fraction=fraction)
+            return Decision("holds", evidence=text, value=value, per_seed=shown, pass_fraction=fraction, sign=every_sign)
         if rule.fails_clearly(x[~passing]).any():
-            return Decision("fails", evidence=text, value=value, per_seed=shown, pass_fraction=fraction)
+            return Decision("fails", evidence=text, value=value, per_seed=shown, pass_fraction=fraction, sign=every_sign)
         return Decision("inconclusive", reason=f"the failing value(s) are within the band {rule.band:g} of the "
-                        f"threshold {rule.threshold:g}", evidence=text, value=value, per_seed=shown, pass_fraction=fraction)
+                        f"threshold {rule.threshold:g}", evidence=text, value=value, per_seed=shown, pass_fraction=fraction,
+                        sign=every_sign)
     sign = sign_test(x, rule.relation, rule.threshold)
     if x.size < rule.min_seeds:
         return Decision("inconclusive", reason=f"inconclusive ({x.size} of {rule.min_seeds} seeds)",

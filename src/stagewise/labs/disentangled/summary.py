@@ -12,8 +12,8 @@ from ...measure import detect_stages, values_at
 from ...report.claims import Claim, Stats, Summary
 from ..contract import RunResult, Tables
 from . import claimspecs as cs
-from .claims import (LOG2, Q_ACC, REVIEW_FLOOR, STAGED, SeedValues, control_bound, control_of, judged_by, review_claims,
-                     spectral_claims, stage_claims, stage_passes, staged_fraction)
+from .claims import (LOG2, Q_ACC, REFERENCE, REVIEW_FLOOR, STAGED, GateNoiseValues, SeedValues, control_bound, control_of,
+                     gate_noise_claims, judged_by, review_claims, spectral_claims, stage_claims, stage_passes, staged_fraction)
 from .config import Config
 from .annealgain import difference_interval, gain_beyond_control
 from .floor_claims import FLOOR_REASON, anneal_gain_claims, gain_fraction, twin, with_floors
@@ -121,6 +121,24 @@ def ablation_claims(config: Config, tables: dict[str, dict[str, Any]]) -> list[C
     return out
 
 
+def _gate_noise_regime(config: Config) -> bool:
+    """Whether the run is in the gate-noise regime (a Q noise radius of at least gate_noise.RADIUS_RANGE[0] ||zeta||)."""
+    from .ensemble import members_from_config
+    from .floor_limits import regime_reason
+
+    return regime_reason(config, members_from_config(config)[0]) is not None
+
+
+def _with_gate_noise_claims(config: Config, stages: pd.DataFrame, claims: list[Claim]) -> list[Claim]:
+    """The gate-noise story against what the model attains (claims.gate_noise_claims): the six
+    floor-relative criteria added, and the absolute loss-level stage claims replaced by the same
+    criteria judged against the floors (not testable where the threshold is below one)."""
+    th = config.thresholds
+    criteria, absolute = gate_noise_claims(GateNoiseValues.of_stages(config, stages), th.seed_fraction, th.p_loss, th.q_loss)
+    rejudged = {c.id for c in absolute}
+    return [c for c in claims if c.id not in rejudged] + absolute + criteria
+
+
 def _present(claim: Claim | None) -> list[Claim]:
     return [] if claim is None else [claim]
 
@@ -155,6 +173,8 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
         summary["ablations"] = variant_tables
         summary["anneal_gain_difference"] = difference_interval(stages, "baseline")
         claims += with_floors(config, stage_claims(config, stages, "baseline"), stages, floors, "baseline")
+        if REFERENCE in config.experiment.ablations and _gate_noise_regime(config):
+            claims = _with_gate_noise_claims(config, stages, claims)
         claims += anneal_gain_claims(config, stages, "baseline")
         claims += _present(gain_beyond_control(stages, ["baseline"]))
         claims += ablation_claims(config, variant_tables)

@@ -139,6 +139,30 @@ def fixed_point(k_p: float, k_q: float, p0: float, q0: float, l2: float, objecti
     return FixedPoint(m_p, m_q, residual)
 
 
+def p_alone_fixed_point(k_p: float, p0: float, q0: float, l2: float, objective: str = "total") -> float:
+    """m_P of the reduced model's L2 optimum with Q unlearned (m_Q = 0 held): the state the paper's
+    stage 1 ends in, so softplus(-m_P) is the floor of K1 at t1 (issue 38)::
+
+        m_P = k_p^2 D_P(m_P, 0) / lambda
+
+    one brentq root on [0, :func:`root_bracket` (A_P)] (h(m) = m - A_P D_P(m, 0) is strictly
+    increasing). For the branches objective it is :func:`fixed_point`'s m_P (D_P does not depend
+    on m_Q); for the total one it is larger (a learned Q takes part of P's drive away)."""
+    from scipy.optimize import brentq
+
+    if not l2 > 0:
+        raise ValueError(f"l2={l2!r}: the fixed point needs lambda > 0 (without L2 the margins grow without bound)")
+    if not k_p > 0:
+        raise ValueError(f"kappa_P={k_p!r}: must be > 0")
+    a_p = k_p ** 2 / l2
+    m_p = brentq(lambda m: m - a_p * drives(m, 0.0, p0, q0, objective)[0], 0.0, root_bracket(a_p), xtol=ROOT_XTOL,
+                 rtol=ROOT_RTOL, maxiter=500)
+    residual = abs(m_p - a_p * drives(m_p, 0.0, p0, q0, objective)[0])
+    if not residual <= RESIDUAL_TOL * max(1.0, m_p):
+        raise ValueError(f"P-alone fixed point not solved: residual {residual:.3e} at m_P={m_p:.6g}")
+    return float(m_p)
+
+
 # --- the range of a floor problem ---------------------------------------------------------------------------------
 NO_L2 = "lambda = 0: no finite optimum (the loss keeps falling as the weights grow), so no floor"
 SCALE2_RANGE = (1e-6, 1e6)  # s^2, the larger token block's mean squared norm, inside this (s in 1e-3..1e3 ||w*||)
@@ -257,3 +281,44 @@ def analytic_floor(config: "Config", member: "Member") -> dict[str, float | str]
     m_p, m_q = point.m_p * k_p(dc.q0) / k_p(member.q0), point.m_q * k_q(dc.p0) / k_q(member.p0)
     return {"analytic.K1": softplus(-m_p), "analytic.K2": softplus(-m_q), "analytic.m_P": m_p, "analytic.m_Q": m_q,
             "analytic.reason": ""}
+
+
+P_FLOOR_T1 = "the P branch's L2 optimum with Q unlearned (theory.p_alone_fixed_point: the reduced model's floor of K1 at t1)"
+"""What the floor of K1 at t1 is, as verdicts name it."""
+
+
+def p_floor_reason(config: "Config", member: "Member") -> str | None:
+    """Why the P-alone fixed point does not apply to ``member`` (None: it applies). P's part of the
+    derivation only: split output, block weights, the 1/L normaliser, shared labels, lambda > 0,
+    gamma0 = 1 and P noise 1/sqrt(d), real targets, P in the train and test mixtures, lambda and the
+    feature scale in float64's range. Q's gates (token-level in the gate-noise regime) do not
+    enter: with m_Q held at 0, Q's geometry and noise do not appear in P's equation."""
+    dc, mc = config.data, config.model
+    checks = [(mc.output == "split", f"model.output={mc.output} (derived for split)"),
+              (mc.weights == "block", f"model.weights={mc.weights} (derived for block)"),
+              (mc.normalizer == "L", f"model.normalizer={mc.normalizer} (derived for 1/L)"),
+              (dc.label_rule == "shared", f"data.label_rule={dc.label_rule} (derived for shared labels)"),
+              (member.l2 > 0, NO_L2),
+              (dc.gamma0 == 1 and (dc.p_noise is None or math.isclose(dc.p_noise, 1 / math.sqrt(dc.d))),
+               f"data.gamma0={dc.gamma0:g}, data.p_noise={dc.p_noise} (kappa_P assumes gamma0 = 1 and P noise 1/sqrt(d))"),
+              (not member.control, "shuffled-label control (its targets carry no feature)"),
+              (member.q0 < 1 and dc.q0 < 1, f"no P-bearing tokens (q0={member.q0:g} train, {dc.q0:g} test)")]
+    for ok, why in checks:
+        if not ok:
+            return f"not applicable: {why}"
+    out_of_range = floor_range_reason(config, member)
+    return None if out_of_range is None else f"not applicable: {out_of_range}"
+
+
+def p_floor_t1(config: "Config", member: "Member") -> tuple[float, str]:
+    """(K1 floor at t1 on the test mixture, reason): softplus(-m_P) of :func:`p_alone_fixed_point`
+    for ``config.train.objective``, solved with the member's training mixture and read on the test
+    prompts' (m = m_train kappa_P(test) / kappa_P(train), as :func:`analytic_floor`); (NaN, reason)
+    where it does not apply."""
+    reason = p_floor_reason(config, member)
+    if reason is not None:
+        return math.nan, reason
+    dc = config.data
+    k_p = lambda q0: kappa_p(dc.prompt_len, q0, dc.d)  # noqa: E731
+    m_p = p_alone_fixed_point(k_p(member.q0), member.p0, member.q0, member.l2, config.train.objective)
+    return softplus(-m_p * k_p(dc.q0) / k_p(member.q0)), ""
