@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .cli_claims import claims_cmd, print_verdicts
+from .cli_claims import claims_cmd, findings_cmd, print_verdicts
 from .cli_stages import stages_cmd
 from .cli_lab import Stopped, WithLabCommands, plain_option_types
 from .cli_lm import eval_app, lm_app
@@ -95,6 +95,7 @@ def config_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise lab
 
 
 app.command("claims")(claims_cmd)
+app.command("findings")(findings_cmd)
 
 
 @app.command("run")

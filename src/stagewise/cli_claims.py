@@ -85,11 +85,30 @@ def claims_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise lab
                runs: Optional[List[Path]] = typer.Option(None, "--runs", help="finished run folders of LAB (a real run and "
                                                          "its controls, over seeds; e.g. tracked runs): judge the "
                                                          "claims over them, each by its declared aggregation across "
-                                                         "the runs that differ only in seed and control; repeatable")) -> None:
+                                                         "the runs that differ only in seed and control; repeatable"),
+               declare: Optional[Path] = typer.Option(None, "--declare", help="a YAML file of your own claims on the runs' "
+                                                      "final metrics (report/ownclaims.py): judged over every seed of "
+                                                      "--runs by the verdict engine")) -> None:
     """List LAB's declared claims and their sources (paper, theorem/figure, reviewer, own check); runs nothing."""
     from .labs import get_lab
 
     value = get_lab(lab)
+    if declare is not None:
+        from .errors import UserError
+        from .report.ownclaims import judge, read_declarations
+
+        declared = read_declarations(declare)  # one line, exit 2, before any run is read
+        if not runs:
+            raise UserError("--declare: give the finished runs to judge with --runs RUN (repeatable)")
+        judge_runs(value, runs, check_only=True)
+        from .orchestrate.overseeds import finished_runs
+
+        claims = judge(declared, [summary for _, _, summary in finished_runs(runs)])
+        if as_json:
+            typer.echo(json.dumps([c.model_dump(mode="json") for c in claims], indent=2))
+        else:
+            print_verdicts(out_console, claims, value.sources)
+        return
     if runs:
         claims = judge_runs(value, runs)
         if as_json:
@@ -106,14 +125,15 @@ def claims_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise lab
     print_specs(out_console, lab, value.claims, value.sources)
 
 
-def judge_runs(lab: Any, run_dirs: Sequence[Path]) -> list[Any]:
+def judge_runs(lab: Any, run_dirs: Sequence[Path], check_only: bool = False) -> list[Any]:
     """``lab.across_runs`` over the finished runs ``run_dirs``; one UserError line for a folder
-    that is not a finished run of ``lab`` (nothing judged), or a lab without claims over runs."""
+    that is not a finished run of ``lab`` (nothing judged), or a lab without claims over runs.
+    ``check_only``: check the folders and judge nothing."""
     from .errors import UserError
     from .orchestrate.overseeds import finished_runs
     from .runs import read_manifest
 
-    if lab.across_runs is None:
+    if lab.across_runs is None and not check_only:
         raise UserError(f"--runs: lab '{lab.name}' judges no claims across runs")
     for run_dir in run_dirs:
         manifest = read_manifest(run_dir)
@@ -123,4 +143,37 @@ def judge_runs(lab: Any, run_dirs: Sequence[Path]) -> list[Any]:
     found = finished_runs(run_dirs)
     if len(found) != len(run_dirs):
         raise UserError(f"--runs: {len(run_dirs) - len(found)} of the runs have no readable summary or config")
+    if check_only:
+        return []
     return list(lab.across_runs([(config, summary) for _, config, summary in found]))
+
+
+def findings_cmd(folders: List[Path] = typer.Argument(..., help="finished run, sweep or reproduce folders, claims files "
+                                                       "(results/) or phase map files"),
+                 save: Optional[Path] = typer.Option(None, "--save", help="write one small claims file (JSON, no metrics) "
+                                                     "per run read into this folder"),
+                 markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="write the findings page (markdown) here"),
+                 command: Optional[str] = typer.Option(None, "--command", help="the command that reproduces the runs read "
+                                                       "(default: from each folder: its run config, sweep or reproduce)"),
+                 title: Optional[str] = typer.Option(None, "--title", help="the page's title (default: the findings page's)")) -> None:
+    """One table of every claim the folders judged: verdict, value [interval] (n seeds), attainable bound, control, command."""
+    from .orchestrate.findings import TITLE, collect, markdown, rows, save as save_records
+    from .runs.atomic import atomic_write_text
+
+    records = collect(folders, command)  # one line, exit 2, nothing written when a folder holds no claims
+    if save is not None:
+        for path in save_records(records, save):
+            out_console.print(f"claims file: {path}", highlight=False, markup=False)
+    if markdown_out is not None:
+        markdown_out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(markdown_out, markdown(records, title or TITLE))
+        out_console.print(f"findings page: {markdown_out}", highlight=False, markup=False)
+    if save is None and markdown_out is None:
+        table = Table(*(Column(name, overflow="fold") for name in ("claim", "run", "verdict", "value [interval] (seeds)",
+                                                                    "attainable bound", "control")),
+                      title="Findings", title_justify="left", header_style="bold")
+        for row in sorted(rows(records), key=lambda r: (r["order"], r["group"])):
+            verdict = row["verdict"]
+            table.add_row(escape(row["claim"]), escape(row["run"]), f"[{VERDICT_STYLE.get(verdict, 'white')}]{escape(verdict)}[/]",
+                          escape(row["value"]), escape(row["bound"]), escape(row["control"]))
+        out_console.print(table)

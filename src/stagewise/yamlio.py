@@ -75,17 +75,18 @@ def safe_yaml(text: str) -> Any:
         raise YamlLimit(f"nested deeper than {MAX_YAML_DEPTH} levels") from None
 
 
-def _read_text(path: Path) -> str:
-    """The text of a --config file; one-line UserError when it is not a readable text file."""
-    readable_file(path, MAX_YAML_BYTES, kind="a YAML file", label="--config ", folder="directory")
+def _read_text(path: Path, label: str = "--config") -> str:
+    """The text of a --config file (``label``: the option that named it); one-line UserError when
+    it is not a readable text file."""
+    readable_file(path, MAX_YAML_BYTES, kind="a YAML file", label=f"{label} ", folder="directory")
     try:
         raw = path.read_bytes()
     except OSError as err:
-        raise UserError(f"--config {path}: cannot be read ({err.strerror or err})") from None
+        raise UserError(f"{label} {path}: cannot be read ({err.strerror or err})") from None
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise UserError(f"--config {path}: not a text YAML file (not UTF-8: byte 0x{raw[err.start]:02x} "
+        raise UserError(f"{label} {path}: not a text YAML file (not UTF-8: byte 0x{raw[err.start]:02x} "
                         f"at position {err.start})") from None
 
 
@@ -97,22 +98,22 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return f"{where}: {problem}"
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping; one-line UserError on a missing, binary, oversized or bad file
-    (aliases are bounded: see :data:`MAX_YAML_NODES`)."""
+def load_yaml(path: str | Path, label: str = "--config") -> dict[str, Any]:
+    """Read a YAML mapping; one-line UserError (naming the option ``label``) on a missing, binary,
+    oversized or bad file (aliases are bounded: see :data:`MAX_YAML_NODES`)."""
     path = Path(path)
-    text = _read_text(path)
+    text = _read_text(path, label)
     try:
         data = safe_yaml(text)
     except yaml.reader.ReaderError as err:
         code = ord(err.character) if isinstance(err.character, str) else err.character
-        raise UserError(f"--config {path}: not a text YAML file (character #x{code:04x} at position {err.position})") from None
+        raise UserError(f"{label} {path}: not a text YAML file (character #x{code:04x} at position {err.position})") from None
     except yaml.YAMLError as err:
-        raise UserError(f"--config {path} is not valid YAML{_yaml_problem(err)}") from None
+        raise UserError(f"{label} {path} is not valid YAML{_yaml_problem(err)}") from None
     except (YamlLimit, ValueError) as err:
-        raise UserError(f"--config {path}: {str(err).split('; ')[0]}") from None
+        raise UserError(f"{label} {path}: {str(err).split('; ')[0]}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UserError(f"--config {path}: expected a mapping of keys to values, got {type(data).__name__}")
+        raise UserError(f"{label} {path}: expected a mapping of keys to values, got {type(data).__name__}")
     return data

@@ -287,7 +287,8 @@ class ClaimSpec(BaseModel):
         return Claim(**fields, holds=decision.holds, verdict=decision.word, evidence=text, reason=decision.reason,
                      value=decision.value, per_seed=dict(decision.per_seed), pass_fraction=decision.pass_fraction,
                      interval=None if iv is None else [iv.low, iv.high], coverage=None if iv is None else iv.coverage,
-                     sign_p=None if decision.sign is None else decision.sign.p, judged_by=verdicts.ENGINE)
+                     sign_p=None if decision.sign is None else decision.sign.p, judged_by=verdicts.ENGINE,
+                     control_verdicts={name: arm.word for name, arm in decision.arms.items()})
 
     def not_testable(self, reason: str, evidence: str = "", *, case: str | None = None,
                      statement: str | None = None, values: Any = None, seeds: Sequence[int] | None = None) -> "Claim":
@@ -351,6 +352,9 @@ class Claim(BaseModel):
     """The interval's exact coverage (>= its level for any continuous law)."""
     sign_p: float | None = None
     """Over seeds: the exact one-sided sign test's p of 'value passes', reported beside the interval."""
+    control_verdicts: dict[str, str] = Field(default_factory=dict)
+    """The controls the engine decided with the claim (name -> verdict; paired claims also the
+    ``real - NAME`` differences); empty where the control is a claim of its own or none was run."""
     judged_by: str = ""
     """The engine that decided the verdict (:data:`~.verdicts.ENGINE`); "" in summaries written before it."""
 
