@@ -106,7 +106,7 @@ def read_declarations(path: str | Path) -> list[OwnClaim]:
         known = claim.range or metric_range(claim.metric)
         if known is not None:
             low, high = known[0], known[1]
-            what = known[2] if len(known) > 2 else "its declared range"  # type: ignore[misc]  # 3-tuple from metric_range
+            what = known[2] if len(known) > 2 else "its declared range"
             if not low <= claim.threshold <= high:
                 raise _refuse(path, i, f"threshold={claim.threshold:g} is outside the range of {claim.metric} ({what}: "
                               f"[{low:g}, {high:g}]); no value can decide it")

@@ -318,6 +318,10 @@ def gate_noise_claims(values: GateNoiseValues, seed_fraction: float = 1.0, p_los
         return spec.result(share, evidence, seeds=seeds).with_required_fraction(seed_fraction)
 
     no_ref = "" if v.has_reference else NO_REFERENCE
+    flat_ref = [s for s, k in zip(seeds, v.ref_k2_end) if np.isfinite(k) and k >= LOG2]
+    if not no_ref and flat_ref:  # the reference itself did not learn Q: there is no attainable drop to take a share of
+        no_ref = (f"the noise-free reference does not learn Q (K2_ref >= log 2 in seed(s) {', '.join(map(str, flat_ref))}: "
+                  f"{_fmt(v.ref_k2_end)}): no attainable drop to take a share of")
     crit = [
         per_seed(cs.GN_P_LEARNED_T1, p_share_t1, f"t1 = {t1}: K1 {_fmt(v.k1_t1)}; {floor_t1}; share {_fmt(p_share_t1, 2)}",
                  "" if np.isfinite(v.p_floor) else f"no floor of K1 at t1: {v.p_floor_reason}"),
