@@ -276,6 +276,24 @@ def _phase_rows(rec: PhaseMap) -> list[dict[str, Any]]:
     return out
 
 
+def glance(table: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
+    """(group, claim id) -> its verdicts over the rows, e.g. "holds 3, not testable 1" (phase maps: their text)."""
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    texts: dict[tuple[str, str], str] = {}
+    for row in table:
+        key = (str(row["group"]), str(row["claim"]))
+        if row["value"].endswith(" points"):  # a phase map's row already counts its points
+            texts[key] = f"{row['run']}: {row['verdict']}"
+            continue
+        counts.setdefault(key, {})
+        counts[key][row["verdict"]] = counts[key].get(row["verdict"], 0) + 1
+    out = {}
+    for key in dict.fromkeys([(str(r["group"]), str(r["claim"])) for r in table]):
+        parts = [f"{w} in {k} run{'s' if k != 1 else ''}" for w, k in sorted(counts.get(key, {}).items(), key=lambda kv: (-kv[1], kv[0]))]
+        out[key] = "; ".join(p for p in (", ".join(parts), texts.get(key, "")) if p)
+    return out
+
+
 def markdown(records: Sequence[ClaimsFile | PhaseMap], title: str = TITLE) -> str:
     """The findings page: one table per group (papers first), every claim of every record."""
     table = sorted(rows(records), key=lambda r: (r["order"], r["group"]))
@@ -285,8 +303,12 @@ def markdown(records: Sequence[ClaimsFile | PhaseMap], title: str = TITLE) -> st
              "(`src/stagewise/report/verdicts.py`): holds, fails, inconclusive (the numbers cannot decide), "
              "not testable (the threshold is beyond what the model attains, or the values cannot carry a verdict), "
              "not applicable.", ""]
-    group = None
     esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines += ["## At a glance", "", "Each claim's verdicts over the runs that judged it (the tables below give every run).", "",
+              "| group | claim | verdicts over the runs |", "|---|---|---|"]
+    for (group_name, claim_id), words in glance(table).items():
+        lines.append(f"| {esc(group_name.split(': ', 1)[0])} | `{claim_id}` | {esc(words)} |")
+    group = None
     for row in table:
         if row["group"] != group:
             group = row["group"]
@@ -299,7 +321,7 @@ def markdown(records: Sequence[ClaimsFile | PhaseMap], title: str = TITLE) -> st
         if isinstance(rec, PhaseMap):
             lines.append(f"| {esc(rec.label)} | disentangled | {len(rec.points)} points | `{esc(rec.command)}` | {esc(rec.origin)} |")
         else:
-            seeds = f"{min(rec.seeds)}-{max(rec.seeds)}" if rec.seeds else "-"
+            seeds = "-" if not rec.seeds else str(rec.seeds[0]) if len(rec.seeds) == 1 else f"{min(rec.seeds)}-{max(rec.seeds)}"
             lines.append(f"| {esc(rec.label)} | {rec.lab} | {seeds} | `{esc(rec.command)}` | {esc(rec.origin)} |")
     return "\n".join(lines) + "\n"
 

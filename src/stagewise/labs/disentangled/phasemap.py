@@ -86,10 +86,14 @@ LR_STAGE1 = 1.0
 
 def run_points() -> list[dict[str, Any]]:
     """One run per (rho, lr_ratio, noise_stage2), lasting the longest stage-2 length: its
-    levers and the config values that differ from preset ``gate-noise-small``."""
+    levers and the config values that differ from preset ``gate-noise-small``; the points at
+    lr_ratio 0.1 first, by rho (the sweep runs them in this order)."""
     out = []
     between = itertools.product(RHO_BETWEEN, (0.1,), GRID["noise_stage2"])
-    for rho, ratio, scale in [*itertools.product(GRID["rho"], GRID["lr_ratio"], GRID["noise_stage2"]), *between]:
+    points = [*itertools.product(GRID["rho"], GRID["lr_ratio"], GRID["noise_stage2"]), *between]
+    # run order (issue 38): lr_ratio 0.1 first, by rho, so that a sweep cut short by time keeps the rho lever whole
+    points.sort(key=lambda p: (p[1] != 0.1, p[0], -p[2]))
+    for rho, ratio, scale in points:
         sized = gate_noise.size(int(SIZE["d"]), int(SIZE["prompt_len"]), SIZE["zeta"], SIZE["radius"], rho, lr_stage1=LR_STAGE1,
                                 lr_stage2=LR_STAGE1 * ratio)
         train = sized.overrides()["train"]
