@@ -11,7 +11,7 @@ What a folder (or file) is, checked in this order::
     reproduce.json                             a reproduce folder: each run's claims and the claims over seeds
     sweep.json                                 a sweep folder: each finished run's claims and over_seeds.json
     manifest.json + summary.json               a finished run folder
-    a folder holding claims files              each of them (a results folder)
+    a folder holding claims files              each of them, subfolders included (a results folder)
 
 A claims file is the small, committable record of one run (or one sweep's claims over seeds):
 the lab, the label, the command that reproduces it, the seeds, the papers' headings and the
@@ -134,7 +134,7 @@ def read_folder(path: str | Path, command: str | None = None) -> list[ClaimsFile
         found = read_run(path, command=command)
         return [found] if found is not None else []
     out: list[ClaimsFile | PhaseMap] = []
-    for child in sorted(path.glob("*.json")):
+    for child in sorted(path.rglob("*.json")):  # a results folder: its claims files, subfolders included
         try:
             kind = json.loads(child.read_text()).get("kind")
         except (OSError, ValueError, AttributeError):

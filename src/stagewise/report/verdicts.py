@@ -36,6 +36,7 @@ to call: a value on the failing side nearer than ``band`` is inconclusive, not a
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,8 +71,9 @@ _PASSES = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np
 _UP = {">=": 1.0, ">": 1.0, "<=": -1.0, "<": -1.0}  # +1: larger values pass
 
 
+@functools.lru_cache(maxsize=4096)
 def binomial_tail(n: int, k: int) -> float:
-    """P(Binomial(n, 1/2) >= k), exact."""
+    """P(Binomial(n, 1/2) >= k), exact (cached: a report asks the same few (n, k) many times)."""
     if k <= 0:
         return 1.0
     return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
@@ -109,11 +111,22 @@ def median_interval(values: Any, level: float = LEVEL) -> MedianInterval | None:
     n = int(x.size)
     if n == 0 or np.isnan(x).any():
         raise ValueError(f"median_interval: needs values that are not NaN, got {x.tolist()}")
+    order = _median_order(n, level)
+    if order is None:
+        return None
+    k, coverage = order
+    return MedianInterval(n, float(np.median(x)), float(x[k - 1]), float(x[n - k]), coverage)
+
+
+@functools.lru_cache(maxsize=1024)
+def _median_order(n: int, level: float) -> tuple[int, float] | None:
+    """(k, coverage) of the narrowest [x_(k), x_(n+1-k)] (1-based) covering the median with
+    probability >= ``level``; None when even [min, max] does not."""
     best = None
-    for k in range(1, n // 2 + 1):  # x_(k) .. x_(n+1-k), 1-based
+    for k in range(1, n // 2 + 1):
         coverage = 1.0 - 2.0 * (1.0 - binomial_tail(n, k))  # 1 - 2 P(Bin <= k-1)
         if coverage >= level:
-            best = MedianInterval(n, float(np.median(x)), float(x[k - 1]), float(x[n - k]), coverage)
+            best = (k, coverage)
         else:
             break
     return best
