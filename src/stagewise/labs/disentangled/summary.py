@@ -136,7 +136,13 @@ def _with_gate_noise_claims(config: Config, stages: pd.DataFrame, claims: list[C
     th = config.thresholds
     criteria, absolute = gate_noise_claims(GateNoiseValues.of_stages(config, stages), th.seed_fraction, th.p_loss, th.q_loss)
     rejudged = {c.id for c in absolute}
-    return [c for c in claims if c.id not in rejudged] + absolute + criteria
+    below = [c.id for c in absolute if c.verdict == "not testable" and (c.reason or "").startswith("the threshold")]
+    out = [c for c in claims if c.id not in rejudged] + absolute + criteria
+    if below:  # the conjunction of the absolute criteria cannot hold when one of them is below its floor
+        out = [c.with_not_testable(f"its criterion {', '.join(below)} is below the attainable floor (see that claim), so "
+                                   "the four cannot hold together; the floor-relative criteria gn_* judge the story")
+               if c.id == cs.TWO_STAGE_PER_SEED.id else c for c in out]
+    return out
 
 
 def _present(claim: Claim | None) -> list[Claim]:
