@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 import stagewise
+from stagewise.orchestrate.findings import PHASE_MAP_KIND
 from stagewise.errors import UserError
 from stagewise.labs.disentangled.phasemap import (CRITERIA, DESCRIPTIONS, GRID, OLD_CRITERIA, OLD_DESCRIPTIONS, draw, judge_point,
                                                   phase_table, run_points)
@@ -79,8 +80,10 @@ def main() -> int:
                    "absolute": [c.model_dump(mode="json") for c in r.absolute], "old_fractions": r.old_fractions}
                   for r in results]
         args.claims.parent.mkdir(parents=True, exist_ok=True)
-        args.claims.write_text(json.dumps({"kind": "stagewise.phase-map/1", "sweep": str(args.sweep), "points": points},
-                                          indent=1, allow_nan=False) + "\n")
+        record = {"kind": PHASE_MAP_KIND, "label": "gate-noise phase map (issue 38 criteria)",
+                  "command": "stagewise sweep examples/sweeps/gate_noise_phase_map.yaml --out sweeps/gate-noise-map "
+                             "--max-parallel 1", "points": points}
+        args.claims.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
         print(f"claims: {args.claims}")
     return 0
 

@@ -81,3 +81,14 @@ def test_the_findings_page_is_generated_from_the_committed_results():
     page = markdown(collect([RESULTS])).replace(str(ROOT) + "/", "")
     assert (ROOT / "docs" / "findings.md").read_text() == page, \
         "docs/findings.md is out of date: run `stagewise findings results --markdown docs/findings.md` from the repository root"
+
+
+def test_a_phase_map_file_counts_each_criterion_over_its_points(tmp_path):
+    spec = _spec("real", "none")
+    points = [{"levers": {"rho": rho}, "claims": [spec.result([v, v], seeds=[0, 1]).model_dump(mode="json")]}
+              for rho, v in ((26.0, 0.9), (40.0, 0.1))]
+    path = tmp_path / "map.phase-map.json"
+    path.write_text(json.dumps({"kind": "stagewise.phase-map/1", "label": "map", "command": "stagewise sweep x", "points": points}))
+    (row,) = rows(collect([path]))
+    assert row["verdict"] == "holds at 1 of 2 points, fails at 1 of 2 points" and row["value"] == "2 points"
+    assert "map: holds at 1 of 2 points" in markdown(collect([tmp_path]))

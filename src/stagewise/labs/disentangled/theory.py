@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: this module imports no torch
     from .config import Config
-    from .train import Member
+    from .ensemble import Member
 
 KAPPA_Q_NOISE = 0.56  # the Q noise's loss of margin per unit q_noise / ||zeta|| (spec section 5)
 KAPPA_P_NOISE = 0.8  # the P noise's gain of margin, (1 + 0.8 / sqrt d)^2 (half-normal noise along w*)
