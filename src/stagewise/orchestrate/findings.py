@@ -239,9 +239,10 @@ def control_verdicts(claim: Claim, by_id: Mapping[str, Claim]) -> str:
 def rows(records: Sequence[ClaimsFile | PhaseMap]) -> list[dict[str, Any]]:
     """One row per claim per claims file (phase maps: one row per criterion, over the map's points)."""
     out: list[dict[str, Any]] = []
+    sources = {k: v for rec in records if isinstance(rec, ClaimsFile) for k, v in rec.sources.items()}
     for rec in records:
         if isinstance(rec, PhaseMap):
-            out += _phase_rows(rec)
+            out += _phase_rows(rec, sources)
             continue
         by_id = {c.id: c for c in rec.claims}
         for claim in rec.claims:
@@ -254,8 +255,9 @@ def rows(records: Sequence[ClaimsFile | PhaseMap]) -> list[dict[str, Any]]:
     return out
 
 
-def _phase_rows(rec: PhaseMap) -> list[dict[str, Any]]:
-    """Per criterion of a phase map: at how many points it holds, and each other verdict's count."""
+def _phase_rows(rec: PhaseMap, sources: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Per criterion of a phase map: at how many points it holds, and each other verdict's count
+    (``sources``: paper key -> heading, from the other records read with it)."""
     counts: dict[str, dict[str, int]] = {}
     first: dict[str, Claim] = {}
     for point in rec.points:
@@ -270,7 +272,8 @@ def _phase_rows(rec: PhaseMap) -> list[dict[str, Any]]:
         claim = first[cid]
         order, key = _group(claim)
         text = ", ".join(f"{w} at {k} of {n} points" for w, k in sorted(words.items(), key=lambda kv: -kv[1]))
-        out.append({"order": order, "group": key, "run": rec.label, "lab": "disentangled", "claim": cid,
+        out.append({"order": order, "group": sources.get(key) or GROUP_TITLES.get(key) or key, "run": rec.label,
+                    "lab": "disentangled", "claim": cid,
                     "statement": claim.statement, "verdict": text, "value": f"{n} points", "bound": claim.floor or "-",
                     "control": "-", "command": rec.command, "reason": ""})
     return out
