@@ -226,6 +226,22 @@ def floor_range_reason(config: "Config", member: "Member") -> str | None:
 # --- the analytic floor of a lab member ---------------------------------------------------------------------------
 
 
+def _derivation_checks(config: "Config", member: "Member") -> tuple[list[tuple[bool, str]], list[tuple[bool, str]]]:
+    """The assumptions both fixed points share, as (holds, why not) in two groups (the model's and
+    the targets'), in the order :func:`analytic_reason` reports them: split output, block weights,
+    the 1/L normaliser, shared labels; then lambda > 0, gamma0 = 1 and P noise 1/sqrt(d), real targets."""
+    dc, mc = config.data, config.model
+    model = [(mc.output == "split", f"model.output={mc.output} (derived for split)"),
+             (mc.weights == "block", f"model.weights={mc.weights} (derived for block)"),
+             (mc.normalizer == "L", f"model.normalizer={mc.normalizer} (derived for 1/L)"),
+             (dc.label_rule == "shared", f"data.label_rule={dc.label_rule} (derived for shared labels)")]
+    labels = [(member.l2 > 0, NO_L2),
+              (dc.gamma0 == 1 and (dc.p_noise is None or math.isclose(dc.p_noise, 1 / math.sqrt(dc.d))),
+               f"data.gamma0={dc.gamma0:g}, data.p_noise={dc.p_noise} (kappa_P assumes gamma0 = 1 and P noise 1/sqrt(d))"),
+              (not member.control, "shuffled-label control (its targets carry no feature)")]
+    return model, labels
+
+
 def analytic_reason(config: "Config", member: "Member") -> str | None:
     """Why the fixed point does not apply to ``member`` of ``config`` (None: it applies). It
     was derived for xor Q, split output, block weights, the 1/L normaliser, shared labels, no Q
@@ -233,17 +249,10 @@ def analytic_reason(config: "Config", member: "Member") -> str | None:
     cluster-level gates (Q noise radius q_noise sqrt(d) < ||zeta||, spec section 5), lambda and
     feature scale in float64's range (:func:`floor_range_reason`) and both features in the
     train and test mixtures (p0, q0 < 1)."""
-    dc, mc = config.data, config.model
-    checks = [(dc.q_geometry == "xor", f"data.q_geometry={dc.q_geometry} (derived for xor)"),
-              (mc.output == "split", f"model.output={mc.output} (derived for split)"),
-              (mc.weights == "block", f"model.weights={mc.weights} (derived for block)"),
-              (mc.normalizer == "L", f"model.normalizer={mc.normalizer} (derived for 1/L)"),
-              (dc.label_rule == "shared", f"data.label_rule={dc.label_rule} (derived for shared labels)"),
-              (member.q_centre == 0, f"q_centre={member.q_centre:g} (derived for no Q centre)"),
-              (member.l2 > 0, NO_L2),
-              (dc.gamma0 == 1 and (dc.p_noise is None or math.isclose(dc.p_noise, 1 / math.sqrt(dc.d))),
-               f"data.gamma0={dc.gamma0:g}, data.p_noise={dc.p_noise} (kappa_P assumes gamma0 = 1 and P noise 1/sqrt(d))"),
-              (not member.control, "shuffled-label control (its targets carry no feature)")]
+    dc = config.data
+    model, labels = _derivation_checks(config, member)
+    checks = [(dc.q_geometry == "xor", f"data.q_geometry={dc.q_geometry} (derived for xor)"), *model,
+              (member.q_centre == 0, f"q_centre={member.q_centre:g} (derived for no Q centre)"), *labels]
     for ok, why in checks:
         if not ok:
             return f"not applicable: {why}"
@@ -283,26 +292,15 @@ def analytic_floor(config: "Config", member: "Member") -> dict[str, float | str]
             "analytic.reason": ""}
 
 
-P_FLOOR_T1 = "the P branch's L2 optimum with Q unlearned (theory.p_alone_fixed_point: the reduced model's floor of K1 at t1)"
-"""What the floor of K1 at t1 is, as verdicts name it."""
-
-
 def p_floor_reason(config: "Config", member: "Member") -> str | None:
     """Why the P-alone fixed point does not apply to ``member`` (None: it applies). P's part of the
     derivation only: split output, block weights, the 1/L normaliser, shared labels, lambda > 0,
     gamma0 = 1 and P noise 1/sqrt(d), real targets, P in the train and test mixtures, lambda and the
     feature scale in float64's range. Q's gates (token-level in the gate-noise regime) do not
     enter: with m_Q held at 0, Q's geometry and noise do not appear in P's equation."""
-    dc, mc = config.data, config.model
-    checks = [(mc.output == "split", f"model.output={mc.output} (derived for split)"),
-              (mc.weights == "block", f"model.weights={mc.weights} (derived for block)"),
-              (mc.normalizer == "L", f"model.normalizer={mc.normalizer} (derived for 1/L)"),
-              (dc.label_rule == "shared", f"data.label_rule={dc.label_rule} (derived for shared labels)"),
-              (member.l2 > 0, NO_L2),
-              (dc.gamma0 == 1 and (dc.p_noise is None or math.isclose(dc.p_noise, 1 / math.sqrt(dc.d))),
-               f"data.gamma0={dc.gamma0:g}, data.p_noise={dc.p_noise} (kappa_P assumes gamma0 = 1 and P noise 1/sqrt(d))"),
-              (not member.control, "shuffled-label control (its targets carry no feature)"),
-              (member.q0 < 1 and dc.q0 < 1, f"no P-bearing tokens (q0={member.q0:g} train, {dc.q0:g} test)")]
+    dc = config.data
+    model, labels = _derivation_checks(config, member)
+    checks = [*model, *labels, (member.q0 < 1 and dc.q0 < 1, f"no P-bearing tokens (q0={member.q0:g} train, {dc.q0:g} test)")]
     for ok, why in checks:
         if not ok:
             return f"not applicable: {why}"
