@@ -10,7 +10,8 @@ What a folder (or file) is, checked in this order::
     *.json with "kind": "stagewise.phase-map/1" a phase map's claims (examples/gate_noise_phase_map.py --claims)
     reproduce.json                             a reproduce folder: each run's claims and the claims over seeds
     sweep.json                                 a sweep folder: each finished run's claims and over_seeds.json
-    manifest.json + summary.json               a finished run folder
+    manifest.json + config.yaml                a run folder (its claims once it has a summary)
+    (the three as ``stagewise report`` reads them: :func:`.reporting.folder_kind`)
     a folder holding claims files              each of them, subfolders included (a results folder)
 
 A claims file is the small, committable record of one run (or one sweep's claims over seeds):
@@ -35,6 +36,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import UserError, read_json_object
 from ..report.claims import Claim
+from .reporting import folder_kind
 
 CLAIMS_KIND = "stagewise.claims/1"
 PHASE_MAP_KIND = "stagewise.phase-map/1"
@@ -125,12 +127,15 @@ def read_folder(path: str | Path, command: str | None = None) -> list[ClaimsFile
         raise UserError(f"{path}: no such file or folder")
     if path.is_file():
         return read_file(path)
-    if (path / "reproduce.json").exists() or (path / "claims.json").exists() and (path / "runs").is_dir() \
-            and not (path / "sweep.json").exists():
+    try:
+        kind = folder_kind(path)  # the report's own reading of a folder
+    except UserError:
+        kind = ""  # a folder of claims files (results/)
+    if kind == "reproduce":
         return _read_reproduce(path, command)
-    if (path / "sweep.json").exists():
+    if kind == "sweep":
         return _read_sweep(path, command)
-    if (path / "manifest.json").exists():
+    if kind == "run":
         found = read_run(path, command=command)
         return [found] if found is not None else []
     out: list[ClaimsFile | PhaseMap] = []
@@ -248,7 +253,7 @@ def rows(records: Sequence[ClaimsFile | PhaseMap]) -> list[dict[str, Any]]:
         for claim in rec.claims:
             order, key = _group(claim)
             heading = rec.sources.get(key) or GROUP_TITLES.get(key) or key
-            out.append({"order": order, "group": heading, "run": rec.label, "lab": rec.lab, "claim": claim.id,
+            out.append({"order": order, "group": heading, "run": rec.label, "lab": rec.lab, "claim": claim.id, "phase_map": False,
                         "statement": claim.statement, "verdict": str(claim.verdict), "value": value_text(claim),
                         "bound": claim.floor or "-", "control": control_verdicts(claim, by_id), "command": rec.command,
                         "reason": claim.reason})
@@ -273,7 +278,7 @@ def _phase_rows(rec: PhaseMap, sources: Mapping[str, str]) -> list[dict[str, Any
         order, key = _group(claim)
         text = ", ".join(f"{w} at {k} of {n} points" for w, k in sorted(words.items(), key=lambda kv: -kv[1]))
         out.append({"order": order, "group": sources.get(key) or GROUP_TITLES.get(key) or key, "run": rec.label,
-                    "lab": "disentangled", "claim": cid,
+                    "lab": "disentangled", "claim": cid, "phase_map": True,
                     "statement": claim.statement, "verdict": text, "value": f"{n} points", "bound": claim.floor or "-",
                     "control": "-", "command": rec.command, "reason": ""})
     return out
@@ -285,7 +290,7 @@ def glance(table: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
     texts: dict[tuple[str, str], str] = {}
     for row in table:
         key = (str(row["group"]), str(row["claim"]))
-        if row["value"].endswith(" points"):  # a phase map's row already counts its points
+        if row["phase_map"]:  # a phase map's row already counts its points
             texts[key] = f"{row['run']}: {row['verdict']}"
             continue
         counts.setdefault(key, {})
