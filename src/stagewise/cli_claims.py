@@ -100,10 +100,7 @@ def claims_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise lab
         declared = read_declarations(declare)  # one line, exit 2, before any run is read
         if not runs:
             raise UserError("--declare: give the finished runs to judge with --runs RUN (repeatable)")
-        judge_runs(value, runs, check_only=True)
-        from .orchestrate.overseeds import finished_runs
-
-        claims = judge(declared, [summary for _, _, summary in finished_runs(runs)])
+        claims = judge(declared, [summary for _, _, summary in finished_lab_runs(value, runs)])
         if as_json:
             typer.echo(json.dumps([c.model_dump(mode="json") for c in claims], indent=2))
         else:
@@ -125,16 +122,13 @@ def claims_cmd(lab: str = typer.Argument(..., help="lab name, see `stagewise lab
     print_specs(out_console, lab, value.claims, value.sources)
 
 
-def judge_runs(lab: Any, run_dirs: Sequence[Path], check_only: bool = False) -> list[Any]:
-    """``lab.across_runs`` over the finished runs ``run_dirs``; one UserError line for a folder
-    that is not a finished run of ``lab`` (nothing judged), or a lab without claims over runs.
-    ``check_only``: check the folders and judge nothing."""
+def finished_lab_runs(lab: Any, run_dirs: Sequence[Path]) -> list[tuple[str, Any, Any]]:
+    """(lab name, config, summary) of the finished runs ``run_dirs``; one UserError line for a
+    folder that is not a finished run of ``lab`` (nothing judged)."""
     from .errors import UserError
     from .orchestrate.overseeds import finished_runs
     from .runs import read_manifest
 
-    if lab.across_runs is None and not check_only:
-        raise UserError(f"--runs: lab '{lab.name}' judges no claims across runs")
     for run_dir in run_dirs:
         manifest = read_manifest(run_dir)
         if manifest.get("lab") != lab.name or manifest.get("status") != "done":
@@ -143,9 +137,17 @@ def judge_runs(lab: Any, run_dirs: Sequence[Path], check_only: bool = False) -> 
     found = finished_runs(run_dirs)
     if len(found) != len(run_dirs):
         raise UserError(f"--runs: {len(run_dirs) - len(found)} of the runs have no readable summary or config")
-    if check_only:
-        return []
-    return list(lab.across_runs([(config, summary) for _, config, summary in found]))
+    return found
+
+
+def judge_runs(lab: Any, run_dirs: Sequence[Path]) -> list[Any]:
+    """``lab.across_runs`` over the finished runs ``run_dirs`` (:func:`finished_lab_runs`); one
+    UserError line for a lab without claims over runs."""
+    from .errors import UserError
+
+    if lab.across_runs is None:
+        raise UserError(f"--runs: lab '{lab.name}' judges no claims across runs")
+    return list(lab.across_runs([(config, summary) for _, config, summary in finished_lab_runs(lab, run_dirs)]))
 
 
 def findings_cmd(folders: List[Path] = typer.Argument(..., help="finished run, sweep or reproduce folders, claims files "
