@@ -50,7 +50,7 @@ import pandas as pd
 from ...report.claims import Claim
 from . import claimspecs as cs
 from . import gate_noise
-from .claims import GateNoiseValues, gate_noise_claims
+from .claims import NO_ANNEAL, REFERENCE, GateNoiseValues, control_of, gate_noise_claims
 from .config import Config
 
 LOG2 = math.log(2)
@@ -215,7 +215,7 @@ def judge_point(metrics: pd.DataFrame, config: Mapping[str, Any], levers: Mappin
     k2 = lambda v, s: _at(metrics, f"{v}/test.K2.q_queries", s, seeds)  # noqa: E731
     floor, why = p_floor_t1(cfg, members_from_config(cfg)[0])
     gv = GateNoiseValues(seeds, t1, end, k1("baseline", t1), k2("baseline", t1), k1("baseline", end), k2("baseline", end),
-                         k1("no-noise", end), k2("no-noise", end), k2("no-anneal", end), k2("baseline|control", end), floor, why)
+                         k1(REFERENCE, end), k2(REFERENCE, end), k2(NO_ANNEAL, end), k2(control_of("baseline"), end), floor, why)
     claims, absolute = gate_noise_claims(gv, th.seed_fraction, th.p_loss, th.q_loss)
     p_loss, q_loss, q_flat = th.p_loss * LOG2, th.q_loss * LOG2, th.q_flat * LOG2
     with np.errstate(invalid="ignore"):
