@@ -103,10 +103,9 @@ def read_declarations(path: str | Path) -> list[OwnClaim]:
                               "interval at all)")
         elif claim.min_seeds is not None and claim.min_seeds < 1:
             raise _refuse(path, i, f"min_seeds={claim.min_seeds}: at least 1")
-        known = claim.range or metric_range(claim.metric)
+        known = (*claim.range, "its declared range") if claim.range is not None else metric_range(claim.metric)
         if known is not None:
-            low, high = known[0], known[1]
-            what = known[2] if len(known) > 2 else "its declared range"
+            low, high, what = known
             if not low <= claim.threshold <= high:
                 raise _refuse(path, i, f"threshold={claim.threshold:g} is outside the range of {claim.metric} ({what}: "
                               f"[{low:g}, {high:g}]); no value can decide it")
