@@ -20,12 +20,16 @@ a pretrained model declare their own), and are recorded at the same points, with
 recording (an eval pass, or the training pass before each update), into the
 ``baseline_predictions`` table, categorised by the same rules.
 
-All baselines of a run are one module: their parameters are stacked per kind, a batch is one
-gather and one matmul per kind.
+A lead measured against one baseline rate compares learning speeds (issue 38: the lead claim
+flipped between 1e-3 and 1e-2), so ``baselines.lr_grid`` trains every kind at each rate of a
+declared grid in the same run: the records of ``bow-last2`` at 0.01 carry ``bow-last2@lr0.01``,
+and the schedule's factor multiplies every rate alike. Each (kind, rate) is its own small model
+and optimizer (a few milliseconds a step next to the transformer's forward and backward pass).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -47,9 +51,19 @@ BASELINE_SEED_OFFSET = 7_919
 independent of the model's initialisation and the shuffling stream."""
 
 
-def baseline_name(kind: str, last_k: int) -> str:
-    """The name a baseline's records carry: ``bow`` or ``bow-last2``."""
-    return kind if kind == "bow" else f"bow-last{last_k}"
+RATE_MARK = "@lr"
+"""Separates a baseline's kind from its rate in a grid run's names: ``bow-last2@lr0.01``."""
+
+
+def baseline_name(kind: str, last_k: int, rate: float | None = None) -> str:
+    """The name a baseline's records carry: ``bow`` or ``bow-last2``, with ``@lrR`` in a grid run."""
+    name = kind if kind == "bow" else f"bow-last{last_k}"
+    return name if rate is None else f"{name}{RATE_MARK}{rate:g}"
+
+
+def baseline_rate(name: str) -> float | None:
+    """The rate in a grid run's baseline name (None: the run's one baseline rate)."""
+    return float(name.split(RATE_MARK, 1)[1]) if RATE_MARK in name else None
 
 
 class Baseline(torch.nn.Module):
@@ -89,27 +103,38 @@ class Baseline(torch.nn.Module):
 class Baselines:
     """The run's baselines, their optimizers and (with the authors' recording) their recorders.
 
-    ``kinds``: ``bow`` / ``bow-last``; every step goes through :meth:`step` with the same rows
-    as the model's update; :meth:`evaluate` scores every example; :meth:`state` /
-    :meth:`restore` checkpoint them with the run."""
+    ``kinds``: ``bow`` / ``bow-last``, each at every rate of ``rates`` (None: the one rate the
+    caller passes to :meth:`step`); every step goes through :meth:`step` with the same rows as
+    the model's update; :meth:`evaluate` scores every example; :meth:`state` / :meth:`restore`
+    checkpoint them with the run. A kind's initial weights are the same at every rate."""
 
     def __init__(self, kinds: list[str], last_k: int, d: int, n_rows: int, seed: int, top_k: int,
-                 make_optimizer: Any, targets: torch.Tensor, record_train_pass: bool):
+                 make_optimizer: Any, targets: torch.Tensor, record_train_pass: bool,
+                 rates: list[float | None] | None = None):
+        rates = rates or [None]
+        self.models: dict[str, Baseline] = {}
+        self.rates: dict[str, float | None] = {}
         gen = torch.Generator().manual_seed(seed * 1_000_003 + BASELINE_SEED_OFFSET)
-        self.names = [baseline_name(k, last_k) for k in kinds]
-        self.models = {name: Baseline(n_rows, d, 0 if kind == "bow" else last_k, gen) for name, kind in zip(self.names, kinds)}
+        for kind in kinds:
+            first = Baseline(n_rows, d, 0 if kind == "bow" else last_k, gen)
+            for rate in rates:  # the same start at every rate: only the rate differs
+                self.models[baseline_name(kind, last_k, rate)] = copy.deepcopy(first)
+                self.rates[baseline_name(kind, last_k, rate)] = rate
+        self.names = list(self.models)
         self.opts = {name: make_optimizer(list(m.parameters())) for name, m in self.models.items()}
         self.k = min(top_k, n_rows)
         self.recorders = {name: TrainPassRecorder(targets, self.k) for name in self.names} if record_train_pass else None
 
-    def step(self, enc: Encoded, rows: torch.Tensor, lr: float) -> None:
-        """One update of every baseline on the batch ``rows`` (B,) at rate ``lr`` (the authors'
-        recording scores the batch before the update)."""
+    def step(self, enc: Encoded, rows: torch.Tensor, lr: float, factor: float = 1.0) -> None:
+        """One update of every baseline on the batch ``rows`` (B,): at rate ``lr``, or in a grid
+        run at its own rate x ``factor`` (the schedule's factor at this step); the authors'
+        recording scores the batch before the update."""
         ids, lengths, target = enc.ids[rows], enc.lengths[rows], enc.targets[rows]  # (B, L), (B,), (B,)
         for name, model in self.models.items():
             opt = self.opts[name]
+            rate = self.rates[name]
             for group in opt.param_groups:
-                group["lr"] = lr
+                group["lr"] = lr if rate is None else rate * factor
             logits = model(ids, lengths)  # (B, V')
             if self.recorders is not None:
                 self.recorders[name].add(rows, logits)
@@ -170,7 +195,7 @@ def make_baselines(cfg: Config, model: Any, enc: Encoded, make_optimizer: Any) -
         return None
     n_rows = int(model.get_output_embeddings().weight.shape[0])
     return Baselines(list(b.kinds), b.last_k, b.d, n_rows, cfg.seed, cfg.train.top_k, make_optimizer, enc.targets,
-                     cfg.train.record == "train-before-step")
+                     cfg.train.record == "train-before-step", b.rates())
 
 
 def baseline_records(enc: Encoded, evaluations: dict[str, Evaluation], epoch: float,

@@ -40,26 +40,84 @@ TYPE_BEFORE_FACT = ClaimSpec(
     aggregation="paired-median", min_seeds=MIN_SEEDS)
 # Issue 27: a model without attention (a bag of words plus the prompt's last two tokens) shows the same phase,
 # with a larger lead, on counterfact-tiny. The two claims below ask whether the transformer's phase goes beyond
-# that template-frequency baseline, trained on the same batches (baselines.py); declared before their runs.
+# that template-frequency baseline, trained on the same batches (baselines.py).
+# Issue 38 redeclares them, before their runs: a lead in epochs compares learning speeds (it flipped from fails to
+# holds when the baseline's rate went from 1e-3 to 1e-2), so both are read on each model's own facts' clock, against
+# every rate of a declared grid, judged against the rate strongest for the alternative (typeclaims.py).
+FACT_FRACTIONS = (0.1, 0.25, 0.5)
+"""The fact progress (semantic-correct / its final count) at which the type-correct shares are compared."""
+SETTLE_SPAN = 0.2
+"""A claim measured against the final fact count needs facts that had settled: over the last 20 % of the recorded
+epochs the semantic-correct count grew by at most :data:`SETTLE_GROWTH` of its final value ..."""
+SETTLE_GROWTH = 0.1
+"""... 10 % (else: not testable, the facts were still rising at the last record)."""
+SETTLE_TOL = 1e-12
+"""Round-off allowance of the settling test (a share of the final count)."""
+MIN_RECORDS_BEFORE = 3
+"""Records a model needs before its facts reach h of their final count for its phase to be read on the facts'
+clock (fewer: not testable, record more often with train.eval_every)."""
+BASELINE_LR_GRID = (1e-3, 3e-3, 1e-2, 3e-2)
+"""The declared grid of the baselines' rates (baselines.lr_grid) of the issue-38 study."""
 _BASELINE = (" The baseline is bow-last (baselines.kinds includes bow-last: a mean bag of words plus the last "
              "baselines.last_k = 2 token embeddings -> linear softmax, no attention), trained on the same examples, "
-             "batches, optimizer and schedule and categorised by the same rule; a phase that never happens counts as a "
-             "lead of 0 and a share of 0.")
+             "batches, optimizer and schedule and categorised by the same rule, at every rate of baselines.lr_grid "
+             f"(the study's grid: {', '.join(f'{r:g}' for r in BASELINE_LR_GRID)}); the claim is judged against the rate "
+             "whose value is largest (the strongest for the alternative) and reported at every rate. Each model is read "
+             "on its own facts' clock, fact progress = semantic-correct / its final count; a clock needs facts that "
+             f"settled (at most {SETTLE_GROWTH:.0%} growth over the last {SETTLE_SPAN:.0%} of the epochs) and "
+             f"{MIN_RECORDS_BEFORE} records before progress h; a phase that never happens counts as a lead of 0.")
 TYPE_LEAD_BEYOND_BASELINE = ClaimSpec(
-    id="type_lead_beyond_baseline", statement="the transformer's type-before-fact phase lasts longer than the "
-    "no-attention baseline's: its lead (semantic half-way epoch minus the first type-correct-majority epoch, 0 without "
-    "a phase) exceeds the baseline's." + _BASELINE + _RULE, source=_STAGES,
-    quantity="the transformer's type-before-fact lead minus the bow-last baseline's", relation=">", threshold=0.0,
-    unit="epochs", over="run", control=_CONTROL + "; the baseline itself is the run's within-run control",
-    aggregation="paired-median", min_seeds=MIN_SEEDS)
+    id="type_lead_beyond_baseline", statement="on the facts' clock the transformer's type-correct majority comes "
+    "earlier than the no-attention baseline's: its lead, h minus the fact progress at its first record where "
+    "type-correct answers are at least h of the wrong predictions (0 without such a record, floored at 0), exceeds "
+    "the baseline's." + _BASELINE + _RULE, source=_STAGES,
+    quantity="the transformer's lead on the facts' clock minus the largest bow-last lead over the rate grid",
+    relation=">", threshold=0.0, unit="fact progress", over="run",
+    control=_CONTROL + "; the baseline itself is the run's within-run control", aggregation="paired-median",
+    min_seeds=MIN_SEEDS)
 TYPE_SHARE_BEYOND_BASELINE = ClaimSpec(
-    id="type_share_beyond_baseline", statement="the transformer's type-correct phase is stronger than the no-attention "
-    "baseline's: its largest type-correct share of the wrong predictions before its semantic half-way epoch exceeds "
-    "the baseline's (before the baseline's own half-way epoch)." + _BASELINE + _RULE, source=_STAGES,
-    quantity="the transformer's max type-correct share before the facts (0 without a phase) minus the bow-last baseline's",
-    relation=">",
-    threshold=0.0, unit="", over="run", control=_CONTROL + "; the baseline itself is the run's within-run control",
-    aggregation="paired-median", min_seeds=MIN_SEEDS)
+    id="type_share_beyond_baseline", statement="at matched fact progress the transformer's wrong answers are more "
+    "often type-correct than the no-attention baseline's: the type-correct share of the wrong predictions where the "
+    f"facts first reach {', '.join(f'{f:g}' for f in FACT_FRACTIONS)} of their final count (linear in fact progress "
+    "between records), averaged, exceeds the baseline's." + _BASELINE + _RULE, source=_STAGES,
+    quantity="the transformer's mean type-correct share at matched fact progress minus the largest bow-last share "
+    "over the rate grid", relation=">", threshold=0.0, unit="", over="run",
+    control=_CONTROL + "; the baseline itself is the run's within-run control", aggregation="paired-median",
+    min_seeds=MIN_SEEDS)
+# Issue 38, the mechanism test, declared before its runs. The paper's reading: the type cue (the relation, in the
+# prompt's last tokens: an elementary feature) is easy to fit and the fact (the subject, earlier in the prompt: a
+# specialized feature) is hard, so the type phase is the time between the two. On the facts' clock that reading
+# predicts the type-correct share at matched fact progress falls when the type cue is made harder (less type
+# learning by the time the facts get as far) and also when the facts are made easier (the facts get as far in fewer
+# steps, with as little time for the type cue). (The issue's text expected the second to lengthen the phase; with
+# the facts coming sooner and the cue unchanged the reading gives the opposite, and that is what is declared.)
+SUBJECT_REPEAT = 3
+"""The easier-facts arm: each prompt starts with its subject repeated twice ('Angola. Angola. Angola is located in')."""
+_ARMS = ("one run per seed and subsample in each arm, paired with the real run (task.prompts=all, task.subject_repeat=1) "
+         "of the same seed and subsample; per seed the arm's value minus the real run's; over seeds the exact interval "
+         "of the median, 6 seeds at least")
+TYPE_PHASE_HARDER_CUE = ClaimSpec(
+    id="type_phase_shrinks_with_harder_cue", statement="a type cue that is harder to fit shrinks the type phase: "
+    "trained on CounterFact's paraphrase prompts only (task.prompts=paraphrase: a noise sentence first, the relation "
+    "in a wording of each record's own), the transformer's type-correct share at matched fact progress is lower than "
+    "with every prompt (the rewrite template shared by a relation's records, and the paraphrases)." + _RULE,
+    source=paper("paper1", "the mechanism its reading implies (elementary feature first, specialized feature later); "
+                           "not run in the paper"),
+    quantity="the paraphrase arm's mean type-correct share at matched fact progress minus the real run's",
+    relation="<", threshold=0.0, unit="", over="run",
+    control=_ARMS + "; manipulation check beside it: the bow-last baselines' share at matched progress, which a harder "
+    "template cue should lower too", aggregation="median", min_seeds=MIN_SEEDS)
+TYPE_PHASE_EASIER_FACTS = ClaimSpec(
+    id="type_phase_shrinks_with_easier_facts", statement="facts that are easier to fit shrink the type phase: with "
+    f"each prompt starting with its subject repeated (task.subject_repeat={SUBJECT_REPEAT}), the transformer's "
+    "type-correct share at matched fact progress is lower than without." + _RULE,
+    source=paper("paper1", "the mechanism its reading implies (elementary feature first, specialized feature later); "
+                           "not run in the paper"),
+    quantity=f"the subject-repeat-{SUBJECT_REPEAT} arm's mean type-correct share at matched fact progress minus the "
+    "real run's", relation="<", threshold=0.0, unit="", over="run",
+    control=_ARMS + "; manipulation check beside it: the facts' half-way epoch, which easier facts should bring "
+    "forward", aggregation="median", min_seeds=MIN_SEEDS)
+MECHANISM_CLAIMS = (TYPE_PHASE_HARDER_CUE, TYPE_PHASE_EASIER_FACTS)
 # (a) "type-wrong answers fall to half of their epoch-0 count before semantic-correct reaches half" was a claim
 # until issue 27: it held in 3 of 3 shuffled-groups control seeds, so by the lab's rule (each control must make
 # a claim fail) it is a description, kept in details.descriptions.type_wrong_falls_first. Part (b), the peak
@@ -155,6 +213,7 @@ SPECTRAL_SMALL_DIRECTIONS_EARLY = ClaimSpec(
     aggregation="median", min_seeds=MIN_SEEDS,  # per seed rho_early - rho_late (paired within the seed); spectralclaim.py
 )
 
-CLAIMS: tuple[ClaimSpec, ...] = (*TYPE_CLAIMS, SYNTAX_BEFORE_SEMANTICS, SPECTRAL_SMALL_DIRECTIONS_EARLY)
+CLAIMS: tuple[ClaimSpec, ...] = (*TYPE_CLAIMS, SYNTAX_BEFORE_SEMANTICS, SPECTRAL_SMALL_DIRECTIONS_EARLY,
+                                 *MECHANISM_CLAIMS)
 """Every declared claim; the spectral one is made by ``stagewise lm rank-curve ... --claim`` (spectralclaim.py),
-not by a run's summary."""
+the mechanism claims only over seeds (summary.across_runs: an arm against the real runs), not by a run's summary."""

@@ -80,8 +80,15 @@ class TaskConfig(ConfigModel):
     heldout_seed: int = Field(0, ge=0, lt=MAX_SEED, description="seed of the held-out split")
     permute_labels: bool = Field(False, description="control: permute the labels within each task and part (seeded by seed):\n"
                                  "label marginals kept, the input-label relation removed [ours]")
+    prompts: Literal["all", "rewrite", "paraphrase"] = Field(
+        "all", description="counterfact's prompts per record: all (the rewrite template and its 2 paraphrases) [spec]; rewrite\n"
+        "(the template only); paraphrase (the 2 paraphrases only: a noise sentence first, the relation in varied wording; the\n"
+        "mechanism test's harder type cue) [ours, issue 38]")
+    subject_repeat: int = Field(1, ge=1, le=8, description="counterfact: each prompt starts with its subject repeated k - 1 times\n"
+                                "('Angola. Angola is located in' at k = 2): the mechanism test's easier facts [ours, issue 38]")
 
-    ADDED = ("replace_answers", "sample", "sample_seed", "heldout", "heldout_paradigms", "heldout_seed", "permute_labels")
+    ADDED = ("replace_answers", "sample", "sample_seed", "heldout", "heldout_paradigms", "heldout_seed", "permute_labels",
+             "prompts", "subject_repeat")
 
     def tasks(self) -> list[TaskName]:
         return list(dict.fromkeys(self.mixture)) if self.name == "mixture" else [self.name]
@@ -98,6 +105,9 @@ class TaskConfig(ConfigModel):
         if self.name == "mixture" and not self.mixture:
             raise ValueError("task.name=mixture needs task.mixture=[...] (e.g. [blimp, sick])")
         check_task_config(self)
+        if (self.prompts != "all" or self.subject_repeat != 1) and self.tasks() != ["counterfact"]:
+            raise ValueError(f"task.prompts={self.prompts} / task.subject_repeat={self.subject_repeat}: counterfact's prompt "
+                             f"variants, for task.name=counterfact only (this run has {', '.join(self.tasks())})")
         return self
 
 
@@ -195,6 +205,22 @@ class BaselineConfig(ConfigModel):
     d: int = Field(64, ge=1, le=4096, description="the baselines' embedding width")
     lr: float | None = Field(None, gt=0, allow_inf_nan=False, description="the baselines' learning rate (null: train.lr);\n"
                              "same optimizer kind, weight decay and schedule as the model")
+    lr_grid: list[float] = Field(default_factory=list, description="train every baseline at each of these rates in the same run\n"
+                                 "(records 'bow-last2@lr0.01', ...); the difference claims are judged against the rate strongest\n"
+                                 "for the alternative and reported at every rate [ours, issue 38]; [] = the one rate baselines.lr")
+
+    ADDED = ("lr_grid",)
+
+    @field_validator("lr_grid")
+    @classmethod
+    def _rates(cls, value: list[float]) -> list[float]:
+        if any(not (0 < r < float("inf")) for r in value):
+            raise ValueError(f"baselines.lr_grid={value}: rates are finite and > 0")
+        return sorted(set(value))
+
+    def rates(self) -> list[float | None]:
+        """The rates the baselines train at: the grid, else [None] (one baseline per kind at baselines.lr or train.lr)."""
+        return list(self.lr_grid) if self.lr_grid else [None]
 
     @field_validator("kinds")
     @classmethod
@@ -277,6 +303,9 @@ class Config(RunBase):
                                  f"trained elsewhere (source.kind={self.source.kind}) has none (set baselines.kinds=[])")
             if self.train.record != "eval-after-epoch":
                 raise ValueError("train.record=train-before-step: the lab's own training pass; a probe evaluates in eval mode")
+        if self.baselines.lr_grid and self.baselines.lr is not None:
+            raise ValueError(f"baselines.lr={self.baselines.lr} and baselines.lr_grid={self.baselines.lr_grid}: give one rate or a "
+                             "grid, not both")
         if self.baselines.kinds and self.task.framing == "lm":
             raise ValueError(f"baselines.kinds={self.baselines.kinds}: baselines predict an answer token; task.framing=lm "
                              "has none (set baselines.kinds=[])")

@@ -101,6 +101,10 @@ def type_before_fact(counts: pd.DataFrame, half: float) -> tuple[bool | None, st
         why = "fewer than 2 epochs" if len(epochs) < 2 else "no type-wrong prediction at epoch 0" if tw[0] == 0 \
             else "no semantic-correct prediction at the end"
         return None, f"not testable: {why}", facts
+    settling = typeclaims.facts_settled(epochs.astype(float), sem)
+    if not settling.settled:  # the claim is measured against the final count: a count still rising cannot carry it
+        facts.update(settling=settling.text())
+        return None, f"not testable: the facts were still rising at the last record ({settling.text()})", facts
     e_tw = first_epoch(epochs, tw <= half * tw[0])
     e_sem = first_epoch(epochs, sem >= half * sem[-1])
     if e_sem == _num(epochs[0]):  # the facts are already at half at the first record: no epoch comes before them
@@ -396,10 +400,21 @@ def _type_part(config: Config, tables: Tables, details: dict[str, Any]) -> list[
 # key saw the same initialisation, training order and subsample, so their values pair.
 
 SEED_FIELDS = (("seed",), ("task", "sample_seed"), ("task", "shuffle_groups"), ("task", "replace_answers"),
-               ("task", "permute_labels"))
-"""Config fields that vary within a family (the seed key and the control); everything else defines it."""
+               ("task", "permute_labels"), ("task", "prompts"), ("task", "subject_repeat"))
+"""Config fields that vary within a family (the seed key, the control and the mechanism arm); everything else defines it."""
 
 REAL = "real"
+ARMS = {"harder type cue": cs.TYPE_PHASE_HARDER_CUE, "easier facts": cs.TYPE_PHASE_EASIER_FACTS}
+"""The mechanism test's arms (:func:`arm_name`) and the claim each is judged by against the real runs."""
+
+
+def arm_name(config: Config) -> str | None:
+    """The mechanism arm a run is (None: not an arm): task.prompts=paraphrase is the harder type cue,
+    task.subject_repeat > 1 the easier facts; both at once is neither (no declared prediction)."""
+    harder, easier = config.task.prompts == "paraphrase", config.task.subject_repeat > 1
+    if harder == easier:
+        return None if not harder and config.task.prompts == "all" else "mixed arm"
+    return "harder type cue" if harder else "easier facts"
 
 
 def family_key(config: Config) -> str:
@@ -421,11 +436,14 @@ def across_runs(runs: Sequence[tuple[Config, Summary]]) -> list[Claim]:
         families.setdefault(family_key(config), []).append((config, summary))
     out: list[Claim] = []
     numbered = [members for members in families.values()
-                if len(members) > 1 and any(control_name(c) is None for c, _ in members)]
+                if len(members) > 1 and any(control_name(c) is None and arm_name(c) is None for c, _ in members)]
     for i, members in enumerate(numbered, start=1):
         label = _label(members[0][0]) + (f", family {i}" if len(numbered) > 1 else "")
+        case = "over_seeds" if i == 1 else f"over_seeds_{i}"
+        out += _mechanism_claims(members, case, label)
+        members = [(c, s) for c, s in members if arm_name(c) is None]
         for spec in CLAIMS:
-            if spec.aggregation is None:
+            if spec.aggregation is None or spec in cs.MECHANISM_CLAIMS:
                 continue
             by_condition: dict[str, dict[str, float | None]] = {}
             for config, summary in members:
@@ -438,9 +456,58 @@ def across_runs(runs: Sequence[tuple[Config, Summary]]) -> list[Claim]:
             if REAL not in by_condition:
                 continue
             real = by_condition.pop(REAL)
-            case = "over_seeds" if i == 1 else f"over_seeds_{i}"
             out.append(judge_over_seeds(spec, real, by_condition, case=case, label=label))
     return out
+
+
+def progress_share(summary: Summary) -> float | None:
+    """The model's mean type-correct share at matched fact progress in a run's summary (None: no clock)."""
+    clock_ = ((summary.details or {}).get("baseline_comparison") or {}).get("model_clock") or {}
+    value = clock_.get("progress_share")
+    return float(value) if value is not None else None
+
+
+def _mechanism_claims(members: Sequence[tuple[Config, Summary]], case: str, label: str) -> list[Claim]:
+    """Each mechanism arm present among a family's runs against its real runs, paired by seed key:
+    per seed the arm's progress share minus the real run's; a seed without a clock in either run
+    is left out (it counts as unfinished). Manipulation checks in the evidence."""
+    real = {_key(c): s for c, s in members if control_name(c) is None and arm_name(c) is None}
+    out = []
+    for arm, spec in ARMS.items():
+        runs = {_key(c): s for c, s in members if control_name(c) is None and arm_name(c) == arm}
+        if not runs:
+            continue
+        diffs: dict[str, float | None] = {}
+        checks: list[str] = []
+        for key, summary in runs.items():
+            a, r = progress_share(summary), progress_share(real[key]) if key in real else None
+            if a is not None and r is not None:
+                diffs[key] = a - r
+                checks.append(_manipulation(arm, summary, real[key]))
+        claim = judge_over_seeds(spec, diffs, {}, case=case, label=f"{label}, arm: {arm}")
+        check = f"manipulation check per seed: {'; '.join(checks) or 'none'}"
+        out.append(claim.model_copy(update={"evidence": f"{claim.evidence}; {check}" if claim.evidence else check}))
+    return out
+
+
+def _key(config: Config) -> str:
+    return f"{config.seed}/{config.task.sample_seed}"
+
+
+def _manipulation(arm: str, arm_run: Summary, real_run: Summary) -> str:
+    """The arm's manipulation check in words: the facts' half-way epoch (easier facts) or the
+    strongest bow-last share at matched progress (harder type cue), arm vs real."""
+    def facts_half(s: Summary) -> Any:
+        return ((s.details or {}).get("baseline_comparison") or {}).get("model", {}).get("semantic_half_epoch")
+
+    def baseline_share(s: Summary) -> Any:
+        rates = ((s.details or {}).get("baseline_comparison") or {}).get("baselines") or {}
+        shares = [b["clock"]["progress_share"] for b in rates.values() if b["clock"]["progress_share"] is not None]
+        return round(max(shares), 3) if shares else None
+
+    if arm == "easier facts":
+        return f"facts half-way at epoch {facts_half(arm_run)} vs {facts_half(real_run)}"
+    return f"bow-last share {baseline_share(arm_run)} vs {baseline_share(real_run)}"
 
 
 def _label(config: Config) -> str:

@@ -163,8 +163,16 @@ def _unique_ids(items: Sequence[Example | Sentence], wheres: Sequence[str], sour
         seen[item.id] = where
 
 
-def _counterfact(records: list[Located], source: object) -> list[Example]:
+COUNTERFACT_PROMPTS = {"all": (0, 1, 2), "rewrite": (0,), "paraphrase": (1, 2)}
+"""``task.prompts`` -> which of a record's prompts are examples (0: the rewrite template with the
+subject, 1-2: the paraphrases); ids keep the prompt's index either way."""
+
+
+def _counterfact(records: list[Located], source: object, prompts: str = "all", subject_repeat: int = 1) -> list[Example]:
+    """3 Examples per record (or the ``prompts`` variant's share of them); with ``subject_repeat`` k
+    each prompt starts with "SUBJECT. " k - 1 times (the mechanism test's easier facts)."""
     out, wheres = [], []
+    keep = COUNTERFACT_PROMPTS[prompts]
     for where, rec in records:
         case = get_key(rec, "case_id", (int, str), source, where)
         template = get_key(rec, "requested_rewrite.prompt", str, source, where)
@@ -178,9 +186,10 @@ def _counterfact(records: list[Located], source: object) -> list[Example]:
         if len(paraphrases) < 2 or not all(isinstance(p, str) for p in paraphrases[:2]):
             raise UserError(f"{source}: {where} (case_id {case}): paraphrase_prompts must start with 2 strings, "
                             f"got {paraphrases[:2]!r}")
-        prompts = [template.replace("{}", subject), *paraphrases[:2]]
-        out += [Example(f"counterfact/{case}/{k}", "counterfact", p, " " + target, relation) for k, p in enumerate(prompts)]
-        wheres += [where] * 3
+        texts = [template.replace("{}", subject), *paraphrases[:2]]
+        prefix = f"{subject}. " * (subject_repeat - 1)
+        out += [Example(f"counterfact/{case}/{k}", "counterfact", prefix + texts[k], " " + target, relation) for k in keep]
+        wheres += [where] * len(keep)
     _unique_ids(out, wheres, source)
     return out
 
@@ -226,11 +235,14 @@ def _sick_split(split: str) -> str:
 
 # --- local files ----------------------------------------------------------------------------
 
-def counterfact_examples(path: Path, *, limit: int | None = None) -> list[Example]:
-    """3 Examples per record of a CounterFact JSON list (ROME schema), first ``limit`` records."""
+def counterfact_examples(path: Path, *, limit: int | None = None, prompts: str = "all",
+                         subject_repeat: int = 1) -> list[Example]:
+    """3 Examples per record of a CounterFact JSON list (ROME schema), first ``limit`` records;
+    ``prompts`` and ``subject_repeat``: the prompt variants of :func:`_counterfact`."""
     _check_limit(limit)
     path = Path(path)
-    return _nonempty(_counterfact(readers.read_json(path)[:limit], path), path, "CounterFact records", limit)
+    return _nonempty(_counterfact(readers.read_json(path)[:limit], path, prompts, subject_repeat), path,
+                     "CounterFact records", limit)
 
 
 def hotpotqa_examples(path: Path, *, limit: int | None = None) -> list[Example]:
@@ -360,17 +372,19 @@ def default_path(task: str, root: Path) -> Path:
 
 def load_examples(task: str, path: Path | None, *, limit: int | None = None,
                   paradigms: Iterable[str] | None = None, split: str = "TRAIN",
-                  answers: Mapping[str, str] | None = None) -> list[Example]:
+                  answers: Mapping[str, str] | None = None, prompts: str = "all",
+                  subject_repeat: int = 1) -> list[Example]:
     """The Examples of ``task`` from a local file / folder, or from the hub when ``path`` is
     None. ``paradigms`` is for blimp only (an error elsewhere); ``split`` and ``answers``
-    (label -> answer word, default :data:`SICK_ANSWERS`) are used by sick only."""
+    (label -> answer word, default :data:`SICK_ANSWERS`) are used by sick only; ``prompts`` and
+    ``subject_repeat`` (counterfact's prompt variants) by counterfact only."""
     _task(task, TASKS)
     _check_limit(limit)
     if paradigms is not None and task != "blimp":
         raise UserError(f"paradigms={paradigms!r}: only task=blimp has paradigms (task={task})")
     if path is not None:
         if task == "counterfact":
-            return counterfact_examples(path, limit=limit)
+            return counterfact_examples(path, limit=limit, prompts=prompts, subject_repeat=subject_repeat)
         if task == "hotpotqa":
             return hotpotqa_examples(path, limit=limit)
         if task == "blimp":
@@ -383,8 +397,8 @@ def load_examples(task: str, path: Path | None, *, limit: int | None = None,
         return _sick_examples(rows, source, _answer_words(answers))
     name, config, hub_split = HUB_SOURCES[task]
     source, rows = readers.hub_rows(task, name, config, hub_split, limit)
-    build = _counterfact if task == "counterfact" else _hotpotqa
-    return _nonempty(build(rows, source), source, "records", limit)
+    built = _counterfact(rows, source, prompts, subject_repeat) if task == "counterfact" else _hotpotqa(rows, source)
+    return _nonempty(built, source, "records", limit)
 
 
 def load_sentences(task: str, path: Path | None, *, limit: int | None = None,

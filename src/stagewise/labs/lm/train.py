@@ -335,7 +335,7 @@ class FineTuneLoop:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
         self.opt.step()
         if self.baselines is not None:  # the same batch, at the same point of the schedule
-            self.baselines.step(enc, rows, lr * (cfg.baselines.lr or cfg.train.lr) / cfg.train.lr)
+            self.baselines.step(enc, rows, lr * (cfg.baselines.lr or cfg.train.lr) / cfg.train.lr, lr / cfg.train.lr)
         self.updates, self.batch = self.updates + 1, self.batch + 1
         if not log:
             return StepOutput(guard=guard)

@@ -17,8 +17,25 @@ question tasks only) at threshold h:
   0" (the difference claims compare phase shares; the max share is reported beside).
 
 ``type_before_fact`` keeps its own rule (:func:`.summary.type_before_fact`: a phase that never
-happens is None, so it fails); the difference claims compare the lead and the max share of the
-model with the ``bow-last`` baseline's.
+happens is None, so it fails).
+
+The difference claims (issue 38) read each model on its own **facts' clock**: a lead in epochs
+compares learning speeds (it flipped with the baseline's rate), so both the transformer and the
+baseline are read where their facts are at the same stage. With π(e) = semantic-correct(e) /
+its final count (the model's own):
+
+* share_at(f) = share at the first record where π >= f, linearly interpolated in π from the
+  record before it (the first record's share when π starts above f);
+* progress share = the mean of share_at(f) over f in :data:`~.claimspecs.FACT_FRACTIONS`;
+* majority progress = π at the first record with share >= h (None: never); progress lead =
+  max(0, h - majority progress), 0 without a majority.
+
+A clock needs facts that were learned (final count > 0) and had settled by the end
+(:func:`facts_settled`), and at least :data:`~.claimspecs.MIN_RECORDS_BEFORE` records before π
+reaches h; otherwise the claim is not testable, with that reason. In a run with
+``baselines.lr_grid`` each claim compares with the rate whose value is largest (the strongest for
+the alternative "the transformer does no more than the baseline") and reports every rate. The
+epoch-based lead and max share (:func:`phase`) stay beside them in the details.
 """
 
 from __future__ import annotations
@@ -37,7 +54,7 @@ from .config import QUESTION_TASKS
 
 
 REFERENCE_BASELINE = "bow-last"
-"""The baseline the difference claims compare with (its records carry ``bow-lastK``)."""
+"""The baseline the difference claims compare with (its records carry ``bow-lastK``, ``bow-lastK@lrR`` in a grid run)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +90,84 @@ def phase(counts: pd.DataFrame, half: float) -> Phase:
 def _first(epochs: np.ndarray, condition: np.ndarray) -> float | None:
     hits = np.nonzero(condition)[0]
     return float(epochs[hits[0]]) if len(hits) else None
+
+
+@dataclass(frozen=True)
+class Settling:
+    """Whether a count series had settled at the end: its growth over the last
+    :data:`~.claimspecs.SETTLE_SPAN` of the recorded epochs, as a share of the final count."""
+
+    settled: bool
+    growth: float
+    from_epoch: float
+    from_count: float
+    final: float
+
+    def text(self) -> str:
+        return (f"{self.from_count:.0f} at epoch {self.from_epoch:g} -> {self.final:.0f} at the end, {self.growth:+.0%} of the "
+                f"final count over the last {cs.SETTLE_SPAN:.0%} of the epochs (settled: at most {cs.SETTLE_GROWTH:.0%})")
+
+
+def facts_settled(epochs: np.ndarray, sem: np.ndarray) -> Settling:
+    """:class:`Settling` of the semantic-correct counts ``sem`` (E,) at ``epochs`` (E,): the count
+    at the last record at or before epoch e_end - SETTLE_SPAN (e_end - e_0) against the final one."""
+    start = float(epochs[-1] - cs.SETTLE_SPAN * (epochs[-1] - epochs[0]))
+    i = int(np.searchsorted(epochs, start, side="right")) - 1
+    final = float(sem[-1])
+    growth = (final - float(sem[max(i, 0)])) / final if final > 0 else 0.0
+    return Settling(growth <= cs.SETTLE_GROWTH + cs.SETTLE_TOL, growth, float(epochs[max(i, 0)]), float(sem[max(i, 0)]), final)
+
+
+@dataclass(frozen=True)
+class Clock:
+    """One model's type phase on its facts' clock (see the module docstring); ``reason`` says
+    why it cannot be read (then the values are None)."""
+
+    reason: str | None
+    settling: dict[str, Any] | None
+    shares_at: dict[str, float] | None
+    progress_share: float | None
+    majority_progress: float | None
+    progress_lead: float | None
+    records_before: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def clock(counts: pd.DataFrame, half: float) -> Clock:
+    """:class:`Clock` of an epoch x category count table (columns :data:`CATEGORIES`)."""
+    epochs = counts.index.to_numpy(float)  # (E,)
+    sem, tc, tw = (counts[c].to_numpy(float) for c in CATEGORIES)  # (E,) each
+    if len(epochs) < 2 or sem[-1] <= 0:
+        why = "fewer than 2 records" if len(epochs) < 2 else "no semantic-correct prediction at the end: no facts' clock"
+        return Clock(why, None, None, None, None, None, 0)
+    settling = facts_settled(epochs, sem)
+    progress = sem / sem[-1]  # (E,) the facts' clock
+    wrong = tc + tw
+    share = np.divide(tc, wrong, out=np.zeros_like(tc), where=wrong > 0)  # (E,)
+    before = int((progress < half).sum())
+    if not settling.settled:
+        return Clock(f"the facts were still rising at the last record ({settling.text()}): the claim is measured against "
+                     "the final count", asdict(settling), None, None, None, None, before)
+    if before < cs.MIN_RECORDS_BEFORE:
+        return Clock(f"only {before} record(s) before the facts reach {half:g} of their final count (at least "
+                     f"{cs.MIN_RECORDS_BEFORE}): too sparse to read the phase on the facts' clock (record more often: "
+                     "train.eval_every)", asdict(settling), None, None, None, None, before)
+    shares = {f"{f:g}": _share_at(progress, share, f) for f in cs.FACT_FRACTIONS}
+    i = np.nonzero((share >= half) & (wrong > 0))[0]
+    majority = float(progress[i[0]]) if len(i) else None
+    lead = max(0.0, half - majority) if majority is not None else 0.0
+    return Clock(None, asdict(settling), shares, float(np.mean(list(shares.values()))), majority, lead, before)
+
+
+def _share_at(progress: np.ndarray, share: np.ndarray, f: float) -> float:
+    """The share where the clock ``progress`` (E,) first reaches ``f``, linear in progress from the record before."""
+    i = int(np.nonzero(progress >= f)[0][0])  # exists: progress ends at 1 >= f
+    if i == 0 or progress[i] <= progress[i - 1]:
+        return float(share[i])
+    t = (f - progress[i - 1]) / (progress[i] - progress[i - 1])
+    return float(share[i - 1] + t * (share[i] - share[i - 1]))
 
 
 def question_predictions(frame: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -111,12 +206,15 @@ def reference_rows(baselines: pd.DataFrame | None) -> pd.DataFrame | None:
 
 def difference_claims(model: pd.DataFrame, baseline: pd.DataFrame | None, rule: str, half: float,
                       suffix: str = "", elsewhere: str | None = None) -> tuple[list[Claim], dict[str, Any]]:
-    """``type_lead_beyond_baseline`` and ``type_share_beyond_baseline`` of one run, with the
-    phases they compare; not testable without the baseline's records or with fewer than 2;
-    not applicable to a model trained ``elsewhere`` (its source kind: no baseline saw its batches)."""
+    """``type_lead_beyond_baseline`` and ``type_share_beyond_baseline`` of one run on the facts'
+    clock (module docstring), each against the ``bow-last`` rate strongest for the alternative,
+    with every rate's numbers and the epoch-based phases beside; not testable without the
+    baseline's records, or when a clock cannot be read (the reason says which); not applicable
+    to a model trained ``elsewhere`` (its source kind: no baseline saw its batches)."""
     specs = (cs.TYPE_LEAD_BEYOND_BASELINE, cs.TYPE_SHARE_BEYOND_BASELINE)
-    mine = phase(category_counts(model, rule=rule), half)
-    facts: dict[str, Any] = {"model": mine.as_dict()}
+    counts = category_counts(model, rule=rule)
+    mine = clock(counts, half)
+    facts: dict[str, Any] = {"model": phase(counts, half).as_dict(), "model_clock": mine.as_dict()}
     if baseline is None and elsewhere is not None:
         reason = (f"a baseline claim; the model was trained elsewhere (source.kind={elsewhere}), so no baseline was "
                   "trained on its batches")
@@ -124,23 +222,42 @@ def difference_claims(model: pd.DataFrame, baseline: pd.DataFrame | None, rule: 
     if baseline is None:
         reason = "no bow-last baseline was trained in this run (set baselines.kinds=[bow, bow-last])"
         return [s.not_testable(reason, statement=s.statement + suffix) for s in specs], facts
-    theirs = phase(category_counts(baseline, rule=rule), half)
-    facts["baseline"] = theirs.as_dict()
-    facts["baseline_name"] = str(baseline["baseline"].iloc[0])
-    if mine.records < 2:
-        return [s.not_testable("fewer than 2 records", statement=s.statement + suffix) for s in specs], facts
-    evidence = (f"{rule} rule, h = {half:g}: transformer lead {mine.lead:g} epochs (type majority at "
-                f"{_e(mine.majority_epoch)}, facts half-way at {_e(mine.semantic_half_epoch)}), max share before the facts "
-                f"{mine.max_share:.2f} (phase share {mine.phase_share:.2f}); {facts['baseline_name']} lead {theirs.lead:g} "
-                f"(majority at {_e(theirs.majority_epoch)}, facts at {_e(theirs.semantic_half_epoch)}), max share "
-                f"{theirs.max_share:.2f} (phase share {theirs.phase_share:.2f}); a phase that never happens has lead 0 and share 0")
-    lead, share = mine.lead - theirs.lead, mine.phase_share - theirs.phase_share
-    facts.update(lead_difference=lead, share_difference=share)
-    claims = [specs[0].result(lead, evidence + (" (the transformer does not exceed the template-frequency baseline)"
-                                                if lead <= 0 else ""), statement=specs[0].statement + suffix),
-              specs[1].result(share, evidence + (" (the transformer does not exceed the template-frequency baseline)"
-                                                 if share <= 0 else ""), statement=specs[1].statement + suffix)]
+    theirs = {str(name): (phase(c, half), clock(c, half))
+              for name, rows in baseline.groupby("baseline", sort=True)
+              for c in [category_counts(rows, rule=rule)]}
+    facts["baselines"] = {name: {"phase": ph.as_dict(), "clock": ck.as_dict()} for name, (ph, ck) in theirs.items()}
+    if mine.reason is not None:
+        return [s.not_testable(f"the transformer's {mine.reason}", statement=s.statement + suffix) for s in specs], facts
+    usable = {name: ck for name, (_, ck) in theirs.items() if ck.reason is None}
+    if not usable:
+        why = "; ".join(f"{name}: {ck.reason}" for name, (_, ck) in theirs.items())
+        return [s.not_testable(f"no baseline rate has a facts' clock ({why})", statement=s.statement + suffix)
+                for s in specs], facts
+    skipped = "".join(f"; {name} left out: {ck.reason}" for name, (_, ck) in theirs.items() if ck.reason is not None)
+    claims = []
+    for spec, key in zip(specs, ("progress_lead", "progress_share")):
+        ours = float(getattr(mine, key))
+        per_rate = {name: float(getattr(ck, key)) for name, ck in usable.items()}
+        strongest = max(per_rate, key=lambda n: per_rate[n])
+        value = ours - per_rate[strongest]
+        facts[f"{key}_difference"] = {"value": value, "against": strongest, "per_rate": {n: ours - v for n, v in per_rate.items()}}
+        rates = ", ".join(f"{n} {v:.3f}" for n, v in per_rate.items())
+        what = "lead on the facts' clock" if key == "progress_lead" else "type-correct share at matched fact progress"
+        evidence = (f"{rule} rule, h = {half:g}: the transformer's {what} {ours:.3f} (shares at fact progress "
+                    f"{_shares(mine)}; type majority at progress {_p(mine.majority_progress)}); bow-last by rate: {rates}; "
+                    f"against the strongest, {strongest}{skipped}")
+        if value <= 0:
+            evidence += " (the transformer does not exceed the template-frequency baseline)"
+        claims.append(spec.result(value, evidence, statement=spec.statement + suffix))
     return claims, facts
+
+
+def _shares(ck: Clock) -> str:
+    return ", ".join(f"{f}: {v:.2f}" for f, v in (ck.shares_at or {}).items())
+
+
+def _p(progress: float | None) -> str:
+    return "never" if progress is None else f"{progress:.2f}"
 
 
 def _e(epoch: float | None) -> str:
@@ -149,21 +266,26 @@ def _e(epoch: float | None) -> str:
 
 def sensitivity(model: pd.DataFrame, baseline: pd.DataFrame | None, raw: Any) -> list[dict[str, Any]]:
     """The type claims' values at h in :data:`~.claimspecs.SENSITIVITY_HALVES` under both rules:
-    rows {rule, h, type_before_fact (lead or None), lead_difference, share_difference, and
-    whether each passes}. ``raw(counts, h)`` gives type_before_fact's lead (NaN: never)."""
+    rows {rule, h, type_before_fact (lead or None), lead_difference, share_difference (on the
+    facts' clock, against the strongest rate; None where a clock cannot be read), and whether
+    each passes}. ``raw(counts, h)`` gives type_before_fact's lead (NaN: never)."""
     rules = ["open", "closed"] if rule_column(model, "open") is not None else ["closed"]
     out = []
     for rule in rules:
         counts = category_counts(model, rule=rule)
-        other = category_counts(baseline, rule=rule) if baseline is not None else None
+        others = ([category_counts(rows, rule=rule) for _, rows in baseline.groupby("baseline", sort=True)]
+                  if baseline is not None else [])
         for h in cs.SENSITIVITY_HALVES:
             lead = raw(counts, h)
             row: dict[str, Any] = {"rule": rule, "h": h, "type_before_fact": lead, "type_before_fact_holds": _passes(lead)}
-            if other is not None:
-                mine, theirs = phase(counts, h), phase(other, h)
-                row.update(lead_difference=mine.lead - theirs.lead, lead_holds=mine.lead - theirs.lead > 0,
-                           share_difference=round(mine.phase_share - theirs.phase_share, 4),
-                           share_holds=mine.phase_share - theirs.phase_share > 0)
+            mine, theirs = clock(counts, h), [c for c in (clock(o, h) for o in others) if c.reason is None]
+            if others and mine.reason is None and theirs:
+                lead_d = float(mine.progress_lead or 0.0) - max(float(c.progress_lead or 0.0) for c in theirs)
+                share_d = float(mine.progress_share or 0.0) - max(float(c.progress_share or 0.0) for c in theirs)
+                row.update(lead_difference=round(lead_d, 4), lead_holds=lead_d > 0,
+                           share_difference=round(share_d, 4), share_holds=share_d > 0)
+            elif others:
+                row.update(lead_difference=None, lead_holds=None, share_difference=None, share_holds=None)
             out.append(row)
     return out
 
