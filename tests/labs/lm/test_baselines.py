@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from stagewise.report.verdicts import ENGINE
-from stagewise.labs.lm.baselines import Baseline, Baselines
+from stagewise.labs.lm.baselines import Baseline, Baselines, baseline_rate
 from stagewise.labs.lm.batching import Encoded
 from stagewise.labs.lm.categories import CATEGORIES, answer_space
 from stagewise.labs.lm import claimspecs as cs
 from stagewise.labs.lm.config import Config
 from stagewise.labs.lm.summary import across_runs
-from stagewise.labs.lm.typeclaims import difference_claims, phase, question_ignoring_prior
+from stagewise.labs.lm.typeclaims import clock, difference_claims, phase, question_ignoring_prior
 from stagewise.report.claims import Summary
 
 
@@ -114,17 +114,101 @@ def _rows(counts: pd.DataFrame, **extra) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def test_difference_claims_against_the_baseline():
-    model = _rows(_counts([(0, 0, 10), (0, 6, 4), (2, 6, 2), (6, 2, 2), (10, 0, 0)]))
-    base = _rows(_counts([(0, 0, 10), (0, 9, 1), (0, 9, 1), (2, 8, 0), (10, 0, 0)]), baseline="bow-last2")
-    claims, facts = difference_claims(model, base, "open", 0.5)
-    lead, share = claims
-    # the baseline: majority at 1, facts half-way at 4: lead 3 > the model's 2; max share 1.0 (epoch 3) > 0.75
-    assert facts["baseline"]["lead"] == 3 and lead.value == -1 and lead.verdict == "fails"
-    assert share.value == pytest.approx(0.75 - 1.0) and share.verdict == "fails"
-    assert "does not exceed the template-frequency baseline" in lead.evidence
+FLAT = [(10, 0, 0)] * 6  # the facts settled: the last 20 % of the epochs add nothing
+MODEL = [(0, 0, 10), (0, 6, 4), (1, 6, 3), (3, 5, 2), (6, 2, 2)] + FLAT
+BASE = [(0, 0, 10), (0, 9, 1), (2, 8, 0), (5, 5, 0)] + FLAT + [(10, 0, 0)]
+
+
+def test_clock_closed_form():
+    """Shares at fact progress 0.1 / 0.25 / 0.5, linear in progress from the record before the crossing; the
+    majority lead in fact progress."""
+    ck = clock(_counts(MODEL), 0.5)
+    assert ck.reason is None and ck.records_before == 4 and ck.settling["settled"]
+    at_25 = 2 / 3 + 0.75 * (5 / 7 - 2 / 3)  # progress 0.1 -> 0.3 between records 2 and 3
+    at_50 = 5 / 7 + (2 / 3) * (0.5 - 5 / 7)  # progress 0.3 -> 0.6 between records 3 and 4
+    assert ck.shares_at == pytest.approx({"0.1": 2 / 3, "0.25": at_25, "0.5": at_50})
+    assert ck.progress_share == pytest.approx((2 / 3 + at_25 + at_50) / 3)
+    assert ck.majority_progress == 0 and ck.progress_lead == 0.5  # the majority comes before any fact
+    # the clock is the facts' own: the same table with every epoch stretched (a slower learner) reads the same
+    slow = _counts(MODEL)
+    slow.index = pd.Index(slow.index.to_numpy() * 7.0, name="epoch")
+    stretched = clock(slow, 0.5)
+    assert (stretched.shares_at, stretched.progress_share, stretched.progress_lead) == (ck.shares_at, ck.progress_share,
+                                                                                        ck.progress_lead)
+
+
+def test_clock_not_readable_while_the_facts_rise_or_with_too_few_records():
+    rising = _counts([(0, 0, 10)] + [(i, 5, 5) for i in range(1, 11)])  # +20 % of the final count in the last fifth
+    ck = clock(rising, 0.5)
+    assert ck.progress_share is None and "still rising" in ck.reason and "+20%" in ck.reason
+    sparse = _counts([(0, 5, 5), (5, 3, 2)] + FLAT)  # one record before the facts reach half
+    assert "only 1 record(s)" in clock(sparse, 0.5).reason and "train.eval_every" in clock(sparse, 0.5).reason
+    assert "no semantic-correct" in clock(_counts([(0, 5, 5)] * 4), 0.5).reason
+
+
+def test_difference_claims_against_the_strongest_rate_on_the_facts_clock():
+    model = _rows(_counts(MODEL))
+    rising = [(0, 0, 10)] + [(i, 5, 5) for i in range(1, 11)]
+    weak = [(0, 0, 10), (0, 3, 7), (2, 4, 4), (5, 2, 3)] + FLAT + [(10, 0, 0)]
+    base = pd.concat([_rows(_counts(BASE), baseline="bow-last2@lr0.01"), _rows(_counts(weak), baseline="bow-last2@lr0.003"),
+                      _rows(_counts(rising), baseline="bow-last2@lr0.001")])
+    (lead, share), facts = difference_claims(model, base, "open", 0.5)
+    strong = clock(_counts(BASE), 0.5)
+    assert strong.progress_share == pytest.approx((0.95 + 1 + 1) / 3)  # 0.9 -> 1.0 halfway at 0.1; 1.0 after
+    ours = clock(_counts(MODEL), 0.5).progress_share
+    assert share.value == pytest.approx(ours - strong.progress_share) and share.verdict == "fails"
+    assert facts["progress_share_difference"]["against"] == "bow-last2@lr0.01"
+    assert set(facts["progress_share_difference"]["per_rate"]) == {"bow-last2@lr0.01", "bow-last2@lr0.003"}
+    assert lead.value == 0 and lead.verdict == "fails"  # both majorities come before any fact
+    assert "bow-last2@lr0.001 left out" in share.evidence and "still rising" in share.evidence
+    assert facts["model"]["lead"] == phase(_counts(MODEL), 0.5).lead  # the epoch-based phase stays beside
+    (lead, share), _ = difference_claims(model, _rows(_counts(weak), baseline="bow-last2"), "open", 0.5)
+    assert share.verdict == "holds" and share.value > 0  # against a weaker baseline alone it would hold
+    only_rising = _rows(_counts(rising), baseline="bow-last2")
+    claims, _ = difference_claims(model, only_rising, "open", 0.5)
+    assert all(c.verdict == "not testable" and "no baseline rate has a facts' clock" in c.reason for c in claims)
+    claims, _ = difference_claims(_rows(_counts(rising)), base, "open", 0.5)
+    assert all(c.verdict == "not testable" and "the transformer's facts' clock" in c.reason for c in claims)
     claims, _ = difference_claims(model, None, "open", 0.5)
     assert all(c.verdict == "not testable" and "baselines.kinds" in c.reason for c in claims)
+
+
+def test_type_before_fact_is_not_testable_while_the_facts_rise():
+    from stagewise.labs.lm.summary import type_before_fact
+    holds, evidence, _ = type_before_fact(_counts([(0, 0, 10)] + [(i, 5, 5) for i in range(1, 11)]), 0.5)
+    assert holds is None and "still rising" in evidence
+    assert type_before_fact(_counts(MODEL), 0.5)[0] is True
+
+
+def test_a_grid_member_is_the_one_rate_baseline_at_that_rate():
+    """Every kind starts from the same weights at every rate; the member at rate r, stepped with the schedule's factor
+    f, equals the run's single baseline stepped at r x f."""
+    enc = _encoded([[1, 2, 3], [4, 5], [6], [7, 8, 9, 1]], [1, 2, 3, 4])
+    opt = lambda p: torch.optim.AdamW(p, lr=1.0)  # noqa: E731
+    grid = Baselines(["bow", "bow-last"], 2, 8, 12, seed=3, top_k=5, make_optimizer=opt, targets=enc.targets,
+                     record_train_pass=False, rates=[1e-3, 1e-2])
+    one = Baselines(["bow", "bow-last"], 2, 8, 12, seed=3, top_k=5, make_optimizer=opt, targets=enc.targets,
+                    record_train_pass=False)
+    assert grid.names == ["bow@lr0.001", "bow@lr0.01", "bow-last2@lr0.001", "bow-last2@lr0.01"]
+    for name in ("bow", "bow-last2"):  # the same start as the one-rate run: the grid changes only the rate
+        for rate in ("0.001", "0.01"):
+            torch.testing.assert_close(grid.models[f"{name}@lr{rate}"].embed, one.models[name].embed)
+    for factor in (1.0, 0.5):
+        grid.step(enc, torch.tensor([0, 2]), lr=123.0, factor=factor)  # lr is ignored by a grid
+        one.step(enc, torch.tensor([0, 2]), lr=1e-2 * factor)
+    for name in ("bow", "bow-last2"):
+        torch.testing.assert_close(grid.models[f"{name}@lr0.01"].out, one.models[name].out)
+        assert not torch.allclose(grid.models[f"{name}@lr0.001"].out, one.models[name].out)
+    assert baseline_rate("bow-last2@lr0.03") == 0.03 and baseline_rate("bow-last2") is None
+
+
+def test_a_rate_and_a_grid_together_are_refused():
+    with pytest.raises(ValueError, match="baselines.lr_grid"):
+        Config.model_validate({"baselines": {"kinds": ["bow-last"], "lr": 1e-3, "lr_grid": [1e-3, 1e-2]}})
+    with pytest.raises(ValueError, match="finite and > 0"):
+        Config.model_validate({"baselines": {"kinds": ["bow-last"], "lr_grid": [0.0]}})
+    with pytest.raises(ValueError, match="counterfact's prompt variants"):
+        Config.model_validate({"task": {"name": "blimp", "prompts": "paraphrase"}})
 
 
 def test_question_ignoring_prior_on_a_hand_made_epoch():
@@ -175,3 +259,34 @@ def test_claims_over_seeds_pair_real_and_control_by_seed():
     assert math.isclose(np.mean(list(lead.per_seed.values())), -9 / 7)
     few = {c.spec_id: c for c in across_runs(_family({s: table[s] for s in (11, 12, 13)}))}
     assert few["type_before_fact"].verdict == "inconclusive" and "3 of 6 seeds" in few["type_before_fact"].reason
+
+
+def _arm_summary(share: float | None, half_epoch: float = 4.0) -> Summary:
+    details = {"baseline_comparison": {"model_clock": {"progress_share": share}, "model": {"semantic_half_epoch": half_epoch},
+                                       "baselines": {"bow-last2@lr0.01": {"clock": {"progress_share": 0.5}}}}}
+    return Summary(lab="lm", seeds=[0], claims=[cs.TYPE_BEFORE_FACT.result(1.0)], details=details)
+
+
+def test_mechanism_claims_pair_each_arm_with_the_real_run_of_its_seed():
+    """Per seed the arm's share at matched fact progress minus the real run's; the median over seeds decides (engine,
+    6 seeds at least); a seed without a clock in either run is not a finished seed; the arms stay out of the type
+    claims over seeds."""
+    real = {s: 0.6 + 0.01 * s for s in range(7)}
+    harder = {s: real[s] - 0.1 - 0.01 * s for s in range(7)}
+    harder[6] = None  # no clock in the arm: not a finished seed
+    easier = {s: real[s] + (0.05 if s % 2 else -0.05) for s in range(7)}
+    runs = []
+    for seed in range(7):
+        base = {"seed": seed, "task": {"sample_seed": seed}}
+        runs.append((Config.model_validate(base), _arm_summary(real[seed])))
+        runs.append((Config.model_validate({**base, "task": {"sample_seed": seed, "prompts": "paraphrase"}}),
+                     _arm_summary(harder[seed])))
+        runs.append((Config.model_validate({**base, "task": {"sample_seed": seed, "subject_repeat": 3}}),
+                     _arm_summary(easier[seed], half_epoch=2.0)))
+    over = {c.spec_id: c for c in across_runs(runs)}
+    cue = over["type_phase_shrinks_with_harder_cue"]
+    assert cue.verdict == "holds" and cue.judged_by == ENGINE and len(cue.per_seed) == 6
+    assert cue.per_seed["2/2"] == pytest.approx(harder[2] - real[2]) and "bow-last share 0.5 vs 0.5" in cue.evidence
+    facts = over["type_phase_shrinks_with_easier_facts"]
+    assert facts.verdict in ("inconclusive", "fails") and "epoch 2.0 vs 4.0" in facts.evidence
+    assert over["type_before_fact"].per_seed == {f"{s}/{s}": 1.0 for s in range(7)}  # the real runs only

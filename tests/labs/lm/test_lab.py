@@ -117,15 +117,23 @@ def _counts(sem, tc, tw):
     return pd.DataFrame({"semantic-correct": sem, "type-correct": tc, "type-wrong": tw}, index=range(len(sem)))
 
 
+def _settled(sem, tc, tw, more=4):
+    """The table with its last record repeated ``more`` times: facts that had settled by the end."""
+    return _counts(sem + sem[-1:] * more, tc + tc[-1:] * more, tw + tw[-1:] * more)
+
+
 def test_type_before_fact_holds_fails_and_is_null():
-    holds, _, facts = type_before_fact(_counts([0, 2, 10, 50, 90], [0, 40, 60, 30, 5], [100, 58, 30, 20, 5]), 0.5)
+    rising = ([0, 2, 10, 50, 90], [0, 40, 60, 30, 5], [100, 58, 30, 20, 5])
+    holds, evidence, _ = type_before_fact(_counts(*rising), 0.5)  # 50 -> 90 over the last fifth: still rising
+    assert holds is None and "still rising" in evidence
+    holds, _, facts = type_before_fact(_settled(*rising), 0.5)
     assert holds is True and facts["type_wrong_half_epoch"] == 2 and facts["semantic_half_epoch"] == 3
     assert facts["type_correct_majority_epoch"] == 2
     # the shuffled control's shape: (a) and (b) hold, but type-correct never dominates the errors
-    holds, _, facts = type_before_fact(_counts([0, 10, 30, 60, 95], [0, 20, 8, 6, 1], [100, 45, 62, 34, 4]), 0.5)
+    holds, _, facts = type_before_fact(_settled([0, 10, 30, 60, 95], [0, 20, 8, 6, 1], [100, 45, 62, 34, 4]), 0.5)
     assert facts["literal_holds"] and not facts["part_c"] and holds is False
     # semantics first: type-wrong only falls when the facts come
-    holds, _, facts = type_before_fact(_counts([0, 60, 80, 90], [0, 1, 2, 5], [100, 35, 15, 5]), 0.5)
+    holds, _, facts = type_before_fact(_settled([0, 60, 80, 90], [0, 1, 2, 5], [100, 35, 15, 5]), 0.5)
     assert holds is False and not facts["part_a"] and not facts["part_b"]
     assert type_before_fact(_counts([0, 0, 0], [0, 3, 1], [10, 7, 9]), 0.5)[0] is None  # nothing learned
     assert type_before_fact(_counts([0], [0], [10]), 0.5)[0] is None
@@ -448,7 +456,7 @@ def test_evidence_says_never_where_an_epoch_is_not_reached():
     from stagewise.labs.lm.summary import syntax_claim
 
     # type-wrong never falls to half; type-correct never makes up half of the wrong predictions
-    _, evidence, facts = type_before_fact(_counts([0, 10, 30, 60, 95], [0, 2, 3, 2, 1], [100, 90, 80, 70, 60]), 0.5)
+    _, evidence, facts = type_before_fact(_settled([0, 10, 30, 60, 95], [0, 2, 3, 2, 1], [100, 90, 80, 70, 60]), 0.5)
     assert facts["type_wrong_half_epoch"] is None and facts["type_correct_majority_epoch"] is None
     assert "None" not in evidence and "never falls to half" in evidence and "never makes up" in evidence
     cfg = Config.model_validate({"task": {"name": "mixture"}})

@@ -143,6 +143,12 @@ def test_counterfact_three_examples_per_record(cf_file):
     assert counterfact_examples(cf_file) == expected
     assert counterfact_examples(cf_file, limit=1) == expected[:3]
     assert load_examples("counterfact", cf_file) == expected
+    # the mechanism test's prompt variants (issue 38): ids keep the prompt's index
+    assert counterfact_examples(cf_file, prompts="paraphrase") == [e for e in expected if not e.id.endswith("/0")]
+    assert counterfact_examples(cf_file, prompts="rewrite") == [e for e in expected if e.id.endswith("/0")]
+    repeated = load_examples("counterfact", cf_file, prompts="rewrite", subject_repeat=3)
+    assert [e.prompt for e in repeated] == ["Angola. Angola. Angola is located in",
+                                            "Danielle Darrieux. Danielle Darrieux. The mother tongue of Danielle Darrieux is"]
 
 
 def test_hotpotqa_jsonl_and_json_list_agree(hq_file, tmp_path):

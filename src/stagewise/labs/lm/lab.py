@@ -248,21 +248,28 @@ def sensitivity_table(summary: Summary) -> SummaryTable | None:
     for r in rows:
         out.append((f"{r['rule']} rule, h = {r['h']:g}", r.get("type_before_fact"), _mark(r.get("type_before_fact_holds")),
                     r.get("lead_difference"), _mark(r.get("lead_holds")), r.get("share_difference"), _mark(r.get("share_holds"))))
-    return SummaryTable(("sensitivity (declared: open rule, h = 0.5)", "type_before_fact lead", "", "lead - baseline's", "",
-                         "max share - baseline's", ""), tuple(out))
+    return SummaryTable(("sensitivity (declared: open rule, h = 0.5)", "type_before_fact lead", "",
+                         "lead - strongest rate's (fact progress)", "", "share at matched progress - strongest rate's", ""),
+                        tuple(out))
 
 
 def baselines_table(summary: Summary) -> SummaryTable | None:
-    """``details.baseline_comparison``: the model's and the bow-last baseline's phase numbers."""
+    """``details.baseline_comparison``: the transformer's and every bow-last rate's phase, on the
+    facts' clock (what the difference claims compare) and in epochs (beside)."""
     compared = summary.details.get("baseline_comparison")
-    if not isinstance(compared, dict) or "baseline" not in compared:
+    if not isinstance(compared, dict) or not isinstance(compared.get("baselines"), dict):
         return None
-    rows = tuple((name, entry.get("majority_epoch"), entry.get("semantic_half_epoch"), entry.get("lead"), entry.get("max_share"),
-                  entry.get("phase_share"))
-                 for name, entry in (("transformer", compared["model"]),
-                                     (str(compared.get("baseline_name", "baseline")), compared["baseline"])))
-    return SummaryTable(("type phase (declared rule and h)", "type majority epoch", "facts half-way epoch", "lead (epochs)",
-                         "max share before facts", "phase share (0 without a phase)"), rows)
+    entries = [("transformer", compared.get("model") or {}, compared.get("model_clock") or {})]
+    entries += [(name, b.get("phase") or {}, b.get("clock") or {}) for name, b in compared["baselines"].items()]
+    rows = tuple((name, _round(ck.get("progress_share")), _round(ck.get("progress_lead")), ph.get("majority_epoch"),
+                  ph.get("semantic_half_epoch"), ck.get("reason") or "")
+                 for name, ph, ck in entries)
+    return SummaryTable(("type phase (declared rule and h)", "share at matched fact progress", "lead (fact progress)",
+                         "type majority epoch", "facts half-way epoch", "no clock because"), rows)
+
+
+def _round(value: object) -> object:
+    return round(value, 3) if isinstance(value, float) else value
 
 
 def prior_table(summary: Summary) -> SummaryTable | None:

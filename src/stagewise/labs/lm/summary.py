@@ -101,16 +101,16 @@ def type_before_fact(counts: pd.DataFrame, half: float) -> tuple[bool | None, st
         why = "fewer than 2 epochs" if len(epochs) < 2 else "no type-wrong prediction at epoch 0" if tw[0] == 0 \
             else "no semantic-correct prediction at the end"
         return None, f"not testable: {why}", facts
-    settling = typeclaims.facts_settled(epochs.astype(float), sem)
-    if not settling.settled:  # the claim is measured against the final count: a count still rising cannot carry it
-        facts.update(settling=settling.text())
-        return None, f"not testable: the facts were still rising at the last record ({settling.text()})", facts
     e_tw = first_epoch(epochs, tw <= half * tw[0])
     e_sem = first_epoch(epochs, sem >= half * sem[-1])
     if e_sem == _num(epochs[0]):  # the facts are already at half at the first record: no epoch comes before them
         facts.update(semantic_half_epoch=e_sem)
         return None, (f"not testable: semantic-correct is already at {half:g} of its final count ({sem[0]:.0f} of "
                       f"{sem[-1]:.0f}) at the first recorded epoch {e_sem}: no epoch comes before the facts"), facts
+    settling = typeclaims.facts_settled(epochs.astype(float), sem)
+    if not settling.settled:  # the claim is measured against the final count: a count still rising cannot carry it
+        facts.update(settling=settling.text())
+        return None, f"not testable: the facts were still rising at the last record ({settling.text()})", facts
     peak_tc, peak_sem = _num(epochs[int(np.argmax(tc))]), _num(epochs[int(np.argmax(sem))])
     wrong = tc + tw
     share = np.divide(tc, wrong, out=np.zeros_like(tc), where=wrong > 0)  # type-correct share of the wrong predictions

@@ -227,7 +227,8 @@ def difference_claims(model: pd.DataFrame, baseline: pd.DataFrame | None, rule: 
               for c in [category_counts(rows, rule=rule)]}
     facts["baselines"] = {name: {"phase": ph.as_dict(), "clock": ck.as_dict()} for name, (ph, ck) in theirs.items()}
     if mine.reason is not None:
-        return [s.not_testable(f"the transformer's {mine.reason}", statement=s.statement + suffix) for s in specs], facts
+        return [s.not_testable(f"the transformer's facts' clock cannot be read: {mine.reason}", statement=s.statement + suffix)
+                for s in specs], facts
     usable = {name: ck for name, (_, ck) in theirs.items() if ck.reason is None}
     if not usable:
         why = "; ".join(f"{name}: {ck.reason}" for name, (_, ck) in theirs.items())
