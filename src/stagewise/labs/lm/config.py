@@ -87,8 +87,11 @@ class TaskConfig(ConfigModel):
     subject_repeat: int = Field(1, ge=1, le=8, description="counterfact: each prompt starts with its subject repeated k - 1 times\n"
                                 "('Angola. Angola is located in' at k = 2): the mechanism test's easier facts [ours, issue 38]")
 
+    prompt_suffix: str = Field("", max_length=64, description="counterfact: a fixed text appended to every prompt (e.g. '; answer:'):\n"
+                               "the relation no longer sits in the last tokens; the mechanism test's moved cue [ours, issue 38]")
+
     ADDED = ("replace_answers", "sample", "sample_seed", "heldout", "heldout_paradigms", "heldout_seed", "permute_labels",
-             "prompts", "subject_repeat")
+             "prompts", "subject_repeat", "prompt_suffix")
 
     def tasks(self) -> list[TaskName]:
         return list(dict.fromkeys(self.mixture)) if self.name == "mixture" else [self.name]
@@ -105,9 +108,10 @@ class TaskConfig(ConfigModel):
         if self.name == "mixture" and not self.mixture:
             raise ValueError("task.name=mixture needs task.mixture=[...] (e.g. [blimp, sick])")
         check_task_config(self)
-        if (self.prompts != "all" or self.subject_repeat != 1) and self.tasks() != ["counterfact"]:
-            raise ValueError(f"task.prompts={self.prompts} / task.subject_repeat={self.subject_repeat}: counterfact's prompt "
-                             f"variants, for task.name=counterfact only (this run has {', '.join(self.tasks())})")
+        if (self.prompts != "all" or self.subject_repeat != 1 or self.prompt_suffix) and self.tasks() != ["counterfact"]:
+            raise ValueError(f"task.prompts={self.prompts} / task.subject_repeat={self.subject_repeat} / task.prompt_suffix="
+                             f"{self.prompt_suffix!r}: counterfact's prompt variants, for task.name=counterfact only (this run "
+                             f"has {', '.join(self.tasks())})")
         return self
 
 

@@ -65,7 +65,7 @@ def read_data(cfg: Config, *, heldout: bool = False) -> list[Example] | list[Sen
         if task == "blimp":
             kwargs["paradigms"] = t.paradigms
         if task == "counterfact":
-            kwargs.update(prompts=t.prompts, subject_repeat=t.subject_repeat)
+            kwargs.update(prompts=t.prompts, subject_repeat=t.subject_repeat, suffix=t.prompt_suffix)
         if task == "sick" and t.framing == "answer":
             kwargs["answers"] = SICK_ANSWERS if t.sick_answers == "labels" else SICK_ANSWERS_YES_MAYBE_NO
         loader = load_sentences if t.framing == "lm" else load_examples

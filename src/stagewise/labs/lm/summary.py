@@ -400,21 +400,25 @@ def _type_part(config: Config, tables: Tables, details: dict[str, Any]) -> list[
 # key saw the same initialisation, training order and subsample, so their values pair.
 
 SEED_FIELDS = (("seed",), ("task", "sample_seed"), ("task", "shuffle_groups"), ("task", "replace_answers"),
-               ("task", "permute_labels"), ("task", "prompts"), ("task", "subject_repeat"))
+               ("task", "permute_labels"), ("task", "prompts"), ("task", "subject_repeat"), ("task", "prompt_suffix"))
 """Config fields that vary within a family (the seed key, the control and the mechanism arm); everything else defines it."""
 
 REAL = "real"
-ARMS = {"harder type cue": cs.TYPE_PHASE_HARDER_CUE, "easier facts": cs.TYPE_PHASE_EASIER_FACTS}
+ARMS = {"harder type cue": cs.TYPE_PHASE_HARDER_CUE, "easier facts": cs.TYPE_PHASE_EASIER_FACTS,
+        "moved type cue": cs.TYPE_PHASE_MOVED_CUE}
 """The mechanism test's arms (:func:`arm_name`) and the claim each is judged by against the real runs."""
 
 
 def arm_name(config: Config) -> str | None:
     """The mechanism arm a run is (None: not an arm): task.prompts=paraphrase is the harder type cue,
-    task.subject_repeat > 1 the easier facts; both at once is neither (no declared prediction)."""
-    harder, easier = config.task.prompts == "paraphrase", config.task.subject_repeat > 1
-    if harder == easier:
-        return None if not harder and config.task.prompts == "all" else "mixed arm"
-    return "harder type cue" if harder else "easier facts"
+    task.subject_repeat > 1 the easier facts, a task.prompt_suffix the moved cue; any two at once,
+    or task.prompts=rewrite, is an arm with no declared prediction ("other arm")."""
+    t = config.task
+    on = [name for name, active in (("harder type cue", t.prompts == "paraphrase"), ("easier facts", t.subject_repeat > 1),
+                                    ("moved type cue", bool(t.prompt_suffix))) if active]
+    if len(on) == 1 and t.prompts in ("all", "paraphrase"):
+        return on[0]
+    return None if not on and t.prompts == "all" else "other arm"
 
 
 def family_key(config: Config) -> str:
@@ -507,6 +511,7 @@ def _manipulation(arm: str, arm_run: Summary, real_run: Summary) -> str:
 
     if arm == "easier facts":
         return f"facts half-way at epoch {facts_half(arm_run)} vs {facts_half(real_run)}"
+    # the harder and the moved cue
     return f"bow-last share {baseline_share(arm_run)} vs {baseline_share(real_run)}"
 
 

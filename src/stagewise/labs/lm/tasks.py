@@ -168,9 +168,11 @@ COUNTERFACT_PROMPTS = {"all": (0, 1, 2), "rewrite": (0,), "paraphrase": (1, 2)}
 subject, 1-2: the paraphrases); ids keep the prompt's index either way."""
 
 
-def _counterfact(records: list[Located], source: object, prompts: str = "all", subject_repeat: int = 1) -> list[Example]:
+def _counterfact(records: list[Located], source: object, prompts: str = "all", subject_repeat: int = 1,
+                 suffix: str = "") -> list[Example]:
     """3 Examples per record (or the ``prompts`` variant's share of them); with ``subject_repeat`` k
-    each prompt starts with "SUBJECT. " k - 1 times (the mechanism test's easier facts)."""
+    each prompt starts with "SUBJECT. " k - 1 times (the mechanism test's easier facts); ``suffix``
+    ends every prompt (the moved cue)."""
     out, wheres = [], []
     keep = COUNTERFACT_PROMPTS[prompts]
     for where, rec in records:
@@ -188,7 +190,8 @@ def _counterfact(records: list[Located], source: object, prompts: str = "all", s
                             f"got {paraphrases[:2]!r}")
         texts = [template.replace("{}", subject), *paraphrases[:2]]
         prefix = f"{subject}. " * (subject_repeat - 1)
-        out += [Example(f"counterfact/{case}/{k}", "counterfact", prefix + texts[k], " " + target, relation) for k in keep]
+        out += [Example(f"counterfact/{case}/{k}", "counterfact", prefix + texts[k] + suffix, " " + target, relation)
+                for k in keep]
         wheres += [where] * len(keep)
     _unique_ids(out, wheres, source)
     return out
@@ -236,12 +239,12 @@ def _sick_split(split: str) -> str:
 # --- local files ----------------------------------------------------------------------------
 
 def counterfact_examples(path: Path, *, limit: int | None = None, prompts: str = "all",
-                         subject_repeat: int = 1) -> list[Example]:
+                         subject_repeat: int = 1, suffix: str = "") -> list[Example]:
     """3 Examples per record of a CounterFact JSON list (ROME schema), first ``limit`` records;
     ``prompts`` and ``subject_repeat``: the prompt variants of :func:`_counterfact`."""
     _check_limit(limit)
     path = Path(path)
-    return _nonempty(_counterfact(readers.read_json(path)[:limit], path, prompts, subject_repeat), path,
+    return _nonempty(_counterfact(readers.read_json(path)[:limit], path, prompts, subject_repeat, suffix), path,
                      "CounterFact records", limit)
 
 
@@ -373,18 +376,18 @@ def default_path(task: str, root: Path) -> Path:
 def load_examples(task: str, path: Path | None, *, limit: int | None = None,
                   paradigms: Iterable[str] | None = None, split: str = "TRAIN",
                   answers: Mapping[str, str] | None = None, prompts: str = "all",
-                  subject_repeat: int = 1) -> list[Example]:
+                  subject_repeat: int = 1, suffix: str = "") -> list[Example]:
     """The Examples of ``task`` from a local file / folder, or from the hub when ``path`` is
     None. ``paradigms`` is for blimp only (an error elsewhere); ``split`` and ``answers``
     (label -> answer word, default :data:`SICK_ANSWERS`) are used by sick only; ``prompts`` and
-    ``subject_repeat`` (counterfact's prompt variants) by counterfact only."""
+    ``subject_repeat`` and ``suffix`` (counterfact's prompt variants) by counterfact only."""
     _task(task, TASKS)
     _check_limit(limit)
     if paradigms is not None and task != "blimp":
         raise UserError(f"paradigms={paradigms!r}: only task=blimp has paradigms (task={task})")
     if path is not None:
         if task == "counterfact":
-            return counterfact_examples(path, limit=limit, prompts=prompts, subject_repeat=subject_repeat)
+            return counterfact_examples(path, limit=limit, prompts=prompts, subject_repeat=subject_repeat, suffix=suffix)
         if task == "hotpotqa":
             return hotpotqa_examples(path, limit=limit)
         if task == "blimp":
@@ -397,7 +400,8 @@ def load_examples(task: str, path: Path | None, *, limit: int | None = None,
         return _sick_examples(rows, source, _answer_words(answers))
     name, config, hub_split = HUB_SOURCES[task]
     source, rows = readers.hub_rows(task, name, config, hub_split, limit)
-    built = _counterfact(rows, source, prompts, subject_repeat) if task == "counterfact" else _hotpotqa(rows, source)
+    built = (_counterfact(rows, source, prompts, subject_repeat, suffix) if task == "counterfact"
+             else _hotpotqa(rows, source))
     return _nonempty(built, source, "records", limit)
 
 
