@@ -290,3 +290,15 @@ def test_mechanism_claims_pair_each_arm_with_the_real_run_of_its_seed():
     facts = over["type_phase_shrinks_with_easier_facts"]
     assert facts.verdict in ("inconclusive", "fails") and "epoch 2.0 vs 4.0" in facts.evidence
     assert over["type_before_fact"].per_seed == {f"{s}/{s}": 1.0 for s in range(7)}  # the real runs only
+    assert "type_phase_shrinks_with_moved_cue" not in over  # no run of that arm
+
+
+def test_arm_names():
+    from stagewise.labs.lm.summary import arm_name
+
+    def arm(**task):
+        return arm_name(Config.model_validate({"task": task}))
+
+    assert arm() is None and arm(prompts="paraphrase") == "harder type cue" and arm(subject_repeat=3) == "easier facts"
+    assert arm(prompt_suffix="; answer:") == "moved type cue"
+    assert arm(prompts="rewrite") == arm(prompts="paraphrase", subject_repeat=2) == "other arm"  # no declared prediction

@@ -149,6 +149,8 @@ def test_counterfact_three_examples_per_record(cf_file):
     repeated = load_examples("counterfact", cf_file, prompts="rewrite", subject_repeat=3)
     assert [e.prompt for e in repeated] == ["Angola. Angola. Angola is located in",
                                             "Danielle Darrieux. Danielle Darrieux. The mother tongue of Danielle Darrieux is"]
+    moved = counterfact_examples(cf_file, suffix="; answer:")
+    assert [e.prompt for e in moved] == [e.prompt + "; answer:" for e in expected] and moved[0].answer == " Africa"
 
 
 def test_hotpotqa_jsonl_and_json_list_agree(hq_file, tmp_path):
