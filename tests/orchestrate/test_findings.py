@@ -92,3 +92,21 @@ def test_a_phase_map_file_counts_each_criterion_over_its_points(tmp_path):
     (row,) = rows(collect([path]))
     assert row["verdict"] == "holds at 1 of 2 points, fails at 1 of 2 points" and row["value"] == "2 points"
     assert "map: holds at 1 of 2 points" in markdown(collect([tmp_path]))
+
+
+def test_a_sweep_with_claims_over_seeds_reads_them_there_not_once_per_run(run_cache, tmp_path):
+    """A claim judged over seeds is one row (its per-seed values inside); the runs' other claims stay."""
+    import shutil
+
+    run = _ntp_run(run_cache)
+    sweep = tmp_path / "sweep"
+    shutil.copytree(run, sweep / "runs" / "a")
+    summary = json.loads((run / "summary.json").read_text())
+    first, *rest = summary["claims"]
+    pooled = {**first, "id": f"{first['id']}_over_seeds"}
+    (sweep / "sweep.json").write_text(json.dumps({"lab": "ntp", "points": [{"run_dir": "runs/a", "label": "a"}]}))
+    (sweep / "over_seeds.json").write_text(json.dumps({"claims": [pooled]}))
+    records = collect([sweep])
+    assert [r.label for r in records] == ["sweep: a", "sweep: over seeds"]
+    assert [c.id for c in records[0].claims] == [c["id"] for c in rest]
+    assert [c.id for c in records[1].claims] == [pooled["id"]]

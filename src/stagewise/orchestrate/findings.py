@@ -9,7 +9,8 @@ What a folder (or file) is, checked in this order::
     *.json with "kind": "stagewise.claims/1"   a claims file (what --save writes; results/)
     *.json with "kind": "stagewise.phase-map/1" a phase map's claims (examples/gate_noise_phase_map.py --claims)
     reproduce.json                             a reproduce folder: each run's claims and the claims over seeds
-    sweep.json                                 a sweep folder: each finished run's claims and over_seeds.json
+    sweep.json                                 a sweep folder: over_seeds.json, and each finished run's claims
+                                               that are not judged over seeds there
     manifest.json + config.yaml                a run folder (its claims once it has a summary)
     (the three as ``stagewise report`` reads them: :func:`.reporting.folder_kind`)
     a folder holding claims files              each of them, subfolders included (a results folder)
@@ -30,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -165,8 +166,12 @@ def _read_sweep(folder: Path, command: str | None) -> list[ClaimsFile | PhaseMap
         data = read_json_object(over, "claims over seeds")
         sources = next((f.sources for f in out if isinstance(f, ClaimsFile)), {})
         seeds = sorted({s for f in out if isinstance(f, ClaimsFile) for s in f.seeds})
-        out.append(ClaimsFile(f"{folder.name}: over seeds", lab, cmd, seeds, sources,
-                              _claims(data.get("claims") or [], str(over)), str(over)))
+        pooled = _claims(data.get("claims") or [], str(over))
+        # a claim judged over seeds is read there (its per-seed values included), not once per run
+        judged = {c.spec_id for c in pooled}
+        out = [kept for f in out if isinstance(f, ClaimsFile)
+               for kept in [replace(f, claims=[c for c in f.claims if c.spec_id not in judged])] if kept.claims]
+        out.append(ClaimsFile(f"{folder.name}: over seeds", lab, cmd, seeds, sources, pooled, str(over)))
     return out
 
 
