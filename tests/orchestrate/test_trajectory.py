@@ -169,7 +169,18 @@ def test_a_trajectory_reads_as_a_lab_run(series, reference, cli, tmp_path):
 
     summary = json.loads((reference / "summary.json").read_text())
     claims = {c["id"]: c for c in summary["claims"]}
-    assert claims["type_before_fact"]["verdict"] in VERDICTS and claims["type_before_fact"]["holds"] is not None
+    tbf, facts = claims["type_before_fact"], summary["details"]["type_before_fact"]
+    assert tbf["verdict"] in VERDICTS
+    # the claim is measured against the final fact count: judged from this trajectory's own records, it is
+    # "not testable" exactly when the facts were still rising at the last checkpoint (issue 38), else it has a value
+    sem = predictions.groupby("epoch")["category_open"].agg(lambda c: int((c == "semantic-correct").sum()))  # (E,)
+    from stagewise.labs.lm.typeclaims import facts_settled
+
+    settling = facts_settled(sem.index.to_numpy(float), sem.to_numpy(float))
+    if sem.iloc[-1] > 0 and sem.iloc[0] < 0.5 * sem.iloc[-1] and not settling.settled:
+        assert tbf["verdict"] == "not testable" and "still rising" in json.dumps(tbf) and "settling" in facts
+    else:
+        assert "settling" not in facts
     assert summary["details"]["steps"] == steps[-1]
     assert set(summary["details"]["stage_detection"]["stages"]) >= {"type_wrong_halved", "type_correct_majority"}
 
