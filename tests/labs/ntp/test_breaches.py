@@ -16,7 +16,7 @@ from stagewise.errors import UserError
 from stagewise.labs import get_lab
 from stagewise.labs.ntp.data import OUT_OF_ASSUMPTION, build_dataset, random_dataset
 from stagewise.labs.ntp.maxmargin import kq_constraints, max_margin_targets
-from stagewise.labs.ntp.summary import STAGE1_CLAIMS
+from stagewise.labs.ntp.claims import STAGE1_CLAIMS
 from stagewise.orchestrate import execute, prepare
 
 LAB = replace(get_lab("ntp"), make_figures=lambda *a, **k: [])

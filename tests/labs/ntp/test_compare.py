@@ -12,7 +12,8 @@ import pytest
 
 from stagewise.config import resolve
 from stagewise.labs import get_lab
-from stagewise.labs.ntp.compare import compare_claims, variant_frame
+from stagewise.labs.ntp.claims import compare_claims
+from stagewise.labs.ntp.compare import variant_finals, variant_frame
 from stagewise.orchestrate import execute, prepare
 
 from resume_helpers import crash_then_resume
@@ -57,8 +58,8 @@ def test_compare_claims_and_details(compared):
     swapped = frame.copy()
     swapped["metric"] = swapped["metric"].str.replace("^two_stage/", "tmp/", regex=True)
     swapped["metric"] = swapped["metric"].str.replace("^joint/", "two_stage/", regex=True).str.replace("^tmp/", "joint/", regex=True)
-    before = {c.id: c.holds for c in compare_claims(config, frame)[0]}
-    after = {c.id: c.holds for c in compare_claims(config, swapped)[0]}
+    before = {c.id: c.holds for c in compare_claims(variant_finals(config, frame))}
+    after = {c.id: c.holds for c in compare_claims(variant_finals(config, swapped))}
     assert before["compare_wov_two_stage_vs_joint"] is True and after["compare_wov_two_stage_vs_joint"] is False
 
 

@@ -30,14 +30,14 @@ def test_dollar_token_draws_figures(cli, tmp_path):
 
 
 def test_fmt_and_row_spread_of_values_no_seed_has():
-    from stagewise.labs.ntp.summary import NO_VALUE, _fmt
+    from stagewise.labs.ntp.claims import NO_VALUE, _stats_text
     from stagewise.report.plots import row_spread
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        assert _fmt([math.nan, math.nan]) == NO_VALUE  # e.g. compare's joint/loss_linear slope
-        assert _fmt(np.array([1.0, math.nan, 3.0])) == "min 1, mean 2, max 3 (1 of 3 seeds nan)"
-        assert _fmt([]) == NO_VALUE
+        assert _stats_text([math.nan, math.nan]) == NO_VALUE  # e.g. compare's joint/loss_linear slope
+        assert _stats_text(np.array([1.0, math.nan, 3.0])) == "min 1, mean 2, max 3 (1 of 3 seeds nan)"
+        assert _stats_text([]) == NO_VALUE
         values = np.array([[1.0, 3.0], [math.nan, math.nan], [math.nan, 5.0]])  # (T, S)
         low, mean, high = row_spread(values)
     np.testing.assert_array_equal(low, [1.0, math.nan, 5.0])

@@ -12,7 +12,8 @@ import pytest
 
 from stagewise.config import deep_merge, resolve
 from stagewise.labs import get_lab
-from stagewise.labs.ntp.horizon import LATE_MIN_MARGIN, RATE_RTOL, late_fits
+from stagewise.labs.ntp.claims import RATE_RTOL
+from stagewise.labs.ntp.horizon import LATE_MIN_MARGIN, late_fits
 from stagewise.orchestrate import execute, prepare
 
 LAB = replace(get_lab("ntp"), make_figures=lambda *a, **k: [])
@@ -68,7 +69,8 @@ def test_late_fit_recovers_an_exact_exponential(example1):
 def test_claims_fail_on_tampered_metrics(example1):
     """Falsifiable: a slower late decay, or a norm above t*eta, makes the claims fail."""
     from stagewise.labs import RunResult
-    from stagewise.labs.ntp.summary import claims as ntp_claims, rate_fits
+    from stagewise.labs.ntp.claims import training_claims
+    from stagewise.labs.ntp.summary import rate_fits
 
     config, frame, summary, _ = example1
     T = config.train.steps_stage1
@@ -84,7 +86,7 @@ def test_claims_fail_on_tampered_metrics(example1):
     empty = pd.DataFrame(columns=["seed", "category", "covered", "correct"])
     for tampered, cid in ((slow, "late_rate_margin"), (big, "norm_band_theorem1")):
         rates = rate_fits(config, tampered, [0], d["lr_stage1"], d["lr_stage2"])
-        out = {c.id: c for c in ntp_claims(config, tampered, RunResult(extras).extras, rates, empty)}
+        out = {c.id: c for c in training_claims(config, tampered, RunResult(extras).extras, rates, empty)}
         assert out[cid].holds is False, out[cid]
 
 
@@ -116,10 +118,10 @@ def test_evidence_of_values_no_seed_has_is_nan_without_a_warning():
     """Seen pasting the Sweeps-from-Python block: 'RuntimeWarning: All-NaN slice encountered' per run."""
     import warnings
 
-    from stagewise.labs.ntp.horizon import _fmt
+    from stagewise.labs.ntp.claims import _range_text
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert _fmt([float("nan"), float("nan")]) == "nan"
-        assert _fmt([1.0, float("nan"), 3.0]) == "1..3"
-        assert _fmt([2.5]) == "2.5"
+        assert _range_text([float("nan"), float("nan")]) == "nan"
+        assert _range_text([1.0, float("nan"), 3.0]) == "1..3"
+        assert _range_text([2.5]) == "2.5"

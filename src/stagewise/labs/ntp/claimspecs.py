@@ -24,7 +24,7 @@ at 1e-14) give slopes of 1e-16-1e-19 (README's own-data run before the engine: t
 _NO_CONTROL_EXACT = ("none in the lab: exact algebra under its preconditions (normalized GD, zero init, orthonormal "
                      "embeddings); a tampered record (e.g. W_ov.fro off t*eta0 at one step) fails it")
 
-# --- stage 1 (summary.py) ---------------------------------------------------------------------------------------------
+# --- stage 1 (claims.training_claims) ---------------------------------------------------------------------------------
 STAGE1_DIRECTION = ClaimSpec(
     id="stage1_direction", statement="after stage 1, W_ov points along its max-margin direction W_ov*",
     source=paper("paper2", "abstract (the feed-forward layer converges to its max-margin solution)"),
@@ -52,7 +52,7 @@ LOSS_FLOOR_CLOSED_FORM = _exact(
     "derived: the floor set by stage 1",
     "|train.loss.floor at t = T - log(1 + (|V|-1) e^-Delta)| / max(1, closed form)")
 
-# --- stage 2 (summary.py) ---------------------------------------------------------------------------------------------
+# --- stage 2 (claims.training_claims) ---------------------------------------------------------------------------------
 NORMS_LINEAR = ClaimSpec(
     id="norms_linear", statement="||W_kq|| grows linearly in t over stage 2",
     source=paper("paper2", "abstract (norms grow linearly under normalized GD)"),
@@ -105,7 +105,7 @@ EXAMPLE1 = ClaimSpec(
     relation=">=", threshold=1.0,
     control="a run with train.steps_stage2 = 0 (W_kq = 0: 'O S P' attends uniformly and predicts V, not P)")
 
-# --- long horizon (horizon.py) ----------------------------------------------------------------------------------------
+# --- long horizon (claims.horizon_claims) -----------------------------------------------------------------------------
 LATE_RATE_MARGIN = ClaimSpec(
     id="late_rate_margin", statement="late rates of log(L - floor) and log(1 - min optimal attention) equal -eta/||W_kq*||",
     source=own("derived: the score gaps grow by eta/||W_kq*|| per step (docs/ntp.md section 10)"),
@@ -128,7 +128,7 @@ CLOSER_TO_QP = ClaimSpec(
     quantity="(1 - cos(W_kq, W_qp)) - (1 - cos(W_kq, W_prop2)) at the last step, seeds where the two differ",
     relation="<", threshold=0.0, control="none run: tracking Proposition 2's closed form instead of the QP would fail it")
 
-# --- the comparison experiment (compare.py) ---------------------------------------------------------------------------
+# --- the comparison experiment (claims.compare_claims) ----------------------------------------------------------------
 _WHY_TWO_STAGE = reviewer("review: why a two-stage algorithm, and is it worth anything against single-stage training?")
 
 

@@ -7,8 +7,9 @@ the run (:mod:`stagewise.runs.groups`): variants run one after another, their re
 the run store's ``variant`` field (metric names ``{variant}/{name}``) and their checkpoints
 the variant's index as ``group`` (and its name as ``variant``), so a killed run resumes
 inside the right variant. Every variant gets the lab's own claims (ids prefixed
-``{variant}/``), and the comparison claims below test the theory's predictions, fixed before
-the runs as strict per-seed inequalities at the last step (no tuned threshold):
+``{variant}/``), and the comparison claims (judged in :func:`.claims.compare_claims` on the
+values :func:`variant_finals` reads here) test the theory's predictions, fixed before the runs
+as strict per-seed inequalities at the last step (no tuned threshold):
 
 * ``compare_wkq_two_stage_vs_joint``: two-stage ends closer to W_kq* (cos higher) than joint
   training, which the theory does not cover;
@@ -31,12 +32,11 @@ import pandas as pd
 
 from ...measure import values_at
 from ...runs.groups import GroupContext, run_groups
-from ...report.claims import Claim, ClaimSpec, Stats, Summary
+from ...report.claims import Stats, Summary
 from ..contract import RunContext, RunResult, Tables
-from . import claimspecs as cs
+from .claims import VariantFinals, compare_claims, horizon_claims, training_claims
 from .config import Config
-from .horizon import horizon_claims
-from .summary import FINAL_METRICS, claims, rate_fits, stage_detection, summarize
+from .summary import FINAL_METRICS, rate_fits, stage_detection, summarize
 from .problem import Problem
 from .train import Params, train_two_stage
 
@@ -77,43 +77,26 @@ def variant_frame(frame: pd.DataFrame, name: str) -> pd.DataFrame:
     return rows
 
 
-def _fmt(values) -> str:
-    arr = np.asarray(values, dtype=float)
-    return f"{np.nanmin(arr):.4g}..{np.nanmax(arr):.4g}"
-
-
-def compare_claims(config: Config, frame: pd.DataFrame) -> tuple[list[Claim], dict[str, Any]]:
-    """The comparison claims and, per variant, the final values (min..max over seeds) and
-    the norm growth (||W_kq|| at the end / steps of W_kq training)."""
+def variant_finals(config: Config, frame: pd.DataFrame) -> VariantFinals:
+    """What the comparison claims read (:func:`.claims.compare_claims`): per variant of
+    ``config.compare``, each :data:`REPORTED` metric at the last step t = T + T1 (S,), and
+    the run's seeds (sorted; none for an empty frame)."""
     total = config.train.steps_stage1 + config.train.steps_stage2
-    final: dict[str, dict[str, np.ndarray]] = {v: {m: values_at(variant_frame(frame, v), m, total) for m in REPORTED}
-                                               for v in config.compare}
-    details: dict[str, Any] = {v: {m: [float(x) for x in vals] for m, vals in f.items()} for v, f in final.items()}
-    for v in config.compare:
-        steps_kq = total if VARIANTS[v]["algorithm"] == "joint" else config.train.steps_stage2
-        details[v]["W_kq.fro.per_step"] = [x / max(1, steps_kq) for x in details[v]["W_kq.fro"]]
-
+    values: dict[str, dict[str, np.ndarray]] = {v: {m: values_at(variant_frame(frame, v), m, total) for m in REPORTED}
+                                               for v in config.compare}  # variant -> metric -> (S,)
     seeds = sorted(int(s) for s in frame["seed"].unique()) if len(frame) else []
+    return VariantFinals(total=total, seeds=seeds, values=values)
 
-    def test(spec: ClaimSpec, a: str, b: list[str], metric: str, larger: bool) -> Claim:
-        """``spec`` on ours - theirs per seed: the smallest gap to ``b`` when ``larger`` (ours
-        must be above every other), else the largest (ours must be below every other)."""
-        missing = [v for v in [a, *b] if v not in final]
-        if missing:
-            return spec.not_testable(f"variant(s) {', '.join(missing)} not in compare")
-        ours = final[a][metric]
-        gaps = np.stack([ours - final[v][metric] for v in b])  # (len(b), S)
-        gap = gaps.min(axis=0) if larger else gaps.max(axis=0)  # (S,)
-        parts = [f"{v} {_fmt(final[v][metric])}" for v in [a, *b]]
-        return spec.result(gap, f"{metric} at t={total}: " + ", ".join(parts), seeds=seeds)
 
-    claims = [
-        test(cs.COMPARE_WKQ_JOINT, "two_stage", ["joint"], "W_kq.cos_target", True),
-        test(cs.COMPARE_WOV_JOINT, "two_stage", ["joint"], "W_ov.cos_target", True),
-        test(cs.COMPARE_WKQ_ADAM, "two_stage", ["adam", "adamw"], "W_kq.cos_target", True),
-        test(cs.COMPARE_NORM_ADAMW, "adamw", ["adam"], "W_kq.fro", False),
-    ]
-    return claims, details
+def compare_table(config: Config, finals: VariantFinals) -> dict[str, Any]:
+    """``details.compare``: per variant the final values (lists over seeds) and the norm growth
+    ``W_kq.fro.per_step`` = ||W_kq|| at the end / the steps W_kq was trained (T + T1 for joint
+    training, else T1; at least 1)."""
+    table: dict[str, Any] = {v: {m: [float(x) for x in vals] for m, vals in f.items()} for v, f in finals.values.items()}
+    for v in config.compare:
+        steps_kq = finals.total if VARIANTS[v]["algorithm"] == "joint" else config.train.steps_stage2
+        table[v]["W_kq.fro.per_step"] = [x / max(1, steps_kq) for x in table[v]["W_kq.fro"]]
+    return table
 
 
 def summarize_run(config: Config, frame: pd.DataFrame, tables: Tables, result: RunResult) -> Summary:
@@ -135,8 +118,9 @@ def summarize_compare(config: Config, frame: pd.DataFrame, extras: dict[str, Any
     for v in config.compare:
         cfg, sub = variant_config(config, v), variant_frame(frame, v)
         rates[v] = rate_fits(cfg, sub, seeds, extras["eta0"], extras["eta"])
-        out += [c.model_copy(update={"id": f"{v}/{c.id}"}) for c in claims(cfg, sub, extras, rates[v], no_gen)]
-    compared, table = compare_claims(config, frame)
+        out += [c.model_copy(update={"id": f"{v}/{c.id}"}) for c in training_claims(cfg, sub, extras, rates[v], no_gen)]
+    finals_by_variant = variant_finals(config, frame)
+    compared, table = compare_claims(finals_by_variant), compare_table(config, finals_by_variant)
     sub = variant_frame(frame, main)
     finals = {m: values_at(sub, m, total) for m in FINAL_METRICS}
     details = {"vocab_size": extras["vocab_size"], "dim": extras["dim"], "lr_stage1": extras["eta0"], "lr_stage2": extras["eta"],

@@ -1,20 +1,20 @@
 """Summary of an NTP run: final values, fitted rates and claims, all computed from the
-logged metrics (the long-form frame) and the run's extras (targets, generalization)."""
+logged metrics (the long-form frame) and the run's extras (targets, generalization); the
+claims are judged in :mod:`.claims`."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ...measure import detect_stages, linear_fit, log_linear_rate, power_exponent, series, values_at
-from ...report.claims import Claim, Stats, Summary
+from ...report.claims import Stats, Summary
 from ..contract import RunResult, Tables
-from . import claimspecs as cs
+from .claims import horizon_claims, training_claims
 from .config import Config
-from .horizon import GAPS, horizon_claims
+from .horizon import GAPS
 
 FINAL_METRICS = ("train.loss", "train.loss.stage1", "train.loss.floor", "train.loss.gap", "W_ov.cos_target", "W_kq.cos_target",
                  "W_kq.cos_prop2", "W_ov.fro", "W_kq.fro", "train.opt_attn.min", "train.opt_attn.mean", "train.acc",
@@ -99,120 +99,6 @@ def rate_fits(config: Config, frame: pd.DataFrame, seeds: list[int], eta0: float
     return {**out, "eta0": eta0, "eta": eta}
 
 
-NO_VALUE = "nan (no seed has a value)"
-"""How :func:`_fmt` shows values of which none is known (all NaN, or none logged)."""
-
-
-def _fmt(values) -> str:
-    """Per-seed values (S,) as one text: the value when S = 1, else ``min .., mean .., max
-    ..`` over the seeds whose value is known (not NaN), with the count of NaN seeds;
-    ``NO_VALUE`` when no seed has one (a metric undefined for this data, e.g. cos(W_kq,
-    W_kq*) without a max-margin target, or a fit on an empty window). No statistic is taken
-    of an empty selection."""
-    arr = np.asarray(values, dtype=float).ravel()  # (S,)
-    if arr.size == 1:
-        return f"{arr.item():.6g}"
-    known = arr[~np.isnan(arr)]
-    if not known.size:
-        return NO_VALUE
-    unknown = f" ({arr.size - known.size} of {arr.size} seeds nan)" if known.size < arr.size else ""
-    return f"min {known.min():.6g}, mean {known.mean():.6g}, max {known.max():.6g}{unknown}"
-
-
-def claims(config: Config, frame: pd.DataFrame, extras: dict[str, Any], rates: dict[str, Any],
-           gen: pd.DataFrame) -> list[Claim]:
-    """The theory's predictions tested on this run, each an instance of a declared
-    :mod:`.claimspecs` claim (its verdict from the declared relation and threshold). Each
-    claim applies only under the theory's preconditions for it (e.g. the exact stage-1
-    claims need zero init); a claim outside them is left out or not testable."""
-    T, total = config.train.steps_stage1, config.train.steps_stage1 + config.train.steps_stage2
-    two_stage = config.train.algorithm == "two_stage"
-    ngd = config.train.optimizer == "normalized_gd"
-    seeds = extras["seeds"]
-    out = []
-    if two_stage and T > 0:
-        cos_t = values_at(frame, "W_ov.cos_target", T)
-        out.append(cs.STAGE1_DIRECTION.result(cos_t, f"cos(W_ov, W_ov*) at t={T}: {_fmt(cos_t)}", seeds=seeds))
-        if ngd and config.model.init == "zero" and extras["orthonormal"]:
-            out += _stage1_exact(frame, extras, rates, T)
-    r2 = np.asarray(rates["W_kq.fro.r2"])
-    slope = np.asarray(rates["W_kq.fro.slope"])
-    step = rates["eta"] if two_stage else rates["eta0"]
-    out.append(cs.NORMS_LINEAR.result(r2, f"R^2 {_fmt(r2)}; slope/eta {_fmt(slope / step)}", seeds=seeds))
-    cos_end = values_at(frame, "W_kq.cos_target", total)
-    expo = np.asarray(rates["W_kq.cos_target.gap.exponent"])
-    out.append(cs.COS_WKQ_TO_ONE.result(cos_end, f"cos at t={total}: {_fmt(cos_end)}", seeds=seeds))
-    out.append(cs.COS_WKQ_EXPONENT.result(expo, f"exponent of 1 - cos vs t: {_fmt(expo)} (theory: ~1 up to log factors)",
-                                          seeds=seeds))
-    rate = np.asarray(rates["train.loss.gap.rate"])
-    gr2 = np.asarray(rates["train.loss.gap.r2"])
-    out.append(cs.LOSS_LINEAR.result(rate, f"slope {_fmt(rate)}; R^2 {_fmt(gr2)}", seeds=seeds))
-    out.append(cs.LOSS_LINEAR_FIT.result(gr2, f"R^2 {_fmt(gr2)}; slope {_fmt(rate)}", seeds=seeds))
-    start = T if two_stage else 0
-    start_attn = values_at(frame, "train.opt_attn.min", start)
-    end_attn = values_at(frame, "train.opt_attn.min", total)
-    arate, ar2 = np.asarray(rates["train.opt_attn.min.gap.rate"]), np.asarray(rates["train.opt_attn.min.gap.r2"])
-    attn = (f"min optimal attention at t={start}: {_fmt(start_attn)}; at t={total}: {_fmt(end_attn)}; "
-            f"rate of log(1 - mass) {_fmt(arate)} (R^2 {_fmt(ar2)})")
-    out.append(cs.ATTENTION_CONCENTRATES.result(arate, attn, seeds=seeds))
-    out.append(cs.ATTENTION_FIT.result(ar2, attn, seeds=seeds))
-    if len(start_attn) == len(end_attn):
-        out.append(cs.ATTENTION_RISES.result(end_attn - start_attn, attn, seeds=seeds))
-    else:
-        out.append(cs.ATTENTION_RISES.not_testable(f"min optimal attention not logged at t={start} and t={total}", attn))
-    covered = gen[gen["covered"].astype(bool)] if len(gen) else gen
-    if len(covered):
-        acc = covered.groupby("seed")["correct"].apply(lambda c: c.astype(bool).mean())
-        out.append(cs.GENERALIZATION.result({int(s): float(a) for s, a in acc.items()},
-                                            f"{int(covered['correct'].sum())}/{len(covered)} covered cases correct; "
-                                            f"{int((~gen['covered'].astype(bool)).sum())} uncovered cases reported separately"))
-    extra, _ = horizon_claims(config, frame, extras)
-    out += extra
-    for row in [r for r in extras["named_cases"] if r["seed"] == extras["seeds"][0]]:
-        cases = [r for r in extras["named_cases"] if r["input"] == row["input"]]
-        preds = [r["predicted"] for r in cases]
-        out.append(cs.EXAMPLE1.result({int(r["seed"]): float(r["predicted"] == row["expected"]) for r in cases},
-                                      f"predicted {', '.join(sorted(set(preds)))}", case=row["input"].replace(" ", "_"),
-                                      statement=f"'{row['input']}' predicts {row['expected']}"))
-    kinds = extras.get("violations") or []
-    if kinds:
-        reason = f"data outside the theory's assumptions (data.out_of_assumption: {', '.join(kinds)})"
-        out = [c if c.id in STAGE1_CLAIMS else c.with_not_testable(reason) for c in out]
-    return out
-
-
-def _stage1_exact(frame: pd.DataFrame, extras: dict[str, Any], rates: dict[str, Any], T: int) -> list[Claim]:
-    """stage1_exact, stage1_norm_exact and loss_floor_closed_form (zero init, normalized GD,
-    orthonormal embeddings): per-seed round-off errors against the exact stage-1 solution."""
-    seeds = extras["seeds"]
-    rows = frame[(frame["step"] >= 1) & (frame["step"] <= T)]
-    cos_err, norm_err = {}, {}
-    for seed in seeds:
-        mine = rows[rows["seed"] == seed]
-        cos = mine[mine["metric"] == "W_ov.cos_target"]
-        norm = mine[mine["metric"] == "W_ov.fro"]
-        frozen = mine[(mine["metric"] == "frozen") & (mine["value"] > 0)]
-        moving = norm if frozen.empty else norm[norm["step"] < frozen["step"].min()]
-        cos_err[seed] = float((1 - cos["value"]).abs().max()) if len(cos) else math.nan
-        norm_err[seed] = float((moving["value"] - moving["step"] * rates["eta0"]).abs().max()) if len(moving) else math.nan
-    vocab = extras["vocab_size"]
-    delta = T * rates["eta0"] / math.sqrt(vocab - 1)
-    closed = math.log1p((vocab - 1) * math.exp(-delta))
-    floor = values_at(frame, "train.loss.floor", T)
-    err = np.abs(floor - closed) / max(1.0, closed)  # (S,)
-    return [
-        cs.STAGE1_EXACT.result(cos_err, f"max |1 - cos| over steps 1..{T}: {_fmt(list(cos_err.values()))}"),
-        cs.STAGE1_NORM_EXACT.result(norm_err, f"max | ||W_ov|| - t*eta0 | before freezing: {_fmt(list(norm_err.values()))}"),
-        cs.LOSS_FLOOR_CLOSED_FORM.result(err, f"closed form {closed:.6g}; measured {_fmt(floor)}; max error "
-                                              f"{float(np.max(np.abs(floor - closed))) if len(floor) else math.nan:.3g}",
-                                         seeds=seeds),
-    ]
-
-
-# claims that need only the collocation samples (derived for any map n): kept under breaches
-STAGE1_CLAIMS = ("stage1_direction", "stage1_exact", "stage1_norm_exact", "loss_floor_closed_form")
-
-
 def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunResult) -> Summary:
     """The Summary: final values and per-seed values; details hold the targets (first
     seed), stage-1 values, rate fits, generalization by category, the named cases and
@@ -249,6 +135,6 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
         final={m: Stats.of(v) for m, v in finals.items()},
         per_seed={str(s): {**extras["targets"][i], "n_samples": extras["n_samples"][i],
                            **{m: float(v[i]) for m, v in finals.items()}} for i, s in enumerate(seeds)},
-        claims=claims(config, frame, extras, rates, gen),
+        claims=training_claims(config, frame, extras, rates, gen),
         details=details,
     )
