@@ -201,7 +201,9 @@ LM_LAB_MODULES = 20
 """The lm lab's module budget (issue 25): the lab (config, tasks, categories, controls, prepare,
 batching, records, train, summary, claim specs, figures, resources, lab) and its run analyses;
 the model-weights toolkit is :mod:`stagewise.lmkit`. Issue 29 added one concept, ``track``
-(the lab's records of a model it did not train: probes, saved models, trajectories)."""
+(the lab's records of a model it did not train: probes, saved models, trajectories). Issue 38
+added ``claims`` (one file judging every lm claim) within the budget: typeclaims became
+``phases`` (the measurements alone) and spectralclaim's measurement went into ``rankcurve``."""
 
 
 def test_the_lm_lab_keeps_to_its_module_budget():

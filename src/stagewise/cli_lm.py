@@ -230,13 +230,14 @@ def rank_curve_cmd(
 
 def _spectral_claim(refs, ps, select, draws, seed, rule, out) -> None:
     """``lm rank-curve --claim``: the curves over E, the per-seed values, the claim, the files, the verdict line."""
-    from .labs.lm.spectralclaim import at_p, judge, pair_checkpoints, per_seed_values, spectral_curves, write_spectral
+    from .labs.lm.claims import spectral_claim
+    from .labs.lm.rankcurve import at_p, pair_checkpoints, per_seed_values, spectral_curves, write_spectral
     from .labs.lm.claimspecs import CLAIM_P
 
     pairs = pair_checkpoints(refs)
     curves = spectral_curves(pairs, ps, selector=select, draws=draws, seed=seed, rule=rule)
     values = per_seed_values(curves.table)
-    result = judge(values)
+    result = spectral_claim(values)
     with _staged_out(out) as staging:  # every file or none (a full disk, Ctrl-C)
         paths = [out / path.name for path in write_spectral(curves, result, staging)]
     stats = at_p(curves.table)

@@ -174,7 +174,7 @@ def test_a_trajectory_reads_as_a_lab_run(series, reference, cli, tmp_path):
     # the claim is measured against the final fact count: judged from this trajectory's own records, it is
     # "not testable" exactly when the facts were still rising at the last checkpoint (issue 38), else it has a value
     sem = predictions.groupby("epoch")["category_open"].agg(lambda c: int((c == "semantic-correct").sum()))  # (E,)
-    from stagewise.labs.lm.typeclaims import facts_settled
+    from stagewise.labs.lm.phases import facts_settled
 
     settling = facts_settled(sem.index.to_numpy(float), sem.to_numpy(float))
     if sem.iloc[-1] > 0 and sem.iloc[0] < 0.5 * sem.iloc[-1] and not settling.settled:

@@ -1,5 +1,5 @@
-"""The no-attention baselines (baselines.py), the difference claims (typeclaims.py) and the
-claims over seeds (summary.py): closed forms, invariances, batched == looped, hand-made tables."""
+"""The no-attention baselines (baselines.py), the phases (phases.py), the difference claims and the
+claims over seeds (claims.py): closed forms, invariances, batched == looped, hand-made tables."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from stagewise.labs.lm.batching import Encoded
 from stagewise.labs.lm.categories import CATEGORIES, answer_space
 from stagewise.labs.lm import claimspecs as cs
 from stagewise.labs.lm.config import Config
-from stagewise.labs.lm.summary import across_runs
-from stagewise.labs.lm.typeclaims import clock, difference_claims, phase, question_ignoring_prior
+from stagewise.labs.lm.claims import across_runs, difference_claims
+from stagewise.labs.lm.phases import clock, phase, question_ignoring_prior
 from stagewise.report.claims import Summary
 
 
@@ -174,7 +174,7 @@ def test_difference_claims_against_the_strongest_rate_on_the_facts_clock():
 
 
 def test_type_before_fact_is_not_testable_while_the_facts_rise():
-    from stagewise.labs.lm.summary import type_before_fact
+    from stagewise.labs.lm.claims import type_before_fact
     holds, evidence, _ = type_before_fact(_counts([(0, 0, 10)] + [(i, 5, 5) for i in range(1, 11)]), 0.5)
     assert holds is None and "still rising" in evidence
     assert type_before_fact(_counts(MODEL), 0.5)[0] is True
@@ -294,7 +294,7 @@ def test_mechanism_claims_pair_each_arm_with_the_real_run_of_its_seed():
 
 
 def test_arm_names():
-    from stagewise.labs.lm.summary import arm_name
+    from stagewise.labs.lm.claims import arm_name
 
     def arm(**task):
         return arm_name(Config.model_validate({"task": task}))

@@ -17,7 +17,7 @@ from stagewise.errors import UserError
 from stagewise.lmkit import hub
 from stagewise.labs.lm.categories import CATEGORIES
 from stagewise.labs.lm.rankcurve import MAX_P_POINTS, parse_p_range
-from stagewise.labs.lm.summary import type_before_fact
+from stagewise.labs.lm.claims import type_before_fact
 from stagewise.labs.lm.tasks import load_examples
 from cli_errors import one_error_line
 

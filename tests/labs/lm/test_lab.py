@@ -17,7 +17,8 @@ from stagewise import RunSpec, execute_spec
 from stagewise.labs.lm.batching import Encoded, last_logits, layout
 from stagewise.labs.lm.categories import SEMANTIC, TYPE_CORRECT, TYPE_WRONG, answer_space, categorize
 from stagewise.lmkit.models import compact_model, gpt2_bpe
-from stagewise.labs.lm.summary import half_drop_epoch, type_before_fact
+from stagewise.labs.lm.claims import type_before_fact
+from stagewise.labs.lm.phases import half_drop_epoch
 
 SHARED = SHARED_DATA
 
@@ -140,7 +141,7 @@ def test_type_before_fact_holds_fails_and_is_null():
     # the facts already at half at the first record (a one-epoch pretrained run): a defined verdict with its reason
     holds, evidence, facts = type_before_fact(_counts([60, 90, 100], [5, 3, 0], [35, 7, 0]), 0.5)
     assert holds is None and "already at 0.5 of its final count" in evidence and facts["semantic_half_epoch"] == 0
-    from stagewise.labs.lm.summary import type_claims
+    from stagewise.labs.lm.claims import type_claims
 
     claims, described = type_claims(facts, evidence)
     assert [c.verdict for c in claims] == ["not testable"] and "already" in claims[0].reason and described == {}
@@ -428,23 +429,23 @@ def _frame(rows):
     return pd.DataFrame([{"step": s, "seed": 0, "variant": "", "metric": m, "value": v} for s, m, v in rows])
 
 
-def test_syntax_claim_epochs_then_steps():
+def test_half_drop_claim_epochs_then_steps():
     from stagewise.labs.lm.config import Config
-    from stagewise.labs.lm.summary import syntax_claim
+    from stagewise.labs.lm.claims import half_drop_claim
 
     cfg = Config.model_validate({"task": {"name": "mixture"}})
     epochs = [(0, 0), (10, 1), (20, 2)]
     rows = [(s, "epoch", e) for s, e in epochs]
     rows += [(s, "train.loss.blimp", v) for (s, _), v in zip(epochs, [4.0, 1.0, 0.9])]
     rows += [(s, "train.loss.sick", v) for (s, _), v in zip(epochs, [4.0, 3.5, 1.0])]
-    found, _ = syntax_claim(cfg, _frame(rows))
+    found, _ = half_drop_claim(cfg, _frame(rows))
     assert found.holds is True and "epoch resolution" in found.evidence
     tie = [r for r in rows if r[1] != "train.loss.sick"] + [(s, "train.loss.sick", v) for (s, _), v in zip(epochs, [4.0, 1.5, 1.0])]
     steps = [(s, f"train.batch_loss.{t}", v) for s in range(1, 21) for t, v in
              (("blimp", 4.0 if s < 3 else 1.0), ("sick", 4.0 if s < 6 else 1.0))]
-    found, facts = syntax_claim(cfg, _frame(tie + steps))
+    found, facts = half_drop_claim(cfg, _frame(tie + steps))
     assert found.holds is True and facts["blimp"]["half_drop_step"] == 3 and facts["sick"]["half_drop_step"] == 6
-    found, _ = syntax_claim(cfg, _frame(tie))
+    found, _ = half_drop_claim(cfg, _frame(tie))
     assert found.holds is None
 
 
@@ -453,7 +454,7 @@ def test_evidence_says_never_where_an_epoch_is_not_reached():
     """Issue 26: an epoch that is never reached (None in the facts) reads as words in the
     evidence, never as "epoch None"."""
     from stagewise.labs.lm.config import Config
-    from stagewise.labs.lm.summary import syntax_claim
+    from stagewise.labs.lm.claims import half_drop_claim
 
     # type-wrong never falls to half; type-correct never makes up half of the wrong predictions
     _, evidence, facts = type_before_fact(_settled([0, 10, 30, 60, 95], [0, 2, 3, 2, 1], [100, 90, 80, 70, 60]), 0.5)
@@ -464,7 +465,7 @@ def test_evidence_says_never_where_an_epoch_is_not_reached():
     rows = [(s, "epoch", e) for s, e in epochs]
     rows += [(s, "train.loss.blimp", v) for (s, _), v in zip(epochs, [4.0, 1.0, 0.9])]
     rows += [(s, "train.loss.sick", v) for (s, _), v in zip(epochs, [1.0, 1.5, 2.0])]  # SICK's loss never falls
-    claim, found = syntax_claim(cfg, _frame(rows))
+    claim, found = half_drop_claim(cfg, _frame(rows))
     assert found["sick"]["half_drop_epoch"] is None and found["blimp"]["half_drop_epoch"] is not None
     assert claim.holds is None and "None" not in claim.evidence and "never falls" in claim.evidence
     assert f"at epoch {found['blimp']['half_drop_epoch']}" in claim.evidence

@@ -1,7 +1,7 @@
-"""The spectral claim (`lm rank-curve --claim`): the claim's value from a hand-made table, the
-examples it counts (exactly those correct at both checkpoints), p = 1 changes nothing, seeded
-random draws, the files and the verdict line, and bad input as one line (tiny runs from configs,
-two seeds, through the session run cache)."""
+"""The spectral claim (`lm rank-curve --claim`; measured in rankcurve.py, judged in claims.py):
+the claim's value from a hand-made table, the examples it counts (exactly those correct at both
+checkpoints), p = 1 changes nothing, seeded random draws, the files and the verdict line, and bad
+input as one line (tiny runs from configs, two seeds, through the session run cache)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from runcache import without_run_figures
 
 from stagewise import RunSpec
-from stagewise.labs.lm.rankcurve import draw_seed
-from stagewise.labs.lm.spectralclaim import judge, pair_checkpoints, per_seed_values, spectral_curves
+from stagewise.labs.lm.claims import spectral_claim
+from stagewise.labs.lm.rankcurve import draw_seed, pair_checkpoints, per_seed_values, spectral_curves
 from stagewise.labs.lm.claimspecs import CLAIM_P, CLAIM_THRESHOLD, MIN_RANDOM_DAMAGE, SPECTRAL_SMALL_DIRECTIONS_EARLY
 from stagewise.labs.lm.refs import load_ref
 
@@ -64,7 +64,7 @@ def test_claim_value_matches_a_hand_computation():
     assert abs(values.loc[0, "value"] - 0.2) < HAND_TOL and abs(values.loc[1, "value"] - (0.5 - 1 / 9)) < HAND_TOL
     assert abs(values.loc[0, "did"] - ((0.96 - 0.9) - (0.2 - 0.6))) < HAND_TOL  # 0.46
     assert abs(values.loc[0, "R_late_random"] - 0.2) < HAND_TOL and values.loc[0, "n"] == 100
-    result = judge(values.reset_index())
+    result = spectral_claim(values.reset_index())
     assert result.claim.verdict == "holds" and result.claim.per_seed == {"0": pytest.approx(0.2), "1": pytest.approx(0.5 - 1 / 9)}
     assert result.claim.value == pytest.approx(0.2) and result.claim.threshold == CLAIM_THRESHOLD
     # over seeds: 2 testable seeds, fewer than the declared 6 -> inconclusive, with the sign test beside it
@@ -78,7 +78,7 @@ def test_a_seed_below_the_damage_floor_is_not_testable_and_saturation_fails():
     ok = 1 - MIN_RANDOM_DAMAGE / 2  # random removal costs less than the floor at the late checkpoint
     table = _table({(0, "early", "largest"): [0.99], (0, "early", "random"): [0.6], (0, "early", "smallest"): [0.5],
                     (0, "late", "largest"): [1.0], (0, "late", "random"): [ok], (0, "late", "smallest"): [0.9]})
-    result = judge(per_seed_values(table))
+    result = spectral_claim(per_seed_values(table))
     assert result.claim.verdict == "not testable" and "seed 0" in result.claim.reason
     assert result.decision.interval is None and result.over_seeds == "inconclusive"  # 0 of 6 testable seeds
     # keep-largest retains everything at both checkpoints while the late model is fragile to random removal:
@@ -87,7 +87,7 @@ def test_a_seed_below_the_damage_floor_is_not_testable_and_saturation_fails():
                     (0, "late", "largest"): [1.0], (0, "late", "random"): [0.1], (0, "late", "smallest"): [0.03]})
     values = per_seed_values(table)
     assert values["did"].iloc[0] == pytest.approx(0.66) and values["value"].iloc[0] == pytest.approx(0.04)
-    assert judge(values).claim.verdict == "fails"
+    assert spectral_claim(values).claim.verdict == "fails"
 
 
 def test_the_spec_is_declared_before_any_run():

@@ -23,12 +23,13 @@ from stagewise import RunSpec, execute_spec
 from stagewise.config import validate
 from stagewise.errors import UserError
 from stagewise.labs.lm import claimspecs as cs
+from stagewise.labs.lm.claims import syntax_claim
 from stagewise.labs.lm.config import Config
 from stagewise.labs.lm.controls import heldout_paradigms, label_stream, permute_answers, stratified_mask
 from stagewise.labs.lm.prepare import read_data
 from stagewise.labs.lm.tasks import Example
 from stagewise.labs.lm.twotask import label_prior, pair_accuracy, prior_metrics
-from stagewise.labs.lm.twotask import beat_epoch, syntax_claim
+from stagewise.labs.lm.twotask import beat_epoch
 
 MIXED = {"task": {"name": "mixture", "sick_answers": "yes-maybe-no", "heldout": 0.5}}
 TINY_RUN = {**MIXED, "model": {"compact_vocab": True, "tiny": {"n_layer": 1, "n_embd": 32, "n_head": 2}},

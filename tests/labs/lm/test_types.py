@@ -15,7 +15,8 @@ from stagewise.labs.lm.categories import RELATION_TYPES, group_type, lexicon, ty
 from stagewise.labs.lm.categories import EXCLUDED, SEMANTIC, TYPE_CORRECT, TYPE_WRONG, answer_space, categorize, categorize_open
 from stagewise.labs.lm.controls import frequency_matched, pairing
 from stagewise.labs.lm.prepare import record_key, subsample
-from stagewise.labs.lm.summary import category_counts, rule_agreement
+from stagewise.labs.lm.phases import category_counts
+from stagewise.labs.lm.summary import rule_agreement
 from stagewise.labs.lm.tasks import Example
 
 

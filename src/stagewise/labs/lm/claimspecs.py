@@ -9,7 +9,8 @@ authors' proposed follow-up in the review: BLiMP (syntax) is learned before SICK
 0.5 (docs/lm.md). The earlier conjunction "(a) and (b) and (c)" of type_before_fact is
 one claim here, (c), the part the controls fail; (a) and (b) are descriptions. Every claim
 declares how seeds aggregate (``aggregation``, ``min_seeds``; the verdict engine, :mod:`stagewise.report.verdicts`), computed by
-:func:`stagewise.labs.lm.summary.across_runs` in sweep reports and ``stagewise reproduce lm``.
+:func:`stagewise.labs.lm.claims.across_runs` in sweep reports and ``stagewise reproduce lm``. Every claim is
+judged in :mod:`stagewise.labs.lm.claims`.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ TYPE_BEFORE_FACT = ClaimSpec(
 # that template-frequency baseline, trained on the same batches (baselines.py).
 # Issue 38 redeclares them, before their runs: a lead in epochs compares learning speeds (it flipped from fails to
 # holds when the baseline's rate went from 1e-3 to 1e-2), so both are read on each model's own facts' clock, against
-# every rate of a declared grid, judged against the rate strongest for the alternative (typeclaims.py).
+# every rate of a declared grid, judged against the rate strongest for the alternative (claims.py).
 FACT_FRACTIONS = (0.1, 0.25, 0.5)
 """The fact progress (semantic-correct / its final count) at which the type-correct shares are compared."""
 SETTLE_SPAN = 0.2
@@ -175,8 +176,8 @@ SYNTAX_BEFORE_SEMANTICS = ClaimSpec(
 # ---- the spectral claim (issue 27), declared before the runs
 # The spectral claim of the lm lab, declared before any run (issue 27): the paper's reading of
 # its rank-reduction test, "removing small singular directions hurts the early model more than
-# the late one", against the random-direction baseline. Computed by :mod:`.spectralclaim`
-# (``stagewise lm rank-curve RUN@E RUN@L ... --claim``).
+# the late one", against the random-direction baseline. Measured by :mod:`.rankcurve`, judged by
+# :func:`.claims.spectral_claim` (``stagewise lm rank-curve RUN@E RUN@L ... --claim``).
 #
 # Declared here, before the acceptance runs: keep fraction p* = :data:`CLAIM_P` = 0.2 of the
 # singular directions of every selected attention matrix, threshold 0.1 on the per-seed value,
@@ -228,10 +229,10 @@ SPECTRAL_SMALL_DIRECTIONS_EARLY = ClaimSpec(
     "variant (the largest directions removed) is reported beside it; one run per seed (early and late "
     "checkpoint); over seeds the exact interval of the median per-seed value, 6 seeds at least",
     over="every",
-    aggregation="median", min_seeds=MIN_SEEDS,  # per seed rho_early - rho_late (paired within the seed); spectralclaim.py
+    aggregation="median", min_seeds=MIN_SEEDS,  # per seed rho_early - rho_late (paired within the seed); claims.py
 )
 
 CLAIMS: tuple[ClaimSpec, ...] = (*TYPE_CLAIMS, SYNTAX_BEFORE_SEMANTICS, SPECTRAL_SMALL_DIRECTIONS_EARLY,
                                  *MECHANISM_CLAIMS)
-"""Every declared claim; the spectral one is made by ``stagewise lm rank-curve ... --claim`` (spectralclaim.py),
-the mechanism claims only over seeds (summary.across_runs: an arm against the real runs), not by a run's summary."""
+"""Every declared claim; the spectral one is made by ``stagewise lm rank-curve ... --claim`` (claims.spectral_claim),
+the mechanism claims only over seeds (claims.across_runs: an arm against the real runs), not by a run's summary."""

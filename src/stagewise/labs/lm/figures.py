@@ -15,7 +15,8 @@ from ...report.plots import PALETTE, label_axes, legend_outside, palette, panel_
 from ..contract import Tables
 from .categories import CATEGORIES
 from .config import Config
-from .summary import category_counts, control_name, epoch_series, rule_column
+from .claims import control_name
+from .phases import category_counts, epoch_series, rule_column
 
 COLORS = {"semantic-correct": PALETTE[2], "type-correct": PALETTE[3], "type-wrong": PALETTE[1]}
 OPEN_COLORS = {"type-correct": PALETTE[4], "type-wrong": PALETTE[5]}  # the open rule's two type categories, dashed

@@ -110,7 +110,7 @@ _REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("blimp-sick-tiny-lm", "blimp-sick-tiny-lm", {}, None),
     ("counterfact-smollm2", "counterfact-smollm2", {}, None),
 ]
-# the full reproduce judges the type claims over 3 seeds (summary.across_runs pairs each control with the real run of its seed)
+# the full reproduce judges the type claims over 3 seeds (claims.across_runs pairs each control with the real run of its seed)
 _REPRODUCE += [(f"{preset}-seed{seed}", preset, {"seed": seed}, None) for seed in (1, 2)
                for preset in ("counterfact-tiny", "counterfact-tiny-shuffled-groups", "counterfact-tiny-frequency-matched")]
 REPRODUCE = reproduction(NAME, _REPRODUCE)
@@ -288,7 +288,7 @@ def prior_table(summary: Summary) -> SummaryTable | None:
 summarize = deferred("stagewise.labs.lm.summary", "summarize")
 make_figures = deferred("stagewise.labs.lm.figures", "make_figures")
 estimate = deferred("stagewise.labs.lm.resources", "estimate")
-across_runs = deferred("stagewise.labs.lm.summary", "across_runs")
+across_runs = deferred("stagewise.labs.lm.claims", "across_runs")
 
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,

@@ -193,7 +193,7 @@ def read_predictions(run_dir: Path, rule: str) -> tuple[pd.DataFrame, str]:
 
         predictions, column = read_predictions(Path("runs/cf"), "open")   # column "category_open"
     """
-    from .summary import rule_column
+    from .phases import rule_column
 
     table = Path(run_dir) / PREDICTIONS
     if not table.is_file():

@@ -1,6 +1,6 @@
 """Measurements of the two-task study (issue 27; docs/lm.md "The two-task study"): each
 task's label prior, the held-out evaluation at every record, BLiMP minimal pairs on the
-held-out paradigms. The claim read from these records is :mod:`.twotask`.
+held-out paradigms. The claim read from these records is judged in :func:`.claims.syntax_claim`.
 
 **Label prior** of a task: the marginal ``p`` of its answers on the TRAINING set (after the
 one-token filter and any permutation). Its floor is the entropy
@@ -40,7 +40,6 @@ from ...lmkit.blimp import LM_EVAL_DELIMITER
 from ...lmkit.models import LoadedModel
 from ...lmkit.scoring import prefix_token_id
 from ..contract import RunContext
-from ...report.claims import Claim
 
 from .batching import Encoded, to_rows, tokenize
 from .categories import SEMANTIC, AnswerSpace, answer_space, category_names, row_strings
@@ -273,21 +272,15 @@ def note_heldout(ctx: RunContext, held: HeldoutSet) -> None:
     ctx.note("label_priors", {task: prior.as_dict() for task, prior in held.priors.items()})
 
 
-# ``syntax_before_semantics`` on the floor-relative held-out records (issue 27; declared in
-# :data:`.claimspecs.SYNTAX_BEFORE_SEMANTICS`), and its stage conditions.
+# The records ``syntax_before_semantics`` is read from (issue 27; judged in :func:`.claims.syntax_claim`,
+# declared in :data:`.claimspecs.SYNTAX_BEFORE_SEMANTICS`), and its stage conditions.
 #
 # A task's **beat-the-prior epoch** is the first record epoch ``e_i`` with
 #
 #     eval.accuracy_minus_majority.T >= m   at records i, i+1, ..., i+R-1
 #
 # (``m`` = :data:`.claimspecs.PRIOR_MARGIN`, ``R`` = :data:`.claimspecs.PRIOR_RECORDS`
-# consecutive records); None when no such record exists ("T never beats its prior"). The
-# claim's value is SICK's epoch minus BLiMP's, > 0 holds. A task that never gets there is
-# censored at the last record ``e_end``: BLiMP at ``e_B``, SICK never gives the bound
-# ``e_end - e_B`` (> 0, holds); SICK at ``e_S``, BLiMP never gives ``e_S - e_end`` (<= 0, fails).
-# Not testable: no held-out records (``task.heldout`` unset), neither task gets there, or both
-# at the same record. A run of one of the two tasks (the each-task-alone control) gets the claim
-# as not applicable, with its own epoch in ``details.two_task``.
+# consecutive records); None when no such record exists ("T never beats its prior").
 
 TASKS = ("blimp", "sick")
 NAMES = {"blimp": "BLiMP", "sick": "SICK"}
@@ -345,56 +338,6 @@ def task_facts(frame: pd.DataFrame, task: str) -> dict[str, Any]:
         facts["eval.blimp_minimal_pair_end"] = float(pairs[-1]) if len(pairs) else None
         facts["eval.blimp_minimal_pair_max"] = float(np.max(pairs)) if len(pairs) else None
     return facts
-
-
-def _said(task: str, facts: dict[str, Any]) -> str:
-    """One task in the evidence line, in words."""
-    name, e = NAMES[task], facts["beat_prior_epoch"]
-    if not facts["records"]:
-        return f"{name}: no held-out records"
-    def fmt(value: float | None) -> str:
-        return "-" if value is None else f"{value:+.3f}"
-
-    where = f"beats its prior from epoch {e}" if e is not None else "never beats its prior"
-    return (f"{name} {where} (held-out accuracy - majority: {fmt(facts['eval.accuracy_minus_majority_end'])} at the "
-            f"end, best {fmt(facts['eval.accuracy_minus_majority_max'])}; loss - floor "
-            f"{fmt(facts['eval.loss_minus_floor_end'])} at the end)")
-
-
-def syntax_claim(config: Any, frame: pd.DataFrame) -> tuple[Claim | None, dict[str, Any]]:
-    """(the claim, ``details.two_task``) of a run with blimp and/or sick (module docstring);
-    the claim is None for a run of one task without held-out records (nothing to say)."""
-    spec = cs.SYNTAX_BEFORE_SEMANTICS
-    tasks = [t for t in TASKS if t in config.task.tasks()]
-    found: dict[str, Any] = {t: task_facts(frame, t) for t in tasks}
-    found.update(margin=cs.PRIOR_MARGIN, records=cs.PRIOR_RECORDS, permuted_labels=bool(config.task.permute_labels))
-    control = " (control: permuted labels; the claim should fail or be not testable)" if config.task.permute_labels else ""
-    statement = spec.statement + control
-    evidence = "; ".join(_said(t, found[t]) for t in tasks)
-    if config.task.heldout is None:
-        if len(tasks) < 2:
-            return None, found
-        return spec.not_testable("no held-out evaluation (task.heldout unset): the claim is judged on held-out examples only",
-                                 statement=statement), found
-    if len(tasks) < 2:
-        return spec.not_applicable(f"one task trained ({tasks[0]} alone, the each-task-alone control): its own "
-                                   "beat-the-prior epoch is in details.two_task", evidence, statement=statement), found
-    b, s = found["blimp"], found["sick"]
-    if min(b["records"], s["records"]) < cs.PRIOR_RECORDS:
-        return spec.not_testable(f"fewer than {cs.PRIOR_RECORDS} held-out records", evidence, statement=statement), found
-    e_b, e_s = b["beat_prior_epoch"], s["beat_prior_epoch"]
-    if e_b is None and e_s is None:
-        return spec.not_testable("neither task beats its prior on held-out examples: no order to test", evidence,
-                                 statement=statement), found
-    if e_b == e_s:
-        return spec.not_testable(f"both tasks beat their prior from the same record (epoch {e_b})", evidence,
-                                 statement=statement), found
-    end = min(b["last_epoch"], s["last_epoch"])
-    lead = (end if e_s is None else e_s) - (end if e_b is None else e_b)  # a never is censored at the last record
-    if e_b is None or e_s is None:
-        evidence += f"; censored at the last record (epoch {_num(end)}): the value is a bound"
-    found["lead"] = _num(lead)
-    return spec.result(float(lead), evidence, statement=statement), found
 
 
 def stage_conditions(config: Any, frame: pd.DataFrame) -> list[pd.DataFrame]:

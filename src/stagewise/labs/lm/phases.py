@@ -1,6 +1,8 @@
-"""The type claims of one run: the transformer's type-before-fact phase, against the
-no-attention baseline (:mod:`.baselines`), with the sensitivity to the rule and h, and the
-priors that ignore the question.
+"""The measured phases of one run's records, before any verdict: the category counts of the
+question tasks, the transformer's and the no-attention baselines' (:mod:`.baselines`) type
+phase in epochs and on the facts' clock, the sensitivity to the rule and h, the priors that
+ignore the question, and the epoch series of the records. Every claim read from them is judged
+in :mod:`.claims`.
 
 The phase of a category table (epochs x semantic-correct / type-correct / type-wrong, on the
 question tasks only) at threshold h:
@@ -16,7 +18,7 @@ question tasks only) at threshold h:
   > 0), else 0: as declared, "a phase that never happens counts as a lead of 0 and a share of
   0" (the difference claims compare phase shares; the max share is reported beside).
 
-``type_before_fact`` keeps its own rule (:func:`.summary.type_before_fact`: a phase that never
+``type_before_fact`` keeps its own rule (:func:`.claims.type_before_fact`: a phase that never
 happens is None, so it fails).
 
 The difference claims (issue 38) read each model on its own **facts' clock**: a lead in epochs
@@ -34,8 +36,9 @@ A clock needs facts that were learned (final count > 0) and had settled by the e
 (:func:`facts_settled`), and at least :data:`~.claimspecs.MIN_RECORDS_BEFORE` records before π
 reaches h; otherwise the claim is not testable, with that reason. In a run with
 ``baselines.lr_grid`` each claim compares with the rate whose value is largest (the strongest for
-the alternative "the transformer does no more than the baseline") and reports every rate. The
-epoch-based lead and max share (:func:`phase`) stay beside them in the details.
+the alternative "the transformer does no more than the baseline") and reports every rate
+(:func:`.claims.difference_claims`). The epoch-based lead and max share (:func:`phase`) stay
+beside them in the details.
 """
 
 from __future__ import annotations
@@ -46,7 +49,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...report.claims import Claim
 from . import claimspecs as cs
 from .categories import PLACE_KINDS
 from .categories import CATEGORIES
@@ -204,67 +206,6 @@ def reference_rows(baselines: pd.DataFrame | None) -> pd.DataFrame | None:
     return mine if len(mine) else None
 
 
-def difference_claims(model: pd.DataFrame, baseline: pd.DataFrame | None, rule: str, half: float,
-                      suffix: str = "", elsewhere: str | None = None) -> tuple[list[Claim], dict[str, Any]]:
-    """``type_lead_beyond_baseline`` and ``type_share_beyond_baseline`` of one run on the facts'
-    clock (module docstring), each against the ``bow-last`` rate strongest for the alternative,
-    with every rate's numbers and the epoch-based phases beside; not testable without the
-    baseline's records, or when a clock cannot be read (the reason says which); not applicable
-    to a model trained ``elsewhere`` (its source kind: no baseline saw its batches)."""
-    specs = (cs.TYPE_LEAD_BEYOND_BASELINE, cs.TYPE_SHARE_BEYOND_BASELINE)
-    counts = category_counts(model, rule=rule)
-    mine = clock(counts, half)
-    facts: dict[str, Any] = {"model": phase(counts, half).as_dict(), "model_clock": mine.as_dict()}
-    if baseline is None and elsewhere is not None:
-        reason = (f"a baseline claim; the model was trained elsewhere (source.kind={elsewhere}), so no baseline was "
-                  "trained on its batches")
-        return [s.not_applicable(reason, statement=s.statement + suffix) for s in specs], facts
-    if baseline is None:
-        reason = "no bow-last baseline was trained in this run (set baselines.kinds=[bow, bow-last])"
-        return [s.not_testable(reason, statement=s.statement + suffix) for s in specs], facts
-    theirs = {str(name): (phase(c, half), clock(c, half))
-              for name, rows in baseline.groupby("baseline", sort=True)
-              for c in [category_counts(rows, rule=rule)]}
-    facts["baselines"] = {name: {"phase": ph.as_dict(), "clock": ck.as_dict()} for name, (ph, ck) in theirs.items()}
-    if mine.reason is not None:
-        return [s.not_testable(f"the transformer's facts' clock cannot be read: {mine.reason}", statement=s.statement + suffix)
-                for s in specs], facts
-    usable = {name: ck for name, (_, ck) in theirs.items() if ck.reason is None}
-    if not usable:
-        why = "; ".join(f"{name}: {ck.reason}" for name, (_, ck) in theirs.items())
-        return [s.not_testable(f"no baseline rate has a facts' clock ({why})", statement=s.statement + suffix)
-                for s in specs], facts
-    skipped = "".join(f"; {name} left out: {ck.reason}" for name, (_, ck) in theirs.items() if ck.reason is not None)
-    claims = []
-    for spec, key in zip(specs, ("progress_lead", "progress_share")):
-        ours = float(getattr(mine, key))
-        per_rate = {name: float(getattr(ck, key)) for name, ck in usable.items()}
-        strongest = max(per_rate, key=lambda n: per_rate[n])
-        value = ours - per_rate[strongest]
-        facts[f"{key}_difference"] = {"value": value, "against": strongest, "per_rate": {n: ours - v for n, v in per_rate.items()}}
-        rates = ", ".join(f"{n} {v:.3f}" for n, v in per_rate.items())
-        what = "lead on the facts' clock" if key == "progress_lead" else "type-correct share at matched fact progress"
-        evidence = (f"{rule} rule, h = {half:g}: the transformer's {what} {ours:.3f} (shares at fact progress "
-                    f"{_shares(mine)}; type majority at progress {_p(mine.majority_progress)}); bow-last by rate: {rates}; "
-                    f"against the strongest, {strongest}{skipped}")
-        if value <= 0:
-            evidence += " (the transformer does not exceed the template-frequency baseline)"
-        claims.append(spec.result(value, evidence, statement=spec.statement + suffix))
-    return claims, facts
-
-
-def _shares(ck: Clock) -> str:
-    return ", ".join(f"{f}: {v:.2f}" for f, v in (ck.shares_at or {}).items())
-
-
-def _p(progress: float | None) -> str:
-    return "never" if progress is None else f"{progress:.2f}"
-
-
-def _e(epoch: float | None) -> str:
-    return "never" if epoch is None else f"epoch {epoch:g}"
-
-
 def sensitivity(model: pd.DataFrame, baseline: pd.DataFrame | None, raw: Any) -> list[dict[str, Any]]:
     """The type claims' values at h in :data:`~.claimspecs.SENSITIVITY_HALVES` under both rules:
     rows {rule, h, type_before_fact (lead or None), lead_difference, share_difference (on the
@@ -339,3 +280,55 @@ def question_ignoring_prior(rows: pd.DataFrame, epoch: float) -> dict[str, Any] 
                                              | ((at["asked_type"] == "place") & at["top1_kind"].isin(PLACE_KINDS))).mean()), 4),
             "question_blind_share": round(blind / n_typed, 4) if n_typed else None,
             "type_wrong": int(len(wrong)), "type_wrong_other_granularity": int(len(granularity))}
+
+
+# --- the records as series: epochs of a run's evaluations, and where a series first meets a condition ---------------
+def epoch_number(x: Any) -> int | float:
+    """An epoch as an int when it is whole (epoch ends), else a float (sub-epoch evaluations)."""
+    x = float(x)
+    return int(x) if x.is_integer() else round(x, 4)
+
+
+def first_epoch(epochs: np.ndarray, condition: np.ndarray) -> int | float | None:
+    """The first of ``epochs`` (E,) where ``condition`` (E,) holds (:func:`epoch_number`); None if never."""
+    hits = np.nonzero(condition)[0]
+    return epoch_number(epochs[hits[0]]) if len(hits) else None
+
+
+def half_drop_epoch(epochs: np.ndarray, loss: np.ndarray, half: float) -> int | float | None:
+    """First epoch where loss[0] - loss[e] >= half * (loss[0] - min loss) (a float for a
+    sub-epoch evaluation, see :func:`epoch_number`); None if it never falls."""
+    drop = loss[0] - np.nanmin(loss)
+    if not np.isfinite(drop) or drop <= 0:
+        return None
+    return first_epoch(epochs, loss[0] - loss >= half * drop)
+
+
+def half_drop_facts(frame: pd.DataFrame, half: float) -> dict[str, dict[str, Any]]:
+    """Per task (blimp, sick): where its training loss first falls by ``half`` of its total drop,
+    per epoch (``train.loss.T``) and per step (``train.batch_loss.T``; None: never, or not
+    logged), and the loss at the first record, its minimum and its last value."""
+    found: dict[str, dict[str, Any]] = {}
+    for task in ("blimp", "sick"):
+        epochs, loss = epoch_series(frame, f"train.loss.{task}")
+        steps, batch = step_series(frame, f"train.batch_loss.{task}")
+        found[task] = {"half_drop_epoch": half_drop_epoch(epochs, loss, half) if len(loss) else None,
+                       "half_drop_step": half_drop_epoch(steps, batch, half) if len(batch) else None,
+                       "loss_0": float(loss[0]) if len(loss) else None, "loss_min": float(np.nanmin(loss)) if len(loss) else None,
+                       "loss_final": float(loss[-1]) if len(loss) else None}
+    return found
+
+
+def epoch_series(frame: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(epochs, values) of an epoch-level metric (logged with the metric ``epoch`` at the same step)."""
+    wide = frame[frame["metric"].isin(["epoch", metric])].pivot_table(index="step", columns="metric", values="value")
+    if metric not in wide or "epoch" not in wide:
+        return np.array([], dtype=float), np.array([])
+    wide = wide.dropna(subset=["epoch", metric]).sort_index()
+    return wide["epoch"].to_numpy(float), wide[metric].to_numpy(float)
+
+
+def step_series(frame: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of a per-step metric."""
+    rows = frame[frame["metric"] == metric].sort_values("step")
+    return rows["step"].to_numpy().astype(int), rows["value"].to_numpy(float)
