@@ -28,6 +28,10 @@ from .yamlio import load_yaml
 MAX_STEPS = 10**9
 """Upper bound of every step count of every lab (a larger one is a typo, not a plan)."""
 
+MAX_RECORD_STEP = 2**63 - 1
+"""Upper bound of the step a record carries when someone else's training names it (a tracked
+run's ``Tracker.step``, its explicit schedule): records store steps as int64."""
+
 MAX_SEED = 2**62
 """Upper bound (exclusive) of every seed: seeds are stored as int64 (the metrics' seed column,
 seed tensors) and labs offset them (seed blocks, ensembles of up to a few thousand members),

@@ -21,6 +21,9 @@ MAX_KINDS_SHOWN = 5
 KIND_WORDS = 4
 """A problem's kind is at most this many leading words of its message."""
 
+MAX_REPR = 60
+"""Longest rendering of a bad Python value (a model, a tensor, a huge int) in a one-line error."""
+
 _STOP_WORDS = frozenset({"in", "of", "at", "for", "from", "with", "is", "are", "has", "the", "a", "an"})
 _WORD = re.compile(r"[A-Za-z][A-Za-z-]*")
 
@@ -96,6 +99,12 @@ def problem_kind(message: str, prefix: str = "") -> str:
         return " ".join(words)
     first = message[len(prefix):].split("=", 1)[0].split(" ", 1)[0]
     return re.sub(r"\d+", "N", first) or "other"
+
+
+def short_repr(value: object, limit: int = MAX_REPR) -> str:
+    """``repr(value)`` on one line, cut to ``limit`` characters (``...`` at the end when cut)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class Note(UserWarning):

@@ -29,6 +29,7 @@ from stagewise import RunSpec, StagewiseCallback, Tracker, UserError, resolve
 from stagewise.labs import get_lab
 from stagewise.labs.lm.prepare import prepare
 from stagewise.orchestrate import track
+from stagewise.orchestrate.schedule import MIN_BUDGET_GAP
 
 pytestmark = pytest.mark.filterwarnings(  # the Trainer pins memory by default; this machine has no accelerator
     "ignore:'pin_memory' argument is set as true but no accelerator is found:UserWarning")
@@ -414,8 +415,8 @@ def test_an_interrupted_tracked_run_resumes_to_the_uninterrupted_records(stop, s
 
 
 def test_a_resumed_tracker_at_the_default_budget_probes_again(setup_ns, tmp_path):
-    """every=0: the first step after the last record probes (timing the probe for the budget
-    again), not only the forced probes to come."""
+    """every=0: the first step past the budget rule's gap after the last record probes (timing
+    the probe for the budget again), not only the forced probes to come."""
     def tracker() -> Tracker:
         return Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), setup_ns["tokenizer"], preset="counterfact-tiny",
                        vocab_ids=setup_ns["prep"].loaded.vocab_ids)
@@ -427,6 +428,104 @@ def test_a_resumed_tracker_at_the_default_budget_probes_again(setup_ns, tmp_path
             raise RuntimeError("stopped")
         second = tracker()
         assert not second.step(0, force=True) and not second.step(3, force=True)  # at or before the last record
-        assert second.step(4)
+        assert MIN_BUDGET_GAP == 2 and not second.step(4)  # never two steps in a row
+        assert second.step(5)
         second.close()
-    assert sorted(wide(tmp_path / "r").index) == [0, 3, 4]
+    assert sorted(wide(tmp_path / "r").index) == [0, 3, 5]
+
+
+# ------------------------------------------------------------------ schedules (issue 39)
+@pytest.mark.parametrize("when, first, whole", [
+    ({"schedule": "log", "log_until": 4, "every": 3}, [0, 1, 2, 4], [0, 1, 2, 4, 6, 8]),
+    ({"steps": [0, 3, 5, 7]}, [0, 3, 5], [0, 3, 5, 7, 8]),
+], ids=["log", "steps"])
+def test_a_scheduled_tracked_run_resumes_to_the_uninterrupted_records(when, first, whole, setup_ns, tmp_path):
+    """A log schedule (0, 1, 2, 4, then every 3) and an explicit list, each stopped after step 5
+    and resumed with the training replayed: the records of a run that never stopped. The
+    schedule is in config.yaml, so a tracker with another schedule is refused on the folder."""
+    collate, data, vocab_ids = setup_ns["collate"], setup_ns["train_data"], setup_ns["prep"].loaded.vocab_ids
+
+    def tracker(folder: Path, **schedule: Any) -> Tracker:
+        return Tracker(folder, model, setup_ns["tokenizer"], preset="counterfact-tiny", vocab_ids=vocab_ids,
+                       **(schedule or when))
+
+    with without_run_figures(("lm",)):
+        model = copy.deepcopy(setup_ns["model"])
+        with tracker(tmp_path / "whole") as uninterrupted:
+            train_loop(model, collate, data, epochs=4, tracker=uninterrupted)
+        model = copy.deepcopy(setup_ns["model"])
+        with pytest.raises(KeyboardInterrupt), tracker(tmp_path / "r") as stopped:
+            train_loop(model, collate, data, epochs=4, tracker=stopped, stop_after=5, stop=KeyboardInterrupt())
+        assert sorted(wide(tmp_path / "r").index) == first
+        source = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["source"]
+        assert source["schedule"] == ("log" if "schedule" in when else "steps")
+        assert (source["log_until"], source["probe_steps"], source["every"]) == \
+            (when.get("log_until", 0), when.get("steps", []), when.get("every", 0))
+        before = folder_digest(tmp_path / "r")
+        with pytest.raises(UserError) as err:
+            tracker(tmp_path / "r", every=2).step(0, force=True)
+        assert "another config" in one_line(err) and folder_digest(tmp_path / "r") == before
+        model = copy.deepcopy(setup_ns["model"])
+        with tracker(tmp_path / "r") as resumed:
+            train_loop(model, collate, data, epochs=4, tracker=resumed)
+    for name in ("metrics.parquet", "tables/predictions.parquet"):
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "r" / name),
+                                      pd.read_parquet(tmp_path / "whole" / name), check_exact=True)
+    assert sorted(wide(tmp_path / "r").index) == whole
+
+
+@pytest.mark.parametrize("when, steps", [({"schedule": "log", "log_until": 2, "every": 3}, [0, 1, 2, 3, 6]),
+                                         ({"steps": [1, 4]}, [0, 1, 4, 6])], ids=["log", "steps"])
+def test_the_callback_probes_on_its_schedule(when, steps, setup_ns, tmp_path, monkeypatch):
+    """The Trainer (3 epochs of 2 steps) with a log schedule or a list: its steps, plus the
+    training's start and end that the callback forces."""
+    callback = StagewiseCallback(tmp_path / "tracked", preset="counterfact-tiny", vocab_ids=setup_ns["prep"].loaded.vocab_ids,
+                                 **when)
+    with without_run_figures(("lm",)):
+        trainer_trained(copy.deepcopy(setup_ns["model"]), setup_ns, tmp_path, [callback], monkeypatch)
+    assert list(wide(tmp_path / "tracked").index) == steps
+    source = yaml.safe_load((tmp_path / "tracked" / "config.yaml").read_text())["source"]
+    assert source["schedule"] == ("log" if "schedule" in when else "steps")
+
+
+class SimulatedClock:
+    """Seconds that pass only when the test says so (the budget rule's clock)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_trackers_budget_rule_spreads_its_probes_on_a_simulated_clock(setup_ns, tmp_path, monkeypatch):
+    """The Tracker's budget rule on a simulated clock: 0.1 s a training step, the first probe 1 s
+    (a warm-up), the others 0.05 s, forced probes every 140 steps. The rule before issue 39
+    probed at 141 right after the forced 140 (and on every step after it); now no budget probe
+    comes within MIN_BUDGET_GAP steps of the last record, they are spaced by a probe's time /
+    budget (0.5 s: 5 steps), and the time probing stays within the budget."""
+    clock = SimulatedClock()
+    tracker = Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), setup_ns["tokenizer"], preset="counterfact-tiny",
+                      vocab_ids=setup_ns["prep"].loaded.vocab_ids)
+    tracker.budget_rule.clock = clock
+    record = tracker.probe.record
+
+    def timed(*args: Any, **kwargs: Any) -> None:
+        record(*args, **kwargs)
+        clock.now += 0.05 if tracker.records else 1.0
+
+    monkeypatch.setattr(tracker.probe, "record", timed)
+    records: list[tuple[int, bool]] = []
+    with without_run_figures(("lm",)), tracker:
+        for step in range(301):
+            forced = step % 140 == 0 or step == 300
+            if tracker.step(step, force=forced):
+                records.append((step, forced))
+            clock.now += 0.1
+    steps = [s for s, _ in records]
+    assert steps[:2] == [0, 140] and 145 <= steps[2] <= 146  # 5 steps of 0.1 s, give or take float rounding
+    gaps = [b - a for (a, _), (b, forced) in zip(records, records[1:]) if not forced]
+    assert min(gaps) >= 5 >= MIN_BUDGET_GAP
+    rule = tracker.budget_rule
+    assert rule.probing <= tracker.budget * (clock.now - rule.started - rule.probing) + 1e-9
+    assert list(wide(tmp_path / "r").index) == steps

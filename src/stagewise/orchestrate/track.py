@@ -21,8 +21,12 @@ Example (a plain loop)::
             ...                                 # forward, backward, optimizer step
             tracker.step(step)                  # probes when step % every == 0
 
-Resume: a Tracker opened on a run directory of the same config that did not finish takes it
-up from its last record; steps at or before that record are not probed again.
+When it probes: the schedules of :mod:`stagewise.orchestrate.schedule` (``every=k``, the
+budget rule, ``schedule="log"``, ``steps=[...]``), plus every step asked with ``force=True``.
+
+Resume: a Tracker opened on a run directory of the same config (the schedule included) that
+did not finish takes it up from its last record; steps at or before that record are not
+probed again.
 """
 
 from __future__ import annotations
@@ -30,33 +34,38 @@ from __future__ import annotations
 import atexit
 import signal
 import threading
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Mapping, Sequence
 
 from ..config import config_hash, deep_merge, load_yaml, validate
 from ..errors import UserError
+from ..errors import short_repr as shown
 from ..labs import Lab, get_lab
-from ..runs import Interrupted, RunLock, RunPaths, read_manifest
+from ..runs import Interrupted, RunLock, RunPaths, StopSignals, read_manifest
 from .runner import finish, open_context, prepare, record_failure
+from .schedule import BudgetRule, Schedule, schedule_of
+from .trackinputs import (check_model, config_source, name_or_none, plain_mapping, record_epoch, record_step,
+                          run_folder)
 
 TRACKED = "tracked"
 
 
 def tracked_config(lab: Lab, *, preset: str | None = None, config: str | Path | Mapping[str, Any] | None = None,
-                   overrides: Mapping[str, Any] | None = None, every: int = 0, budget: float = 0.1,
+                   overrides: Mapping[str, Any] | None = None, schedule: Schedule | None = None, budget: float = 0.1,
                    spectra: bool = False, settings: Mapping[str, Any] | None = None) -> Any:
     """The validated config of a tracked run: the lab's defaults < ``preset`` < ``config`` (a
-    YAML file or a mapping) < ``overrides`` < the source section (``kind=tracked``, ``every``,
-    ``spectra``, ``settings``, the researcher's own settings made JSON-able; no lab baselines,
-    which train beside the lab's own training only)."""
+    YAML file or a mapping) < ``overrides`` < the source section (``kind=tracked``, the schedule:
+    ``schedule``, ``every``, ``log_until``, ``probe_steps``, ``budget``; ``spectra``; ``settings``,
+    the researcher's own settings made JSON-able; no lab baselines, which train beside the lab's
+    own training only)."""
     data: dict[str, Any] = dict(lab.preset_overrides(preset))
     if config is not None:
         data = deep_merge(data, load_yaml(config) if isinstance(config, (str, Path)) else dict(config))
     if overrides:
         data = deep_merge(data, dict(overrides))
-    source = {"kind": TRACKED, "every": every, "budget": budget, "spectra": spectra, "settings": jsonable(dict(settings or {}))}
+    source = {"kind": TRACKED, **(schedule or Schedule()).source(), "budget": budget, "spectra": spectra,
+              "settings": jsonable(dict(settings or {}))}
     forced: dict[str, Any] = {"source": source}
     if "baselines" in lab.Config.model_fields:  # a lab's own baselines are trained beside its own training only
         forced["baselines"] = {"kinds": []}
@@ -109,9 +118,14 @@ class Tracker:
         lab: the lab whose probes and claims apply (``lm``).
         preset, config, overrides: the probe sets, as for a lab run (``task``, ``data``, ``train``'s
             evaluation settings, ``thresholds``): a preset name, a YAML file or mapping, overrides.
-        every: probe every k steps in :meth:`step` (0: at the first step given, then as often as
-            ``budget`` allows, see :meth:`due`; always where asked with ``force``).
-        budget: with ``every=0``, the share of the training time probing may take, the first and
+        every: probe every k steps in :meth:`step` (0: the budget rule: at the first step given,
+            then as often as ``budget`` allows, see :class:`~.schedule.BudgetRule`; always where
+            asked with ``force``); with ``schedule="log"``, the period after ``log_until``.
+        schedule: ``"every"`` (the default), ``"log"`` (step 0 and the powers of two up to
+            ``log_until``, then every k steps: Pythia's) or ``"steps"`` (``steps``; implied by it).
+        log_until: ``schedule="log"``: its last power of two (default 512, Pythia's).
+        steps: an explicit schedule: the steps to probe at, increasing.
+        budget: the budget rule's share of the training time probing may take, the first and
             the final probe included (0 < budget <= 1).
         spectra: per-head attention spectra at every record.
         settings: the researcher's own training settings, recorded in config.yaml as given.
@@ -130,14 +144,20 @@ class Tracker:
 
     def __init__(self, out: str | Path, model: Any, tokenizer: Any = None, *, lab: str = "lm", preset: str | None = None,
                  config: str | Path | Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None,
-                 every: int = 0, budget: float = 0.1, spectra: bool = False, settings: Mapping[str, Any] | None = None,
+                 every: int = 0, schedule: str | None = None, log_until: int | None = None, steps: Sequence[int] | None = None,
+                 budget: float = 0.1, spectra: bool = False, settings: Mapping[str, Any] | None = None,
                  name: str | None = None, vocab_ids: Any = None, seed: int | None = None,
                  categorize: Callable[[Sequence[Any], Sequence[str]], Sequence[str]] | None = None):
-        self.lab = get_lab(lab)
+        self.lab = get_lab(name_or_none(lab, "lab", "the name of the lab whose probes apply (e.g. 'lm')") or "")
         if self.lab.probe is None:
             raise UserError(f"lab '{lab}' has no probes (it measures only the models it trains)")
-        if not isinstance(every, int) or isinstance(every, bool) or every < 0:
-            raise UserError(f"every={every!r}: probe every k steps, k a whole number >= 0 (0: only when asked)")
+        self.out = run_folder(out)
+        self.schedule = schedule_of(every, schedule, log_until, steps)
+        preset = name_or_none(preset, "preset", "the name of one of the lab's presets")
+        name = name_or_none(name, "name", "the model's name in the records")
+        config = config_source(config)
+        overrides, settings = plain_mapping(overrides, "overrides"), plain_mapping(settings, "settings")
+        check_model(model)
         if tokenizer is None:
             raise UserError("tokenizer: the model has no tokenizer; give the one its training uses (Tracker(..., tokenizer) "
                             "or the Trainer's processing_class)")
@@ -149,22 +169,19 @@ class Tracker:
             label = f"{getattr(categorize, '__module__', '?')}.{getattr(categorize, '__qualname__', type(categorize).__name__)}"
             overrides = deep_merge(dict(overrides or {}), {"source": {"categorize": label},
                                                            "thresholds": {"type_rule": "user"}})
-        self.config = tracked_config(self.lab, preset=preset, config=config, overrides=overrides, every=every,
+        self.config = tracked_config(self.lab, preset=preset, config=config, overrides=overrides, schedule=self.schedule,
                                      budget=budget, spectra=spectra, settings=settings)
-        self.every, self.budget = every, self.config.source.budget
+        self.every, self.budget = self.schedule.every, self.config.source.budget
         self.lab.check(self.config)
         extra = {"categorize": categorize} if categorize is not None else {}
         self.probe = self.lab.probe(self.config, model, tokenizer, name=name, vocab_ids=vocab_ids, **extra)
         self.model = model
-        self.out = Path(out)
         self.ctx: Any = None
         self.last_step: int | None = None
         self.records = 0
         self.closed = False
         self._signals: dict[int, Any] = {}
-        self._clock: float | None = None  # every=0: when the budget's accounting started (the first probe, or a resume)
-        self._probing = 0.0  # every=0: seconds spent probing since then
-        self._last_probe = 0.0  # every=0: the last probe's seconds (the reserve kept for the final probe)
+        self.budget_rule = BudgetRule(self.budget)  # the budget rule's clock (its ``clock`` a simulated one in tests)
 
     def open(self) -> "Tracker":
         """Make the run directory (or take up an unfinished one of this config); done by the
@@ -183,8 +200,8 @@ class Tracker:
             raise
         checkpoint = self.ctx.resume_state() if resume else None
         self.last_step = int(checkpoint.meta["step"]) if checkpoint is not None else None
-        if checkpoint is not None:  # every=0: the first step after the last record probes (and times the probe again)
-            self._clock = time.perf_counter()
+        if checkpoint is not None:  # the budget rule: the first step past the gap after the last record probes (timed again)
+            self.budget_rule.restart()
         atexit.register(self._at_exit)
         return self
 
@@ -213,31 +230,28 @@ class Tracker:
     # -------------------------------------------------------------- recording
     def due(self, step: int) -> bool:
         """Whether :meth:`step` probes at ``step`` without ``force``: never at or before the last
-        record; with ``every`` k, at multiples of k; with ``every=0``, at the first step given,
-        then when the time spent
-        probing, plus the next probe and one more kept for the final record, stays within
-        ``budget`` of the training time since the first probe:
-
-            probing + 2 * last_probe <= budget * (elapsed - probing)
-
-        so that a training that ends with a forced probe (the callback's ``on_train_end``) has
-        spent at most about ``budget`` of its training time probing, the first and the final
-        probe included (a training shorter than 2 / budget probe times exceeds it with those two)."""
+        record; else where the schedule says (:meth:`~.schedule.Schedule.fixed`: ``every`` k,
+        ``log``, ``steps``), and where it leaves the choice to the budget rule (``every=0``),
+        when :meth:`~.schedule.BudgetRule.due` allows: the first step given, then never within
+        :data:`~.schedule.MIN_BUDGET_GAP` steps of the last record, and while the time spent
+        probing, plus the next probe and one kept for the final record, stays within ``budget``
+        of the training time, the probes spread out (rule and reasons there)."""
         if self.last_step is not None and step <= self.last_step:
             return False
-        if self.every:
-            return step % self.every == 0
-        if self._clock is None:  # nothing timed yet: the first step given probes (and times a probe)
-            return True
-        training = time.perf_counter() - self._clock - self._probing
-        return self._probing + 2 * self._last_probe <= self.budget * training
+        fixed = self.schedule.fixed(step)
+        return self.budget_rule.due(step, self.last_step) if fixed is None else fixed
 
     def step(self, step: int, epoch: float | None = None, *, force: bool = False) -> bool:
         """Probe at training step ``step`` when due (or ``force``), recording ``epoch`` as the
         records' time coordinate (None: the step); True when it probed. A step at or before
-        the last record is never probed again (a resumed training repeats them)."""
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            raise UserError(f"step={step!r}: a training step is a whole number >= 0")
+        the last record is never probed again (a resumed training repeats them). ``step`` is a
+        whole number (numpy and torch integers too) that fits int64, ``epoch`` a finite number
+        >= 0; a closed tracker records nothing more (one UserError line each, nothing written)."""
+        if self.closed:
+            raise UserError(f"{self.out}: this tracker is closed (its run is recorded); step({shown(step)}) would write "
+                            "into it; open a new Tracker on another folder to record more")
+        step = record_step(step)
+        at_epoch = record_epoch(epoch, step)
         self.open()
         if self.last_step is not None and step <= self.last_step:
             return False
@@ -245,13 +259,11 @@ class Tracker:
             return False
         import torch
 
-        started = time.perf_counter()
-        if self._clock is None:
-            self._clock = started
+        began = self.budget_rule.begin()
         state = ModelState(self.model)
         try:
             with torch.no_grad():
-                self.probe.record(self.ctx, step, float(step) if epoch is None else float(epoch))
+                self.probe.record(self.ctx, step, at_epoch)
         finally:
             state.restore()
         if self.records == 0:
@@ -259,13 +271,15 @@ class Tracker:
         self.records += 1
         self.last_step = step
         self.ctx.save_checkpoint(step, {"tracker.step": torch.tensor([step])}, {"step": step})
-        self._last_probe = time.perf_counter() - started
-        self._probing += self._last_probe
+        self.budget_rule.end(began)
         return True
 
     def close(self) -> dict[str, Any]:
         """Finish the run: metrics.parquet, summary.json (claims), figures, status done;
-        returns the manifest. Idempotent."""
+        returns the manifest. Idempotent. A SIGINT or SIGTERM while it finishes (main thread)
+        is recorded as the run's end (``interrupted``, resumable) and raised as
+        :class:`~stagewise.runs.Interrupted`; later ones are ignored while that is recorded, so
+        the manifest never stays ``running``."""
         if self.closed:
             return read_manifest(self.out)
         if self.ctx is None:
@@ -273,28 +287,35 @@ class Tracker:
                             "before training); nothing was made")
         self.closed = True
         atexit.unregister(self._at_exit)
-        try:
-            if self.last_step is None:
-                raise UserError(f"{self.paths.root}: no record was taken (call step(...) at least once, e.g. step(0, force=True) "
-                                "before training)")
-            from ..labs.contract import RunResult
+        with StopSignals():
+            try:
+                if self.last_step is None:
+                    raise UserError(f"{self.paths.root}: no record was taken (call step(...) at least once, e.g. "
+                                    "step(0, force=True) before training)")
+                from ..labs.contract import RunResult
 
-            return finish(self.lab, self.config, self.paths, self.ctx, RunResult(self.probe.extras(self.last_step)))
-        except BaseException as err:
-            raised = record_failure(self.lab, self.paths, self.ctx, err, resume_hint=f"open a Tracker on {self.paths.root}")
-            raise raised from None
-        finally:
-            self._lock.release()
+                return finish(self.lab, self.config, self.paths, self.ctx, RunResult(self.probe.extras(self.last_step)))
+            except BaseException as err:
+                if _status(self.paths.root) == "done":  # the stop came after the run was recorded done: it stays done
+                    raise
+                raised = record_failure(self.lab, self.paths, self.ctx, err, resume_hint=f"open a Tracker on {self.paths.root}")
+                raise raised from None
+            finally:
+                self._lock.release()
 
     def fail(self, err: BaseException) -> BaseException:
-        """Record that the training ended with ``err`` (interrupted, failed); returns what to raise."""
+        """Record that the training ended with ``err`` (interrupted, failed); returns what to raise.
+        A SIGINT or SIGTERM while it records is ignored (the run's end is being recorded)."""
         if self.closed or self.ctx is None:
             self.closed = True
             return err
         self.closed = True
         atexit.unregister(self._at_exit)
+        ignoring = StopSignals()
+        ignoring.signum = getattr(err, "signum", signal.SIGTERM)  # a stop is under way: StopSignals ignores the next ones
         try:
-            return record_failure(self.lab, self.paths, self.ctx, err, resume_hint=f"open a Tracker on {self.paths.root}")
+            with ignoring:
+                return record_failure(self.lab, self.paths, self.ctx, err, resume_hint=f"open a Tracker on {self.paths.root}")
         finally:
             self._lock.release()
 
@@ -309,12 +330,23 @@ class Tracker:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
-        for sig, handler in self._signals.items():
-            signal.signal(sig, handler)
-        self._signals = {}
-        if err is None:
-            self.close()
-            return
-        raised = self.fail(err)
+        """Close (no error) or record ``err``; the block's SIGTERM handler is put back after."""
+        try:
+            if err is None:
+                self.close()
+                return
+            raised = self.fail(err)
+        finally:
+            for sig, handler in self._signals.items():
+                signal.signal(sig, handler)
+            self._signals = {}
         if raised is not err:
             raise raised from None
+
+
+def _status(root: Path) -> str | None:
+    """The manifest's status in ``root`` (None when it cannot be read)."""
+    try:
+        return read_manifest(root).get("status")
+    except Exception:  # noqa: BLE001 (a damaged manifest: not done)
+        return None

@@ -7,10 +7,12 @@ trained into a run directory through a :class:`~stagewise.orchestrate.track.Trac
                       callbacks=[StagewiseCallback("runs/mine", preset="counterfact-tiny")])
     trainer.train()        # records at the start, as often as 10 % of the training time allows, and at the end
 
-When it probes: at the training's start (step 0 or the resumed step) and end, every
-``every`` optimizer steps (``every=0``, the default: as often as ``budget`` of the training
-time allows), and, when asked, at every epoch end (``at_epoch_end``) and evaluation
-(``at_evaluate``). The records' epoch is the Trainer's ``state.epoch``. The Trainer's
+When it probes: at the training's start (step 0 or the resumed step) and end, on the
+schedule of its optimizer steps (:mod:`stagewise.orchestrate.schedule`: every ``every`` steps;
+``every=0``, the default, as often as ``budget`` of the training time allows;
+``schedule="log"``: step 0 and the powers of two up to ``log_until``, then every ``every``;
+``steps=[...]``: those steps), and, when asked, at every epoch end (``at_epoch_end``) and
+evaluation (``at_evaluate``). The records' epoch is the Trainer's ``state.epoch``. The Trainer's
 arguments are recorded as the run's settings (``source.settings.trainer``), their ``seed`` as
 the run's ``seed``.
 
@@ -27,7 +29,9 @@ from typing import Any, Mapping
 from transformers import TrainerCallback
 
 from ..errors import UserError
+from .schedule import schedule_of
 from .track import Tracker
+from .trackinputs import plain_mapping, run_folder
 
 
 class StagewiseCallback(TrainerCallback):
@@ -36,18 +40,21 @@ class StagewiseCallback(TrainerCallback):
     Args:
         out: the run directory.
         tokenizer: the tokenizer (default: the Trainer's ``processing_class``).
-        every, budget, at_epoch_end, at_evaluate: when to probe (module docstring).
+        every, schedule, log_until, steps, budget, at_epoch_end, at_evaluate: when to probe
+            (module docstring; checked now, one UserError line each).
         settings: more settings to record beside the Trainer's arguments.
         **tracker: the probe sets and the rest of :class:`~stagewise.orchestrate.track.Tracker`'s
             keywords (``preset``, ``config``, ``overrides``, ``spectra``, ``name``, ``vocab_ids``, ``lab``).
     """
 
-    def __init__(self, out: str | Path, *, tokenizer: Any = None, every: int = 0, budget: float = 0.1,
-                 at_epoch_end: bool = False, at_evaluate: bool = False, settings: Mapping[str, Any] | None = None,
-                 **tracker: Any):
-        self.out, self.tokenizer, self.every, self.budget = Path(out), tokenizer, every, budget
+    def __init__(self, out: str | Path, *, tokenizer: Any = None, every: int = 0, schedule: str | None = None,
+                 log_until: int | None = None, steps: Any = None, budget: float = 0.1, at_epoch_end: bool = False,
+                 at_evaluate: bool = False, settings: Mapping[str, Any] | None = None, **tracker: Any):
+        when = schedule_of(every, schedule, log_until, steps)  # a bad schedule is one line here, before the Trainer
+        self.out, self.tokenizer, self.every, self.budget = run_folder(out), tokenizer, when.every, budget
+        self.when = when
         self.at_epoch_end, self.at_evaluate = at_epoch_end, at_evaluate
-        self.settings = dict(settings or {})
+        self.settings = plain_mapping(settings, "settings") or {}
         self.options = tracker
         self.tracker: Tracker | None = None
 
@@ -64,7 +71,8 @@ class StagewiseCallback(TrainerCallback):
         settings = {"trainer": trainer, **self.settings}
         options = {"seed": int(args.seed), **self.options}
         self.tracker = Tracker(self.out, model, tokenizer, every=self.every, budget=self.budget, settings=settings,
-                               **options)
+                               schedule=self.when.kind, log_until=self.when.log_until or None,
+                               steps=list(self.when.steps) or None, **options)
 
     def _tracker(self) -> Tracker:
         if self.tracker is None:

@@ -25,11 +25,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
 import torch
 
-from ...errors import UserError
+from ...errors import UserError, short_repr
 from ...lmkit.models import LoadedModel
 from ..contract import RunContext, RunResult
 from .config import Config
@@ -128,7 +129,10 @@ class Probe:
 
         assert self.categorize is not None
         index = {name: i for i, name in enumerate(OPEN_CATEGORIES)}
-        got = list(self.categorize(self._items, list(predictions)))
+        returned = self.categorize(self._items, list(predictions))
+        if returned is None or isinstance(returned, (str, bytes, Mapping)) or not hasattr(returned, "__iter__"):
+            raise UserError(f"categorize returned {short_repr(returned)}; give a list of categories, one per example")
+        got = list(returned)
         if len(got) != len(self._items):
             raise UserError(f"categorize returned {len(got)} categories for {len(self._items)} examples; one per example")
         bad = next((i for i, c in enumerate(got) if c not in index), None)
@@ -154,11 +158,58 @@ def probe(config: Config, model: Any, tokenizer: Any, *, name: str | None = None
     rows are a subset of the tokenizer's ids (a compact vocabulary, e.g. the lab's own tiny runs);
     ``categorize(examples, predictions) -> categories`` a researcher's own category rule
     (examples: :class:`~.tasks.Example` values with ``prompt``, ``answer``, ``group``, ``task``,
-    ``id``; predictions: each one's top-1 token as text), recorded as ``category_user``."""
+    ``id``; predictions: each one's top-1 token as text), recorded as ``category_user``.
+    The model, the tokenizer and ``vocab_ids`` are checked first (:func:`check_inputs`)."""
+    vocab_ids = check_inputs(model, tokenizer, vocab_ids)
     if tokenizer is not None and getattr(tokenizer, "pad_token_id", None) is None:
         tokenizer.pad_token = tokenizer.eos_token
     label = name or str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
     return Probe(config, LoadedModel(model, tokenizer, label, vocab_ids), categorize=categorize)
+
+
+def check_inputs(model: Any, tokenizer: Any, vocab_ids: Any) -> torch.Tensor | None:
+    """``vocab_ids`` as a (V',) int64 tensor (or None) once the inputs fit together, else one
+    UserError line: ``tokenizer`` a Hugging Face tokenizer (callable, with ``eos_token`` and a
+    length); ``model`` a causal LM with input embeddings; ``vocab_ids`` (a tensor, array or
+    list of token ids) one distinct id of the tokenizer per embedding row; without them, at
+    least as many embedding rows as the tokenizer has tokens (a token past the last row has no
+    embedding: the probe would fail on its first record)."""
+    if tokenizer is not None and not (callable(tokenizer) and hasattr(tokenizer, "eos_token") and hasattr(tokenizer, "__len__")):
+        raise UserError(f"tokenizer={short_repr(tokenizer)}: not a Hugging Face tokenizer (got {type(tokenizer).__name__}); "
+                        "give the one the training uses (e.g. AutoTokenizer.from_pretrained(...))")
+    try:
+        weight = getattr(model.get_input_embeddings(), "weight", None)
+    except (AttributeError, NotImplementedError):  # not a Hugging Face model, or one without input embeddings
+        weight = None
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise UserError(f"model: {type(model).__name__} is not a Hugging Face causal LM (no input embeddings: "
+                        "get_input_embeddings()); the lm lab probes language models")
+    rows = int(weight.shape[0])
+    vocab = len(tokenizer) if tokenizer is not None else None
+    if vocab_ids is None:
+        if vocab is not None and rows < vocab:
+            raise UserError(f"model: {rows} embedding rows for a tokenizer of {vocab} tokens; give the model its "
+                            "tokenizer's vocabulary (model.resize_token_embeddings(len(tokenizer))) or, for a compacted "
+                            "vocabulary, vocab_ids=(the tokenizer id of each row)")
+        return None
+    ids = None
+    if isinstance(vocab_ids, (torch.Tensor, np.ndarray, list, tuple)):
+        try:
+            ids = torch.as_tensor(vocab_ids)
+        except (TypeError, ValueError, RuntimeError):
+            ids = None
+    if ids is None or ids.dim() != 1 or ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+        raise UserError(f"vocab_ids={short_repr(vocab_ids)}: the tokenizer id of each of the model's rows, a 1-D list or "
+                        "tensor of whole numbers")
+    ids = ids.to(torch.long)
+    if len(ids) != rows:
+        raise UserError(f"vocab_ids: {len(ids)} ids for {rows} embedding rows; one tokenizer id per row")
+    if rows and (int(ids.min()) < 0 or (vocab is not None and int(ids.max()) >= vocab)):
+        raise UserError(f"vocab_ids: ids from {int(ids.min())} to {int(ids.max())}; the tokenizer's ids are 0 to "
+                        f"{(vocab or 0) - 1}")
+    if len(torch.unique(ids)) != rows:
+        raise UserError("vocab_ids: an id repeats; each row stands for a distinct tokenizer id")
+    return ids
 
 
 # ------------------------------------------------------------------ saved models
