@@ -131,3 +131,23 @@ def test_paired_means_the_difference_decides():
     # the same arms with a clear per-seed gap: the difference decides, and holds
     gapped = {s: v - 0.25 for s, v in real.items()}
     assert V.decide(real, paired, {"shuffled": gapped}).word == "holds"
+
+
+def test_a_paired_seed_whose_event_never_happened_is_at_the_failing_end():
+    """missing="fails": a None is the event that never happened (the type phase), the failing end
+    of the scale. A control seed without the event pairs as +inf (the real arm beats it however
+    small its value), a real seed without it as -inf, both without it as 0; a NaN has no pair."""
+    real, control = {"a": 2.0, "b": None, "c": None, "d": 1.0, "e": float("nan")}, {"a": None, "b": 1.0, "c": None, "d": 0.5, "e": None}
+    assert V.paired_differences(real, control, rule()) == {"a": math.inf, "b": -math.inf, "c": 0.0, "d": 0.5}
+    assert V.paired_differences(real, control, rule(relation="<")) == {"a": -math.inf, "b": math.inf, "c": 0.0, "d": 0.5}
+    assert V.paired_differences(real, control, rule(missing="not testable")) == {"d": 0.5}
+    assert V.paired_differences(real, control) == {"d": 0.5}
+    paired = rule(method="paired-median", min_seeds=6)
+    real = {s: 2.0 + 0.1 * s for s in range(8)}
+    control = {s: (None if s % 3 == 0 else -1.0) for s in range(8)}  # 3 control seeds never have the phase
+    out = V.decide(real, paired, {"shuffled": control})
+    assert out.word == "holds" and out.arms["real - shuffled"].interval.n == 8
+    # the same seeds with the real phase missing where the control's is: the difference cannot hold
+    real_missing = {s: (None if s % 3 == 0 else 2.0) for s in range(8)}
+    flipped = {s: (-1.0 if s % 3 == 0 else -1.0) for s in range(8)}
+    assert V.decide(real_missing, paired, {"shuffled": flipped}).arms["real - shuffled"].word != "holds"

@@ -196,10 +196,11 @@ class Rule:
             raise ValueError(f"min_seeds={self.min_seeds}: at least 1")
 
     def passes(self, values: Any) -> np.ndarray:
-        """Bool array: which values pass (a non-finite value never does)."""
+        """Bool array: which values pass (NaN never does; +-inf, the ends of the scale that
+        :func:`decide_arm` lets in, by the relation: the failing end never does)."""
         arr = np.asarray(values, dtype=float).reshape(-1)
         with np.errstate(invalid="ignore"):
-            return np.isfinite(arr) & _PASSES[self.relation](arr, self.threshold)
+            return ~np.isnan(arr) & _PASSES[self.relation](arr, self.threshold)
 
     def fails_clearly(self, values: Any) -> np.ndarray:
         """Bool array: which values fail by more than the band (a value moved ``band`` toward
@@ -263,8 +264,11 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def decide_arm(values: Any, rule: Rule) -> Decision:
-    """One arm's per-seed values decided by ``rule`` (attainability, values, power, decision)."""
+def decide_arm(values: Any, rule: Rule, *, ordered_infinities: bool = False) -> Decision:
+    """One arm's per-seed values decided by ``rule`` (attainability, values, power, decision).
+    ``ordered_infinities``: a +-inf value is a value at that end of the scale, not one that cannot
+    carry a verdict (the paired differences where one arm's event never happened,
+    :func:`paired_differences`)."""
     per_seed = _values(values)
     shown = {k: _finite(v) for k, v in per_seed.items()}
     if not per_seed:
@@ -278,6 +282,8 @@ def decide_arm(values: Any, rule: Rule) -> Decision:
     for key, value in per_seed.items():
         if value is None and rule.missing == "fails":
             judged[key] = -_UP[rule.relation] * math.inf  # the event never happened: a failing value
+        elif ordered_infinities and value is not None and math.isinf(value):
+            judged[key] = value
         elif value is None or not math.isfinite(value):
             bad.append(f"seed {key}: {'no value' if value is None else value}")
         elif rule.tolerance > 0 and abs(value) <= rule.tolerance:
@@ -329,13 +335,26 @@ def decide_arm(values: Any, rule: Rule) -> Decision:
                     interval=iv, sign=sign)
 
 
-def paired_differences(real: Mapping[str, float | None], control: Mapping[str, float | None]) -> dict[str, float]:
-    """{seed: real - control} over the seeds both have with finite values."""
+def paired_differences(real: Mapping[str, float | None], control: Mapping[str, float | None],
+                       rule: Rule | None = None) -> dict[str, float]:
+    """{seed: real - control} over the seeds both arms have.
+
+    Finite values differ as numbers. Where ``rule.missing == "fails"`` a None is the event that
+    never happened, the failing end of ``rule``'s scale (:func:`decide_arm`): a seed where only
+    the real arm never had it differs by that end (-inf for ``>``), only the control by the other
+    end, and both by 0 (neither arm has it); the median interval orders these like any value.
+    Otherwise (no rule, or a NaN or infinite value) the seed has no difference."""
+    fail_end = -_UP[rule.relation] * math.inf if rule is not None and rule.missing == "fails" else None
     out: dict[str, float] = {}
     for seed, value in real.items():
-        other = control.get(seed)
+        if seed not in control:
+            continue
+        other = control[seed]
         if _finite(value) is not None and _finite(other) is not None:
             out[seed] = float(value) - float(other)  # type: ignore[arg-type]  # both finite, checked above
+        elif fail_end is not None and (value is None or _finite(value) is not None) and \
+                (other is None or _finite(other) is not None):  # at least one never happened, neither NaN nor inf
+            out[seed] = 0.0 if value is None and other is None else fail_end if value is None else -fail_end
     return out
 
 
@@ -374,7 +393,8 @@ def _decide_paired(values: Any, rule: Rule, controls: Mapping[str, Any], real: D
         return real
     mine = _values(values)
     arms = {name: decide_arm(v, rule) for name, v in controls.items()}
-    diffs = {name: decide_arm(paired_differences(mine, _values(v)), rule) for name, v in controls.items()}
+    diffs = {name: decide_arm(paired_differences(mine, _values(v), rule), rule, ordered_infinities=True)
+             for name, v in controls.items()}
     words = [d.word for d in diffs.values()]
     word = "fails" if "fails" in words else "holds" if all(w == "holds" for w in words) else \
         "inconclusive" if "inconclusive" in words else "not testable"

@@ -405,9 +405,11 @@ def across_runs(runs: Sequence[tuple[Config, Summary]]) -> list[Claim]:
                 claim = next((c for c in summary.claims if c.spec_id == spec.id), None)
                 if claim is None or claim.verdict == "not applicable":
                     continue
-                key = f"{config.seed}/{config.task.sample_seed}"  # not testable: None, a seed without a value
-                value = claim.value if claim.verdict != "not testable" else None  # (paired: no difference for it)
-                by_condition.setdefault(control_name(config) or REAL, {})[key] = value
+                condition = by_condition.setdefault(control_name(config) or REAL, {})
+                if claim.verdict == "not testable":  # the run could not measure it: a seed without a value (it
+                    continue  # counts as unfinished; paired: no difference for it)
+                # None: the event never happened (the phase), a failing seed (paired: the failing end of the scale)
+                condition[f"{config.seed}/{config.task.sample_seed}"] = claim.value
             if REAL not in by_condition:
                 continue
             real = by_condition.pop(REAL)
