@@ -529,3 +529,18 @@ def test_the_trackers_budget_rule_spreads_its_probes_on_a_simulated_clock(setup_
     rule = tracker.budget_rule
     assert rule.probing <= tracker.budget * (clock.now - rule.started - rule.probing) + 1e-9
     assert list(wide(tmp_path / "r").index) == steps
+
+
+def test_probing_leaves_the_researchers_tokenizer_as_it_was(setup_ns, tmp_path):
+    """A tokenizer without a pad token stays without one (issue 39: a collator that reads
+    pad_token == eos_token masks every EOS label); the probe pads with EOS on its own copy."""
+    tok = copy.deepcopy(setup_ns["tokenizer"])
+    tok.pad_token = None
+    before = (tok.pad_token, tok.pad_token_id, tok.padding_side, dict(tok.special_tokens_map), len(tok))
+    with without_run_figures(("lm",)):
+        tracker = Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), tok, preset="counterfact-tiny",
+                          vocab_ids=setup_ns["prep"].loaded.vocab_ids)
+    assert tracker.step(0, force=True)
+    tracker.close()
+    assert (tok.pad_token, tok.pad_token_id, tok.padding_side, dict(tok.special_tokens_map), len(tok)) == before
+    assert before[0] is None

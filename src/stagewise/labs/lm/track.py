@@ -22,6 +22,8 @@ Three sources use it (``source.kind``):
 
 from __future__ import annotations
 
+import copy
+
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,7 +156,7 @@ def probe(config: Config, model: Any, tokenizer: Any, *, name: str | None = None
           vocab_ids: torch.Tensor | None = None,
           categorize: Callable[[Sequence[Any], Sequence[str]], Sequence[str]] | None = None) -> Probe:
     """The lab's ``Lab.probe``: a :class:`Probe` of ``model`` (a Hugging Face causal LM) with
-    ``tokenizer`` (pad token = EOS when it has none); ``vocab_ids`` (V',) when the model's
+    ``tokenizer`` (left as it is; the probe pads with EOS on a copy when it has no pad token); ``vocab_ids`` (V',) when the model's
     rows are a subset of the tokenizer's ids (a compact vocabulary, e.g. the lab's own tiny runs);
     ``categorize(examples, predictions) -> categories`` a researcher's own category rule
     (examples: :class:`~.tasks.Example` values with ``prompt``, ``answer``, ``group``, ``task``,
@@ -162,6 +164,9 @@ def probe(config: Config, model: Any, tokenizer: Any, *, name: str | None = None
     The model, the tokenizer and ``vocab_ids`` are checked first (:func:`check_inputs`)."""
     vocab_ids = check_inputs(model, tokenizer, vocab_ids)
     if tokenizer is not None and getattr(tokenizer, "pad_token_id", None) is None:
+        # the probe pads with EOS on its own copy: the researcher's tokenizer is never changed (a collator
+        # reading pad_token == eos_token would mask every EOS label, issue 39)
+        tokenizer = copy.deepcopy(tokenizer)
         tokenizer.pad_token = tokenizer.eos_token
     label = name or str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
     return Probe(config, LoadedModel(model, tokenizer, label, vocab_ids), categorize=categorize)
