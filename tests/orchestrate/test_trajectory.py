@@ -313,7 +313,37 @@ BAD = {
                             "no example has a one-token answer"),
     "hub revision offline": (lambda s, t: [s.folders[0], "openai-community/gpt2@step100"], None, "offline (",
                              "a trajectory needs local model folders"),
+    # round 4 (issue 39): refused before any folder is made or any checkpoint evaluated
+    "out of step order": (lambda s, t: [s.folders[0], s.folders[2], s.folders[1]], None, "source.checkpoints[2]=",
+                          f"global_step {STEPS_PER_CHECKPOINT} in its trainer_state.json after {2 * STEPS_PER_CHECKPOINT}: "
+                          "give the checkpoints in training order"),
+    "global_step 1e29": (lambda s, t: [s.folders[0], _state(s, t, '{"global_step": 100000000000000000000000000000}')],
+                         None, "source.checkpoints[1]=", "global_step=100000000000000000000000000000 is not a step"),
+    "epoch NaN": (lambda s, t: [s.folders[0], _state(s, t, '{"global_step": 4, "epoch": NaN}')], None,
+                  "source.checkpoints[1]=", "epoch=nan is not an epoch"),
+    "nested trainer_state": (lambda s, t: [s.folders[0], _state(s, t, "[" * 100_000 + "]" * 100_000)], None,
+                             "source.checkpoints[1]=", "trainer_state.json is unreadable"),
+    "pickle-only weights": (lambda s, t: [s.folders[0], _pickle_only(s, t)], None, "source.checkpoints[1]=",
+                            "holds only pickle weights (pytorch_model.bin)"),
 }
+
+
+def _copy(series: Series, tmp: Path, name: str) -> Path:
+    return Path(shutil.copytree(series.folders[1], tmp / name))
+
+
+def _state(series: Series, tmp: Path, text: str) -> str:
+    """The second checkpoint with ``text`` as its trainer_state.json."""
+    folder = _copy(series, tmp, "state")
+    (folder / "trainer_state.json").write_text(text)
+    return str(folder)
+
+
+def _pickle_only(series: Series, tmp: Path) -> str:
+    """The second checkpoint with its weights as pytorch_model.bin only (never loaded: refused first)."""
+    folder = _copy(series, tmp, "pickled")
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
+    return str(folder)
 
 
 def _made(folder: Path) -> Path:
@@ -346,3 +376,13 @@ def test_another_config_in_out_is_refused(series, reference):
     config = trajectory_config(series.folders[:2], sets=series.sets())
     with pytest.raises(UserError, match="holds another run"):
         run_trajectory_dir(config, reference, progress=False)
+
+
+@pytest.mark.parametrize("steps", [[0, 2**70], [-1, 4]])
+def test_steps_outside_a_64_bit_record_step_are_one_line(series, tmp_path, cli, steps):
+    out = tmp_path / "out" / "t"
+    code, _, err = cli("lm", "trajectory", *series.folders[:2], "--out", str(out),
+                       *(a for s in series.sets() for a in ("--set", s)), "--steps", ",".join(map(str, steps)))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "source.steps" in lines[0] and "out of range" in lines[0], err
+    assert not (tmp_path / "out").exists()

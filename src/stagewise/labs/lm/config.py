@@ -283,8 +283,9 @@ class SourceConfig(ConfigModel):
                 raise ValueError(f"source.steps has {len(self.steps)} entries for {len(self.checkpoints)} checkpoints")
             if any(b <= a for a, b in zip(self.steps, self.steps[1:])):
                 raise ValueError(f"source.steps={self.steps}: steps increase along the trajectory")
-            if any(s < 0 for s in self.steps):
-                raise ValueError(f"source.steps={self.steps}: steps are >= 0")
+            if any(s < 0 or s > MAX_RECORD_STEP for s in self.steps):
+                raise ValueError(f"source.steps: {next(s for s in self.steps if s < 0 or s > MAX_RECORD_STEP)} is out of "
+                                 f"range (steps are 0 to {MAX_RECORD_STEP}, a 64-bit record step)")
         if self.categorize is not None and self.kind != "tracked":
             raise ValueError("source.categorize: a researcher's own category function, only for source.kind=tracked")
         if self.kind == "train" and (self.settings or self.every or self.spectra or self.budget != 0.1):

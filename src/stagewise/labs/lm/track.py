@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -32,8 +33,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from ...config import MAX_RECORD_STEP
 from ...errors import UserError, short_repr
 from ...lmkit.models import LoadedModel
+from ...lmkit.weightfiles import check_weight_folder
 from ..contract import RunContext, RunResult
 from .config import Config
 from .prepare import Prepared, prepare_for, read_probe_data
@@ -243,11 +246,17 @@ def read_saved(name: str, where: str) -> SavedModel:
     if config is None or not any((folder / f).is_file() for f in WEIGHT_FILES):
         missing = "config.json" if config is None else f"weights ({', '.join(WEIGHT_FILES[::2])})"
         raise UserError(f"{where}={name}: not a model folder (no {missing}); save it with model.save_pretrained(folder)")
+    check_weight_folder(f"{where}={name}", folder)  # pickle-only weights: refused here, before any folder is made
     state = _json(folder / "trainer_state.json", where, name) or {}
-    step = state.get("global_step")
-    epoch = state.get("epoch")
-    return SavedModel(folder.resolve(), config, int(step) if isinstance(step, int) else None,
-                      float(epoch) if isinstance(epoch, (int, float)) else None)
+    step, epoch = state.get("global_step"), state.get("epoch")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_RECORD_STEP):
+        raise UserError(f"{where}={name}: trainer_state.json's global_step={short_repr(step)} is not a step (a whole "
+                        f"number 0 to {MAX_RECORD_STEP})")
+    if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, (int, float))
+                              or not math.isfinite(epoch) or not 0 <= epoch <= MAX_RECORD_STEP):
+        raise UserError(f"{where}={name}: trainer_state.json's epoch={short_repr(epoch)} is not an epoch (a finite "
+                        "number >= 0)")
+    return SavedModel(folder.resolve(), config, step, float(epoch) if epoch is not None else None)
 
 
 def _json(path: Path, where: str, name: str) -> dict[str, Any] | None:
@@ -255,7 +264,7 @@ def _json(path: Path, where: str, name: str) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: nested too deep
         raise UserError(f"{where}={name}: {path.name} is unreadable ({type(err).__name__})") from None
     if not isinstance(data, dict):
         raise UserError(f"{where}={name}: {path.name} is not a JSON object")
@@ -276,6 +285,12 @@ def check_series(config: Config) -> list[SavedModel]:
                             f"checkpoint ({shown}); a trajectory is one model's checkpoints")
     if config.model.compact_vocab:
         raise UserError("model.compact_vocab: saved models keep their own vocabulary; set model.compact_vocab=false")
+    steps = [s.step for s in saved]
+    if not config.source.steps and all(s is not None for s in steps) and any(b <= a for a, b in zip(steps, steps[1:])):  # type: ignore[operator]
+        i = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])  # type: ignore[operator]
+        raise UserError(f"source.checkpoints[{i}]={config.source.checkpoints[i]}: global_step {steps[i]} in its "
+                        f"trainer_state.json after {steps[i - 1]}: give the checkpoints in training order (by step: "
+                        f"{', '.join(str(x) for x in sorted(steps))}), or their steps with --steps")  # type: ignore[type-var]
     return saved
 
 
