@@ -43,6 +43,8 @@ def _value(summary: Summary, cid: str) -> str:
     c = _claim(summary, cid)
     if c is None:
         return "-"
+    if c.value is None and c.verdict == "fails":
+        return "never (fails)"  # the event (the type phase) never happened: a failing value
     return _num(c.value) if c.value is not None and c.verdict in ("holds", "fails") else c.verdict
 
 
