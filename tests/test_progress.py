@@ -14,17 +14,18 @@ import time
 import pytest
 
 from stagewise.errors import UserError
-from stagewise.progress import ENV_EVERY, Progress, ProgressEvent, on_progress, plain_every_s
+from stagewise.progress import (ENV_EVERY, MAX_EVERY_S, MIN_EVERY_S, PLAIN_EVERY_S, Progress, ProgressEvent, on_progress,
+                                plain_every_s)
 from tests.runcache import EXAMPLE1_SHORT
 
 
 def test_plain_lines_come_by_time_even_without_a_finished_unit(monkeypatch):
-    monkeypatch.setenv(ENV_EVERY, "0.05")
+    monkeypatch.setenv(ENV_EVERY, str(MIN_EVERY_S))
     stream = io.StringIO()
     with Progress(10, "sweep", unit="points", stream=stream) as bar:
         time.sleep(0.3)  # no unit done: a long first run still shows a sign of life
         bar.advance(4, detail="done p1")
-        time.sleep(0.2)
+        time.sleep(0.35)
     lines = stream.getvalue().splitlines()
     assert len(lines) >= 3
     assert lines[0].startswith("sweep: 0/10 points (0%)") and "ETA" not in lines[0]
@@ -33,7 +34,7 @@ def test_plain_lines_come_by_time_even_without_a_finished_unit(monkeypatch):
 
 def test_quiet_and_zero_interval_print_nothing(monkeypatch):
     stream = io.StringIO()
-    monkeypatch.setenv(ENV_EVERY, "0.01")
+    monkeypatch.setenv(ENV_EVERY, str(MIN_EVERY_S))
     with Progress(5, "training", stream=stream, quiet=True) as bar:
         time.sleep(0.05)
         bar.advance(5)
@@ -44,11 +45,44 @@ def test_quiet_and_zero_interval_print_nothing(monkeypatch):
     assert stream.getvalue() == ""
 
 
-@pytest.mark.parametrize("value", ["-1", "abc", "inf", "nan"])
-def test_a_bad_interval_is_one_line_naming_the_variable(monkeypatch, value):
+BAD_INTERVALS = ["-1", "abc", "x", "inf", "nan", "1e23", "0.001", "0.09", "86401"]
+"""Round 4 (issue 39): 1e23 passed the check, then the ticker's wait raised OverflowError in its
+thread (a traceback); 0.001 printed thousands of lines."""
+
+
+@pytest.mark.parametrize("value", BAD_INTERVALS)
+def test_a_bad_interval_is_one_line_naming_the_variable_and_the_range(monkeypatch, value):
     monkeypatch.setenv(ENV_EVERY, value)
-    with pytest.raises(UserError, match=ENV_EVERY):
+    with pytest.raises(UserError) as caught:
         plain_every_s()
+    (line,) = caught.value.lines
+    assert line.startswith(f"{ENV_EVERY}={value!r}: must be 0 (no progress lines) or a number of seconds from 0.1 to 86400")
+
+
+@pytest.mark.parametrize("value,seconds", [("0", 0.0), (str(MIN_EVERY_S), MIN_EVERY_S), ("86400", MAX_EVERY_S),
+                                           (" 2.5 ", 2.5), ("", PLAIN_EVERY_S)])
+def test_an_interval_in_the_range_is_taken(monkeypatch, value, seconds):
+    monkeypatch.setenv(ENV_EVERY, value)
+    assert plain_every_s() == seconds
+
+
+@pytest.mark.parametrize("value", ["1e23", "0.001", "nan", "x", "-1"])
+def test_a_bad_interval_at_the_cli_is_one_line_exit_2_and_nothing_made(cli, tmp_path, monkeypatch, value):
+    monkeypatch.setenv(ENV_EVERY, value)
+    code, out, err = cli("run", "ntp", "--preset", "example1", "--out", str(tmp_path / "r"))
+    assert code == 2 and out == "", err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and ENV_EVERY in lines[0] and "86400" in lines[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_interval_from_python_makes_no_run_folder(tmp_path, monkeypatch):
+    from stagewise import execute_spec
+
+    monkeypatch.setenv(ENV_EVERY, "1e23")
+    with pytest.raises(UserError, match=ENV_EVERY):
+        execute_spec(EXAMPLE1_SHORT, tmp_path / "run", progress=False)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_callbacks_get_events_throttled_and_the_last_one(monkeypatch):
@@ -86,7 +120,7 @@ def test_execute_spec_sends_training_progress_to_a_callback(tmp_path):
 def test_run_without_a_terminal_prints_progress_lines(cli, tmp_path, monkeypatch):
     """`stagewise run` with stderr not a terminal (a log, CI, nohup): lines while it trains (the
     figures, not what is tested, are skipped)."""
-    monkeypatch.setenv(ENV_EVERY, "0.05")
+    monkeypatch.setenv(ENV_EVERY, str(MIN_EVERY_S))
     code, _, err = cli("run", "ntp", "--preset", "example1", "--set", "train.steps_stage1=1500",
                        "--set", "train.steps_stage2=1500", "--out", str(tmp_path / "r"))
     assert code == 0, err

@@ -56,6 +56,15 @@ shift 2
 [ -d "$DATA" ] || die "DATA_DIR $DATA: no such folder (the shared-data layout: DATA_DIR/counterfact/counterfact_500.json)"
 [ -d "$DATA/counterfact" ] || die "DATA_DIR $DATA has no counterfact/ folder (the shared-data layout: DATA_DIR/counterfact/counterfact_500.json)"
 DATA=$(cd "$DATA" && pwd)
+# OUT_DIR: a folder (or one to make) where OUT/work and OUT/results can be folders, checked before anything runs
+[ ! -e "$OUT" ] || [ -d "$OUT" ] || die "OUT_DIR $OUT: is a file, not a folder; give a folder (made when missing)"
+for path in "$OUT/work" "$OUT/results"; do
+    [ ! -e "$path" ] || [ -d "$path" ] || die "OUT_DIR $OUT: $path is a file, where the script keeps a folder; move it away"
+done
+parent=$OUT
+while [ ! -e "$parent" ]; do parent=$(dirname "$parent"); done
+[ -d "$parent" ] || die "OUT_DIR $OUT: cannot be made, $parent is a file; give a folder (made when missing)"
+[ -w "$parent" ] && [ -x "$parent" ] || die "OUT_DIR $OUT: $parent is not writable; give a folder you can write in"
 ARMS=()
 for arm in "$@"; do
     case $arm in

@@ -57,6 +57,9 @@ def _print_version(value: bool) -> None:
 def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="print the version and exit")) -> None:
     """Simulate, measure and reproduce staged training dynamics in transformers."""
+    from .progress import plain_every_s
+
+    plain_every_s()  # a bad STAGEWISE_PROGRESS_EVERY: one line before any command makes anything
 
 
 def _default_out(lab: str, preset: str | None) -> Path:
@@ -194,10 +197,15 @@ def _summary_table(table: SummaryTable) -> Table:
 
 
 def _print_summary(run_dir: Path) -> None:
+    """The run's status line, notes, final values and claims; one UserError line for a folder
+    that is not a run or holds a symbolic link (never followed: a summary.json linked to a file
+    outside is not read, as ``report`` and ``load_run`` refuse it)."""
     from .report.claims import read_summary
     from .runs import read_manifest
+    from .runs.links import refuse_links
     from .runs.names import rename_keys
 
+    refuse_links(run_dir)
     manifest = read_manifest(run_dir)
     summary_path = Path(run_dir) / "summary.json"
     out_console.print(f"[bold]{escape(str(run_dir))}[/]  " + escape(f"lab={manifest['lab']}  status={manifest['status']}  "

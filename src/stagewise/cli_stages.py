@@ -117,23 +117,8 @@ def _parse_criteria(criteria: List[str]) -> dict[str, tuple[str, float, str]]:
 def _read_metrics(run_dir: Path, path: Path):
     """The step, seed, metric, value columns of a run's metrics.parquet; one-line UserError
     when it is missing, not parquet, or lacks (or mistypes) one of them."""
-    import pandas as pd
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from .runs.stream import read_metrics_file
 
     if not path.is_file():
         raise UserError(f"{run_dir}: no metrics.parquet (not a finished or failed run directory)")
-    try:
-        columns = pq.read_schema(path).names
-        missing = [c for c in METRIC_COLUMNS if c not in columns]
-        if missing:
-            raise UserError(f"{path}: no column(s) {', '.join(missing)}; a metrics file has columns "
-                            f"{', '.join(METRIC_COLUMNS)}")
-        frame = pd.read_parquet(path, columns=list(METRIC_COLUMNS))
-    except (OSError, ValueError, pa.ArrowException) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"{path}: not a readable metrics file ({first})") from None
-    for column in ("step", "seed", "value"):
-        if not pd.api.types.is_numeric_dtype(frame[column]):
-            raise UserError(f"{path}: column {column} holds {frame[column].dtype} values; it must be numeric")
-    return frame
+    return read_metrics_file(path, METRIC_COLUMNS, only_required=True)

@@ -145,9 +145,12 @@ def readable_file(path: Path, limit: int, *, kind: str, label: str = "", folder:
 
 def read_json_object(path: Path, what: str) -> dict[str, Any]:
     """The JSON object in ``path`` (UTF-8); one-line UserError naming ``what`` (e.g. "sweep
-    index") when the file cannot be read, is not JSON, or holds something else than an object."""
+    index") when the file cannot be read, is not JSON (nested too deeply included), or holds
+    something else than an object."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:  # e.g. "[" * 100_000
+        raise UserError(f"{path}: unreadable {what} (not valid JSON: nested too deeply)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         first = str(err).splitlines()[0] if str(err) else ""
         raise UserError(f"{path}: unreadable {what} ({type(err).__name__}{': ' + first if first else ''})") from None

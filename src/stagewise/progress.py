@@ -6,8 +6,9 @@ solve, a sweep's planning) shows itself three ways at once:
 - on a terminal (stderr is a TTY): a rich bar (steps, ETA), removed when done;
 - elsewhere (a log file, CI, a notebook, a pipe): a plain line on stderr every
   :data:`PLAIN_EVERY_S` seconds while the work lasts, whether or not a unit ended meanwhile
-  (a daemon thread; ``STAGEWISE_PROGRESS_EVERY`` overrides the interval, ``0`` turns the lines
-  off), e.g. ``training: 1200/6000 steps (20%), 41 s elapsed, ETA 2 min 44 s``;
+  (a daemon thread; ``STAGEWISE_PROGRESS_EVERY`` overrides the interval, from
+  :data:`MIN_EVERY_S` to :data:`MAX_EVERY_S`; ``0`` turns the lines off), e.g.
+  ``training: 1200/6000 steps (20%), 41 s elapsed, ETA 2 min 44 s``;
 - to Python callbacks: :func:`on_progress` registers one for a block of code, and every
   ``execute``/``execute_spec`` takes ``progress=callable``; each gets a
   :class:`ProgressEvent` at most every :data:`CALLBACK_EVERY_S` seconds and at the end.
@@ -24,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -35,6 +37,14 @@ from typing import Any, Callable, Iterator
 PLAIN_EVERY_S = 10.0      # outside a terminal: at most one progress line per this many seconds
 CALLBACK_EVERY_S = 0.5    # Python callbacks: at most one event per this many seconds (and one at the end)
 ENV_EVERY = "STAGEWISE_PROGRESS_EVERY"
+
+MIN_EVERY_S = 0.1
+"""The shortest interval ``$STAGEWISE_PROGRESS_EVERY`` may set: at most ten lines a second (0.001
+printed thousands of lines in a few seconds); the tests that watch the lines come use it."""
+
+MAX_EVERY_S = 86_400.0
+"""The longest interval ``$STAGEWISE_PROGRESS_EVERY`` may set: one day (beyond it there is no line
+worth waiting for, and a huge value such as 1e23 overflows the ticker's wait); 0 turns the lines off."""
 
 
 @dataclass(frozen=True)
@@ -89,19 +99,22 @@ def on_progress(callback: ProgressCallback) -> Iterator[None]:
 
 def plain_every_s() -> float:
     """The plain-line interval: ``$STAGEWISE_PROGRESS_EVERY`` when set (``0``: no lines), else
-    :data:`PLAIN_EVERY_S`. A value that is not a number >= 0 is an error naming the variable."""
+    :data:`PLAIN_EVERY_S`. Anything else than 0 or a number of seconds from :data:`MIN_EVERY_S`
+    to :data:`MAX_EVERY_S` (a word, NaN, a negative, 0.001, 1e23) is one UserError line naming
+    the variable; the CLI asks before any command runs, so nothing is made."""
     raw = os.environ.get(ENV_EVERY)
     if raw is None or raw == "":
         return PLAIN_EVERY_S
     try:
         value = float(raw)
     except ValueError:
-        value = -1.0
-    if not (value >= 0 and value < float("inf")):
-        from .errors import UserError
+        value = math.nan
+    if value == 0 or MIN_EVERY_S <= value <= MAX_EVERY_S:  # NaN fails both
+        return value
+    from .errors import UserError
 
-        raise UserError(f"{ENV_EVERY}={raw!r}: must be a number of seconds >= 0 (0 turns the progress lines off)")
-    return value
+    raise UserError(f"{ENV_EVERY}={raw.strip()!r}: must be 0 (no progress lines) or a number of seconds from "
+                    f"{MIN_EVERY_S:g} to {MAX_EVERY_S:.0f} (one day); the default is {PLAIN_EVERY_S:g}")
 
 
 def _duration(seconds: float | None) -> str:

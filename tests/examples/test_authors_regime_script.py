@@ -70,6 +70,35 @@ def test_bad_arguments_are_one_line_and_make_nothing(tmp_path, lm_data_root):
     assert not out.exists()
 
 
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every path below ``root`` with its bytes (None for a folder)."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("case,needle", [
+    ("a file", "is a file, not a folder"),
+    ("under a file", "cannot be made, "),
+    ("work is a file", "work is a file, where the script keeps a folder"),
+    ("results is a file", "results is a file, where the script keeps a folder"),
+])
+def test_an_out_dir_that_cannot_be_a_folder_is_one_line_before_anything_runs(tmp_path, lm_data_root, case, needle):
+    """Round 4 (issue 39): OUT_DIR a file made mkdir fail with its own message (exit 1) after the installer
+    had run. PYTHON names no interpreter here: a check that came after anything the script runs (the
+    installer, torch, a run) would leave PYTHON's line instead of OUT_DIR's."""
+    taken = tmp_path / "taken"
+    taken.write_text("precious\n")
+    out = {"a file": taken, "under a file": taken / "sub"}.get(case, tmp_path / "out")
+    if case.endswith("is a file"):
+        out.mkdir()
+        (out / case.split()[0]).write_text("precious\n")
+    before = _tree(tmp_path)
+    done = _script(lm_data_root, out, PYTHON=str(tmp_path / "no-python"))
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    line = _one_line(done.stderr)
+    assert line.startswith(f"authors_regime.sh: OUT_DIR {out}: ") and needle in line, line
+    assert _tree(tmp_path) == before
+
+
 def _python_without_torch() -> str | None:
     """A Python with pip but without torch (the system's), or None."""
     for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):

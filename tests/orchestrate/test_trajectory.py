@@ -386,3 +386,27 @@ def test_steps_outside_a_64_bit_record_step_are_one_line(series, tmp_path, cli, 
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "source.steps" in lines[0] and "out of range" in lines[0], err
     assert not (tmp_path / "out").exists()
+
+
+ESTIMATE_BAND = 1.25
+"""The disk estimate of a trajectory lies in [the folder it writes, 1.25 x that] (as the training runs' do)."""
+
+
+def test_the_disk_estimate_is_what_a_trajectory_writes_and_fits_a_small_disk(series, reference, tmp_path, monkeypatch):
+    """Round 4 (issue 39): the estimate counted a training run's weights in every checkpoint, and snapshots
+    (31 MiB for a 0.27 MiB folder), so a disk with 1 MiB free was refused. A trajectory writes no weights:
+    its records, tables, summary, figures and a resume checkpoint of one index after each model."""
+    import shutil as shutil_module
+    from collections import namedtuple
+
+    from stagewise.labs import get_lab
+    from stagewise.orchestrate.runner import check_size
+
+    lab, config = get_lab("lm"), series.config()
+    written = sum(p.stat().st_size for p in reference.rglob("*") if p.is_file())
+    estimate = lab.estimate(config).disk_bytes
+    assert written <= estimate <= ESTIMATE_BAND * written, (estimate, written)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil_module, "disk_usage", lambda _: usage(2**40, 2**40 - 2**20, 2**20))  # 1 MiB free
+    check_size(lab, config, tmp_path / "out")  # fits: no error
+    assert not (tmp_path / "out").exists()

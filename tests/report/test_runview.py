@@ -7,10 +7,14 @@ not a run or holds a symbolic link."""
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import re
 import shutil
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -166,6 +170,100 @@ def test_damaged_files_are_one_line(copy):
     (copy / "summary.json").write_text("{")
     with pytest.raises(UserError, match=r"summary\.json: unreadable summary"):
         load_run(copy)
+
+
+def _one_line(caught: pytest.ExceptionInfo[UserError], path: Path) -> str:
+    """The one line of a UserError, checked to start with the file it names."""
+    (line,) = caught.value.lines
+    assert line.startswith(f"{path}: "), line
+    return line
+
+
+WRONG_PARQUET = {  # round 4 (issue 39): a raw KeyError or TypeError later (pivot, rename, series)
+    "no step": (lambda f: f.drop(columns="step"),
+                r"no column\(s\) step; a metrics file has columns step, seed, variant, metric, value$"),
+    "no value": (lambda f: f.drop(columns="value"), r"no column\(s\) value; "),
+    "text values": (lambda f: f.assign(value=f["value"].astype(str)), r"column value holds \w+ values; it must hold numbers$"),
+    "float steps": (lambda f: f.assign(step=f["step"] + 0.5), r"column step holds float64 values; it must hold integers$"),
+    "boolean seeds": (lambda f: f.assign(seed=True), r"column seed holds bool values; it must hold integers$"),
+    "numbers as names": (lambda f: f.assign(metric=range(len(f))), r"column metric holds int64 values; it must hold text$"),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG_PARQUET))
+def test_a_wrong_schema_metrics_parquet_is_one_line_naming_the_file(copy, case):
+    change, message = WRONG_PARQUET[case]
+    path = copy / "metrics.parquet"
+    change(pd.read_parquet(path)).to_parquet(path, index=False)
+    run = load_run(copy)
+    for frame in ("metrics", "wide"):
+        with pytest.raises(UserError) as caught:
+            getattr(run, frame)
+        assert re.search(message, _one_line(caught, path)), caught.value.lines
+
+
+def _line(**record) -> str:
+    return json.dumps(record)
+
+
+F8_ONE = base64.b64encode(np.zeros(1).tobytes()).decode()  # one float64: one metric of the run's one seed
+WRONG_LINES = {  # round 4 (issue 39): a raw TypeError, KeyError, binascii.Error or ValueError from the stream's reader
+    "a list": ("[1, 2]", "a JSON list, expected an object with step, variant, names, f8"),
+    "a string": ('"loss"', "a JSON str, expected an object with step, variant, names, f8"),
+    "a record of other keys": (_line(step=1, seed=0, metric="loss", value="x"), "names None is not a list of metric names"),
+    "a text step": (_line(step="x", names=["loss"], f8=F8_ONE), "step 'x' is not a 64-bit integer"),
+    "a step beyond 64 bits": (_line(step=2**70, names=["loss"], f8=F8_ONE), f"step {2**70} is not a 64-bit integer"),
+    "a boolean step": (_line(step=True, names=["loss"], f8=F8_ONE), "step True is not a 64-bit integer"),
+    "a number as variant": (_line(step=1, variant=3, names=["loss"], f8=F8_ONE), "variant 3 is not text"),
+    "numbers as names": (_line(step=1, names=[1], f8=F8_ONE), "names [1] is not a list of metric names"),
+    "values not base64": (_line(step=1, names=["loss"], f8="not base64!"), "f8 'not base64!' is not base64 of float64"),
+    "a number as values": (_line(step=1, names=["loss"], f8=0.5), "f8 0.5 is not base64 of float64"),
+    "values not float64": (_line(step=1, names=["loss"], f8=base64.b64encode(b"abc").decode()), "is not base64 of float64"),
+    "too few values": (_line(step=1, names=["loss", "acc"], f8=F8_ONE), "f8 holds 1 values, expected 2 metrics x 1 seeds"),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG_LINES))
+def test_a_wrong_typed_metrics_jsonl_line_is_one_line_naming_the_file_and_the_line(copy, case):
+    """An unfinished run's metrics come from metrics.jsonl: a line the stream never writes is one line."""
+    bad, message = WRONG_LINES[case]
+    (copy / "metrics.parquet").unlink()
+    assert load_run(copy).seeds == [0]
+    first = (copy / "metrics.jsonl").read_bytes().splitlines(keepends=True)[0]
+    (copy / "metrics.jsonl").write_bytes(first + bad.encode() + b"\n")
+    with pytest.raises(UserError) as caught:
+        load_run(copy).metrics  # noqa: B018
+    assert message in _one_line(caught, copy / "metrics.jsonl").removeprefix(f"{copy / 'metrics.jsonl'}: line 2: ")
+    assert caught.value.lines[0].startswith(f"{copy / 'metrics.jsonl'}: line 2: ")
+
+
+def test_a_metrics_jsonl_line_nested_too_deeply_ends_the_stream_as_a_torn_line_does(copy):
+    (copy / "metrics.parquet").unlink()
+    first = (copy / "metrics.jsonl").read_bytes().splitlines(keepends=True)[0]
+    (copy / "metrics.jsonl").write_bytes(first + b"[" * 100_000 + b"\n")
+    metrics = load_run(copy).metrics
+    assert metrics["step"].nunique() == 1 and metrics["step"].iloc[0] == json.loads(first)["step"]
+
+
+@pytest.mark.parametrize("name,what", [("manifest.json", "manifest"), ("summary.json", "summary")])
+def test_a_deeply_nested_manifest_or_summary_is_one_line(copy, cli, name, what):
+    """Round 4 (issue 39): ``"[" * 100000`` raised a raw RecursionError."""
+    (copy / name).write_text("[" * 100_000)
+    with pytest.raises(UserError) as caught:
+        load_run(copy)
+    assert _one_line(caught, copy / name).endswith(f": unreadable {what} (not valid JSON: nested too deeply)")
+    code, out, err = cli("show", str(copy))  # a summary's run: its status line first
+    assert code == 2 and err.count("\n") == 1 and "nested too deeply" in err, err
+    assert (out == "") == (name == "manifest.json"), out
+
+
+@pytest.mark.parametrize("seeds", ["abc", [0, "1"], [True], [2**70], {"0": 0}])
+def test_a_manifest_whose_seeds_are_not_integers_is_one_line(copy, seeds):
+    manifest = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "seeds": seeds}))
+    with pytest.raises(UserError) as caught:
+        load_run(copy)
+    assert "is not a list of 64-bit integer seeds" in _one_line(caught, copy / "manifest.json")
 
 
 @pytest.mark.parametrize("entry", ["config.yaml", "tables", "summary.json"])

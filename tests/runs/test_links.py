@@ -1,5 +1,6 @@
-"""No link inside a run or sweep folder is followed: `run --resume`, a sweep rerun and `report` refuse one
-with one line (exit 2) before touching anything, so the link's target outside is left exactly as it was."""
+"""No link inside a run or sweep folder is followed: `run --resume`, a sweep rerun, `report` and `show` refuse
+one with one line (exit 2) before touching or reading anything, so the link's target outside is left exactly as it
+was (and is not printed)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,26 @@ def test_resume_refuses_a_link_and_leaves_its_target_untouched(cli, finished, tm
     code, _, err = cli("run", "--resume", str(run))
     assert code == 2 and "symbolic link" in err and err.count("\n") == 1, err
     assert _digest(target) == before
+
+
+def test_show_refuses_a_summary_linked_out_of_the_run(cli, finished, tmp_path):
+    """Round 4 (issue 39): `show` read a summary.json that is a link to a file outside the run folder
+    (report and load_run refused it); it now refuses it the same way (the store's refuse_links)."""
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    outside = tmp_path / "outside" / "summary.json"
+    outside.parent.mkdir()
+    shutil.move(str(run / "summary.json"), str(outside))
+    (run / "summary.json").symlink_to(outside)
+    before = _digest(outside)
+    code, out, err = cli("show", str(run))
+    assert code == 2 and out == "", (out, err)
+    assert err.count("\n") == 1 and f"{run / 'summary.json'}: is a symbolic link" in err, err
+    assert _digest(outside) == before
+    (run / "summary.json").unlink()
+    shutil.move(str(outside), str(run / "summary.json"))  # the file itself in its place: shown
+    code, out, err = cli("show", str(run))
+    assert code == 0 and "status=done" in out, err
 
 
 @pytest.mark.usefixtures("no_run_figures")  # the folder's links are what is tested, not the runs' figures

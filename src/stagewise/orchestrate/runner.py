@@ -32,7 +32,7 @@ from ..config import config_hash, to_yaml, validate
 from ..engine import Diverged
 from ..errors import UserError
 from ..labs import Lab, RunSpec, get_lab, spec_config, spec_lab
-from ..progress import ProgressCallback
+from ..progress import ProgressCallback, plain_every_s
 from ..runs.stops import note_stop
 from ..runs import Interrupted, RunDirContext, RunLock, RunPaths, read_manifest, update_manifest
 from ..runs.names import rename_metrics
@@ -165,10 +165,11 @@ def prepare(lab: Lab, config: Any, out: str | Path) -> RunPaths:
 
 def start_run(lab: Lab, config: Any, out: str | Path, allow_large: bool = False,
               sinks: Sequence[str] | None = None) -> RunPaths:
-    """Every check before any work (the metric sinks, the size estimate, then the lab's
-    input checks), then a fresh run directory: what `stagewise run` and
-    :func:`execute_spec` do for a new run."""
+    """Every check before any work (the metric sinks, ``$STAGEWISE_PROGRESS_EVERY``, the size
+    estimate, then the lab's input checks), then a fresh run directory: what `stagewise run`
+    and :func:`execute_spec` do for a new run."""
     resolve_sinks(sinks)  # a bad sink name or a missing package: one line, nothing made
+    plain_every_s()  # a bad progress interval: one line here, not once the run folder is made
     check_size(lab, config, Path(out), allow_large)
     lab.check(config)
     return prepare(lab, config, out)

@@ -368,6 +368,8 @@ def read_summary(path: str | Path) -> Summary:
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:  # e.g. "[" * 100_000
+        raise UserError(f"{path}: unreadable summary (not valid JSON: nested too deeply)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UserError(f"{path}: unreadable summary ({type(err).__name__}: {str(err).splitlines()[0]})") from None
     try:

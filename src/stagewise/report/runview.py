@@ -35,7 +35,7 @@ from ..runs.links import refuse_links
 from ..runs.manifest import read_manifest
 from ..runs.names import current_names, rename_keys, rename_metrics
 from ..runs.store import TableStore
-from ..runs.stream import MetricSink
+from ..runs.stream import MetricSink, read_metrics_file
 from ..lazy import LazyMapping
 from ..yamlio import load_yaml
 from .claims import Summary, read_summary
@@ -71,15 +71,6 @@ def claims_frame(summary: Summary | None, sources: Mapping[str, str] | None = No
         "evidence": pd.Series([c.evidence for c in claims], dtype="string"),
     }
     return pd.DataFrame(data, columns=list(CLAIM_COLUMNS))
-
-
-def _read_parquet(path: Path, what: str) -> pd.DataFrame:
-    """``path`` as a DataFrame; one UserError line when it is not a readable Parquet file."""
-    try:
-        return pd.read_parquet(path)
-    except (OSError, ValueError, pa.ArrowException) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"{path}: not a readable {what} ({first})") from None
 
 
 class RunTables(LazyMapping[pd.DataFrame]):
@@ -144,10 +135,12 @@ class RunView:
         value), ``variant``, ``metric`` (``{variant}/{name}`` when a variant is set), ``value``,
         sorted by metric, step, seed. From ``metrics.parquet``; from ``metrics.jsonl`` (as the
         runner compacts it) while the run is ``running`` or when there is no Parquet file (a
-        killed run): then it holds every step logged so far."""
+        killed run): then it holds every step logged so far. One UserError line naming the file
+        for a metrics.parquet without those columns (or holding other kinds of values in them)
+        or a metrics.jsonl line the stream does not write."""
         parquet, stream = self.path / "metrics.parquet", self.path / "metrics.jsonl"
         if parquet.is_file() and (self.status != "running" or not stream.is_file()):
-            frame = _read_parquet(parquet, "metrics file")
+            frame = read_metrics_file(parquet)  # one line for a file without the five columns or of other types
         else:
             frame = MetricSink(stream, self.seeds).to_frame()  # no file yet: an empty frame with the five columns
         return rename_metrics(frame, self.aliases)

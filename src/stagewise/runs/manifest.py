@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError, read_json_object
+from ..errors import UserError, read_json_object, short_repr
 from .store import atomic_write_json
 
 REQUIRED = ("lab", "status", "config_hash", "seeds")
@@ -24,8 +24,12 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise UserError(f"{path}: not a stagewise manifest (missing {', '.join(missing)})")
-    if data["status"] not in STATUSES:
-        raise UserError(f"{path}: unknown status {data['status']!r}; expected one of {', '.join(STATUSES)}")
+    if not isinstance(data["status"], str) or data["status"] not in STATUSES:
+        raise UserError(f"{path}: unknown status {short_repr(data['status'])}; expected one of {', '.join(STATUSES)}")
+    seeds = data["seeds"]
+    if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) and -2**63 <= s < 2**63
+                                              for s in seeds):
+        raise UserError(f"{path}: seeds {short_repr(seeds)} is not a list of 64-bit integer seeds")
     return data
 
 

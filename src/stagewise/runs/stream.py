@@ -21,10 +21,23 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..errors import UserError, short_repr
 from .atomic import atomic_write_bytes
 
 NEWLINE = b"\n"
 COVER_KEYS = ("_lines", "_bytes", "_sha256")  # what a checkpoint records of the stream it covers
+
+FRAME_COLUMNS = ("step", "seed", "variant", "metric", "value")
+"""The columns of the long-form metrics (:meth:`MetricSink.to_frame`, ``metrics.parquet``), in order."""
+
+COLUMN_KINDS = {"step": "integers", "seed": "integers", "variant": "text", "metric": "text", "value": "numbers"}
+"""What each column of the long-form metrics holds (what :func:`read_metrics_file` checks)."""
+
+LINE_KEYS = "step, variant, names, f8"
+"""The keys of a stream line, as a one-line error names them."""
+
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+"""The steps a stream line may carry (the Parquet column is int64)."""
 
 
 def complete_prefix(blob: bytes) -> tuple[int, int]:
@@ -38,7 +51,7 @@ def complete_prefix(blob: bytes) -> tuple[int, int]:
             return count, pos
         try:
             json.loads(view[pos:end].tobytes())
-        except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError; a line nested too deeply
             return count, pos
         count, pos = count + 1, end + 1
 
@@ -174,21 +187,47 @@ class MetricSink:
                 size = blob.index(NEWLINE, size) + 1
         self.truncate_bytes(size)
 
+    def _decoded(self, number: int, line: Any) -> tuple[int, str, list[str], np.ndarray]:
+        """Stream line ``number`` (1-based) as (step, variant, names, values (K * S,)); one
+        UserError line naming the file, the line and what is wrong when it is not a line this
+        stream writes (a JSON list or string, a step that is not a 64-bit integer, names that
+        are not text, values that are not base64 of K x S float64)."""
+        where = f"{self.path}: line {number}"
+        if not isinstance(line, dict):
+            raise UserError(f"{where}: a JSON {type(line).__name__}, expected an object with {LINE_KEYS}")
+        step, variant, names, f8 = line.get("step"), line.get("variant", ""), line.get("names"), line.get("f8")
+        if not isinstance(step, int) or isinstance(step, bool) or not INT64_MIN <= step <= INT64_MAX:
+            raise UserError(f"{where}: step {short_repr(step)} is not a 64-bit integer")
+        if not isinstance(variant, str):
+            raise UserError(f"{where}: variant {short_repr(variant)} is not text")
+        if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+            raise UserError(f"{where}: names {short_repr(names)} is not a list of metric names (text)")
+        try:
+            values = np.frombuffer(base64.b64decode(f8, validate=True), dtype="<f8") if isinstance(f8, str) else None  # (K * S,)
+        except ValueError:  # not base64 (binascii.Error), not whole float64s
+            values = None
+        if values is None:
+            raise UserError(f"{where}: f8 {short_repr(f8)} is not base64 of float64 values")
+        if len(values) != len(names) * len(self.seeds):
+            raise UserError(f"{where}: f8 holds {len(values)} values, expected {len(names)} metrics x "
+                            f"{len(self.seeds)} seeds")
+        return step, variant, names, values
+
     def to_frame(self) -> pd.DataFrame:
-        """Long-form metrics: step, seed, variant, metric, value (sorted by metric, step, seed)."""
+        """Long-form metrics: step, seed, variant, metric, value (sorted by metric, step, seed);
+        one UserError line for a line this stream does not write (:meth:`_decoded`)."""
         n = len(self.seeds)
         seeds = np.asarray(self.seeds, dtype=np.int64)
         steps: list[np.ndarray] = []
         names: list[str] = []
         variants: list[str] = []
         blocks: list[np.ndarray] = []
-        for line in self.read_lines():
-            vals = np.frombuffer(base64.b64decode(line["f8"]), dtype="<f8")
-            m = len(line["names"])
-            variant = line.get("variant", "")
+        for number, line in enumerate(self.read_lines(), start=1):
+            step, variant, line_names, vals = self._decoded(number, line)
+            m = len(line_names)
             blocks.append(vals)
-            steps.append(np.full(m * n, line["step"], dtype=np.int64))
-            full = [f"{variant}/{name}" if variant else name for name in line["names"]]
+            steps.append(np.full(m * n, step, dtype=np.int64))
+            full = [f"{variant}/{name}" if variant else name for name in line_names]
             names.extend(np.repeat(np.asarray(full, dtype=object), n))
             variants.extend([variant] * (m * n))
         total = sum(len(b) for b in blocks)
@@ -200,3 +239,33 @@ class MetricSink:
             "value": np.concatenate(blocks) if blocks else np.zeros(0),
         })
         return frame.sort_values(["metric", "step", "seed"], kind="stable").reset_index(drop=True)
+
+
+def read_metrics_file(path: str | Path, required: Sequence[str] = FRAME_COLUMNS, *,
+                      only_required: bool = False) -> pd.DataFrame:
+    """The long-form metrics file ``path`` (``metrics.parquet``; only the ``required`` columns
+    when ``only_required``); one UserError line naming the file when it is not readable
+    Parquet, lacks one of the ``required`` columns or holds the wrong kind of values in one
+    (:data:`COLUMN_KINDS`: step and seed integers, value numbers, variant and metric text)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pandas.api import types
+
+    path = Path(path)
+    try:
+        present = pq.read_schema(path).names
+        missing = [c for c in required if c not in present]
+        if missing:
+            raise UserError(f"{path}: no column(s) {', '.join(missing)}; a metrics file has columns {', '.join(required)}")
+        frame = pd.read_parquet(path, columns=list(required) if only_required else None)
+    except (OSError, ValueError, pa.ArrowException) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"{path}: not a readable metrics file ({first})") from None
+    checks = {"integers": lambda c: types.is_integer_dtype(c) and not types.is_bool_dtype(c),
+              "numbers": lambda c: types.is_numeric_dtype(c) and not types.is_bool_dtype(c),
+              "text": types.is_string_dtype}
+    for column in required:
+        kind = COLUMN_KINDS.get(column)
+        if kind is not None and not checks[kind](frame[column]):
+            raise UserError(f"{path}: column {column} holds {frame[column].dtype} values; it must hold {kind}")
+    return frame

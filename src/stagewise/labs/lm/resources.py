@@ -11,6 +11,9 @@ tiny-gpt2's parameter count with V' rows or the files of a local model. Then
   (``train.batch_loss``, ``lr``, + per task), the spectra lines (``spectra_every``);
 * checkpoints (weights + AdamW's two moments + step counts + the RNG state, every
   ``checkpoint_every`` epochs before the last), snapshots (weights + ``vocab_ids``);
+* a run that only evaluates saved models (``source.kind`` checkpoint or trajectory,
+  :data:`PROBED`): one evaluation per saved model, no training lines, no snapshots, and
+  resume checkpoints of one index each (a trajectory's; no weights);
 * tables: ``predictions`` (answer framing: a row per example and evaluation, with the top-k
   ids and probabilities) or ``sentence_losses`` (lm framing), ``spectra`` (every singular
   value of every head at each epoch end); the table being rewritten is transient;
@@ -60,6 +63,10 @@ SUMMARY_BYTES_PER_BASELINE_RECORD = 90  # one baseline's category counts at one 
 HELDOUT_SUMMARY_BYTES_PER_TASK = 5_000  # details.two_task per task: floors, majority, beat-the-prior records (measured ~4.5 kB)
 HELDOUT_NAMES_PER_TASK = 12  # prior.*, eval.* and train.*_minus_* metrics per task and record (twotask.py)
 ACTIVATION_FACTOR = 16  # bytes per (token x d_model x layer) of activations kept for backward
+PROBED = ("checkpoint", "trajectory")
+"""The source kinds whose run only evaluates saved models: no training lines, no weights in its
+checkpoints, no snapshots (a trajectory's resume checkpoint holds the index of the last one done)."""
+PROBE_CHECKPOINT_TENSOR_BYTES = 8  # a trajectory's resume checkpoint: the last evaluated checkpoint's index (int64)
 
 
 def tiny_params(config: Config, vocab_rows: int = GPT2_VOCAB) -> tuple[int, int, int]:
@@ -160,8 +167,14 @@ def estimate(config: Config) -> Resources:
     memory = weight_bytes // 4 * BYTES_PER_PARAM_TRAIN + t.batch_size * width * d * layers * ACTIVATION_FACTOR
     disk = disk_budget(config, weight_bytes, stats)
     n = sum(stats.examples.values())
+    evaluations = f"{_records(config)} saved models evaluated" if config.source.kind in PROBED else f"{t.epochs + 1} evaluations"
     return Resources(int(memory), disk.peak, f"weights {weight_bytes / 2**20:.1f} MiB; training state x4; {n} examples, "
-                                             f"{t.epochs + 1} evaluations; disk: {disk.describe()}")
+                                             f"{evaluations}; disk: {disk.describe()}")
+
+
+def _records(config: Config) -> int:
+    """The evaluations of a run that only evaluates saved models (:data:`PROBED`): one per model."""
+    return len(config.source.checkpoints) if config.source.kind == "trajectory" else 1
 
 
 def _heads(config: Config) -> tuple[int, int, int]:
@@ -191,13 +204,16 @@ def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStat
     width = 2 if config.dtype == "bfloat16" else 4
     weight_bytes = weight_bytes // 4 * width
     n_batches = max(1, math.ceil(n / t.batch_size))
+    probed = config.source.kind in PROBED  # saved models evaluated, nothing trained (module docstring)
     total = n_batches * t.epochs
+    if probed:
+        total = max([*config.source.steps, config.source.step, len(config.source.checkpoints), 1])  # the records' steps
     digits = len(str(total))
     budget = DiskBudget()
 
     # stream: evaluations, logged training steps, spectra
     mixture = T > 1
-    kinds = list(config.baselines.kinds) if answer else []  # the baselines trained beside the model
+    kinds = list(config.baselines.kinds) if answer and not probed else []  # the baselines trained beside the model
     held = answer and (task.heldout is not None or bool(task.heldout_paradigms))
     share = task.heldout if task.heldout is not None else 0.25
     n_held = math.ceil(n * share / (1 - share)) if held else 0  # held-out examples beside the n trained ones
@@ -208,12 +224,14 @@ def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStat
     else:
         eval_names = 1 + (T if mixture else 0) + 1  # loss (+ per task), epoch
     inside = (total // t.eval_every - t.epochs if t.eval_every and t.eval_every <= n_batches else 0)  # evaluations inside epochs
-    evaluations = t.epochs + 1 + max(0, inside)
+    evaluations = _records(config) if probed else t.epochs + 1 + max(0, inside)
     ends = sum(1 for e in range(1, t.epochs + 1) if (e * n_batches) % t.log_every)
-    logged = total // t.log_every + ends
+    logged = 0 if probed else total // t.log_every + ends
     train_names = 2 + (T if mixture else 0)
     layers, heads, d_model = _heads(config)
     spectra_lines = (total // t.spectra_every + 1) if t.spectra_every else 0
+    if probed:
+        spectra_lines = evaluations if config.source.spectra else 0
     spectra_names = PROJECTIONS * layers * heads * SV_STATS
     name = "blocks.00.attn.head.00.qk.effective_rank"  # the longest form of a spectra metric name
     stream = (evaluations * _line(["train.type_correct_open." + max(tasks, key=len)] * eval_names, digits)
@@ -234,10 +252,14 @@ def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStat
     checkpoint = safetensors_bytes((1 + states) * weight_bytes + tensors * 4 + RNG_STATE_BYTES + 16 * T + recorder + b_state,
                                    (1 + states + 1) * tensors + 2 + (5 if recorder else 0)
                                    + len(kinds) * (3 * (1 + states) + 1 + (5 if recorder else 0)), meta)
-    budget.add_checkpoints(saved, checkpoint)
     rows = stats.vocab_rows if stats is not None and stats.vocab_rows else 0
-    snapshots = len(set(t.snapshot_epochs) | ({t.epochs} if t.epochs > 0 else {0}))
-    budget.add("snapshots", snapshots * safetensors_bytes(weight_bytes + 8 * rows, tensors + 1, 60))
+    if probed:  # a resume checkpoint after each saved model of a trajectory: its index, no weights
+        budget.add_checkpoints(evaluations if config.source.kind == "trajectory" else 0,
+                               safetensors_bytes(PROBE_CHECKPOINT_TENSOR_BYTES, 1, meta))
+    else:
+        budget.add_checkpoints(saved, checkpoint)
+        snapshots = len(set(t.snapshot_epochs) | ({t.epochs} if t.epochs > 0 else {0}))
+        budget.add("snapshots", snapshots * safetensors_bytes(weight_bytes + 8 * rows, tensors + 1, 60))
 
     # tables: one part per evaluation, rewritten whole at each (the old copy is transient)
     if answer:
@@ -250,10 +272,10 @@ def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStat
         budget.add("tables", PARQUET_BASE_BYTES + n_held * evaluations * prediction)
     if kinds:  # baseline_predictions: a row per baseline, example and record
         budget.add("tables", PARQUET_BASE_BYTES + len(kinds) * n * evaluations * BASELINE_ROW_BYTES)
-    if answer and t.eval_epochs:  # eval_predictions beside the authors' recording
+    if answer and t.eval_epochs and not probed:  # eval_predictions beside the authors' recording
         budget.add("tables", PARQUET_BASE_BYTES + n * len(t.eval_epochs) * prediction)
-    if t.spectra_every:
-        spectra = PARQUET_BASE_BYTES + (t.epochs + 1) * PROJECTIONS * layers * d_model * SPECTRA_ROW_BYTES
+    if spectra_lines:
+        spectra = PARQUET_BASE_BYTES + (evaluations if probed else t.epochs + 1) * PROJECTIONS * layers * d_model * SPECTRA_ROW_BYTES
         budget.add("tables", spectra)
         table = max(table, spectra)
     budget.transient = max(budget.transient, table)
@@ -261,7 +283,7 @@ def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStat
     typed = answer and any(task in QUESTION_TASKS for task in tasks)
     budget.add("summary.json", SUMMARY_BYTES + SUMMARY_BYTES_PER_TASK * (T - 1) + (SUMMARY_TYPE_BYTES if typed else 0)
                + len(kinds) * evaluations * SUMMARY_BYTES_PER_BASELINE_RECORD + (HELDOUT_SUMMARY_BYTES_PER_TASK * T if held else 0))
-    figures = ["loss"] + (["categories", "answer_rank"] if answer else []) + (["spectra"] if t.spectra_every else [])
+    figures = ["loss"] + (["categories", "answer_rank"] if answer else []) + (["spectra"] if spectra_lines else [])
     points = {"loss": logged + evaluations, "categories": evaluations, "answer_rank": evaluations,
               "spectra": spectra_lines}
     for fig in figures:
