@@ -463,9 +463,14 @@ def _manipulation(arm: str, arm_run: Summary, real_run: Summary) -> str:
         return round(max(shares), 3) if shares else None
 
     if arm == "easier facts":
-        return f"facts half-way at epoch {facts_half(arm_run)} vs {facts_half(real_run)}"
+        a, r = facts_half(arm_run), facts_half(real_run)
+        return f"facts half-way at epoch {_epoch(a)} vs {_epoch(r)}"
     # the harder and the moved cue
     return f"bow-last share {baseline_share(arm_run)} vs {baseline_share(real_run)}"
+
+
+def _epoch(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, (int, float)) else str(value)
 
 
 def _label(config: Config) -> str:
