@@ -131,7 +131,7 @@ def _fsdp_classes() -> tuple[type, ...]:
     except ImportError:  # pragma: no cover (a torch built without distributed)
         pass
     try:
-        from torch.distributed.fsdp import FSDPModule  # type: ignore[attr-defined]
+        from torch.distributed.fsdp import FSDPModule
 
         classes.append(FSDPModule)
     except ImportError:  # pragma: no cover (torch < 2.6)
