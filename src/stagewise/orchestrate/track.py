@@ -27,6 +27,13 @@ budget rule, ``schedule="log"``, ``steps=[...]``), plus every step asked with ``
 Resume: a Tracker opened on a run directory of the same config (the schedule included) that
 did not finish takes it up from its last record; steps at or before that record are not
 probed again.
+
+Multi-process training (DDP, ``torchrun``): make the Tracker on every rank, with the same code.
+Only rank 0 (``torch.distributed``'s rank, else the ``RANK`` variable torchrun sets) makes the
+run folder, probes and writes; on the other ranks the Tracker is a no-op with the same
+interface that waits at a barrier while rank 0 probes. The ranks agree on every probe: the
+fixed schedules are the same everywhere, the budget rule's decision is rank 0's, broadcast
+(:mod:`stagewise.orchestrate.ranks`). Sharded models (FSDP, ZeRO-3) are refused up front.
 """
 
 from __future__ import annotations
@@ -43,12 +50,16 @@ from ..errors import UserError
 from ..errors import short_repr as shown
 from ..labs import Lab, get_lab
 from ..runs import Interrupted, RunLock, RunPaths, StopSignals, read_manifest
+from .ranks import barrier, broadcast_from_main, check_not_sharded, process_rank, unwrapped
 from .runner import finish, open_context, prepare, record_failure
 from .schedule import BudgetRule, Schedule, schedule_of
 from .trackinputs import (check_model, config_source, name_or_none, plain_mapping, record_epoch, record_step,
                           run_folder)
 
 TRACKED = "tracked"
+NO_RECORD, OPEN_FAILED = -1, -2
+"""What rank 0 broadcasts when it opens the run: its last record's step, or these (none yet; it
+could not open the run, its own error says why)."""
 
 
 def tracked_config(lab: Lab, *, preset: str | None = None, config: str | Path | Mapping[str, Any] | None = None,
@@ -138,6 +149,13 @@ class Tracker:
             example; predictions are the top-1 tokens as text), checked once when the tracker is
             made; its records are ``category_user`` and the claims are judged by it
             (``thresholds.type_rule=user``, its name in ``source.categorize``).
+        main_process: whether this process makes the run folder, probes and writes (None, the
+            default: rank 0 of ``torch.distributed`` when initialised, else of the ``RANK``
+            variable torchrun sets; the callback gives the Trainer's ``is_world_process_zero``).
+            Elsewhere the tracker checks the same inputs, makes nothing, and in :meth:`step`
+            returns rank 0's decision, waiting at a barrier while rank 0 probes
+            (:mod:`~stagewise.orchestrate.ranks`; a model wrapped in ``DistributedDataParallel``
+            is probed through its ``module``; a sharded one, FSDP or ZeRO-3, is one line).
 
     Every input is checked before the folder is made (one UserError line, nothing written).
     """
@@ -147,7 +165,8 @@ class Tracker:
                  every: int = 0, schedule: str | None = None, log_until: int | None = None, steps: Sequence[int] | None = None,
                  budget: float = 0.1, spectra: bool = False, settings: Mapping[str, Any] | None = None,
                  name: str | None = None, vocab_ids: Any = None, seed: int | None = None,
-                 categorize: Callable[[Sequence[Any], Sequence[str]], Sequence[str]] | None = None):
+                 categorize: Callable[[Sequence[Any], Sequence[str]], Sequence[str]] | None = None,
+                 main_process: bool | None = None):
         self.lab = get_lab(name_or_none(lab, "lab", "the name of the lab whose probes apply (e.g. 'lm')") or "")
         if self.lab.probe is None:
             raise UserError(f"lab '{lab}' has no probes (it measures only the models it trains)")
@@ -158,6 +177,8 @@ class Tracker:
         config = config_source(config)
         overrides, settings = plain_mapping(overrides, "overrides"), plain_mapping(settings, "settings")
         check_model(model)
+        check_not_sharded(model)  # a forward pass on rank 0 alone would hang
+        model = unwrapped(model)  # DDP's forward would wait for the other ranks
         if tokenizer is None:
             raise UserError("tokenizer: the model has no tokenizer; give the one its training uses (Tracker(..., tokenizer) "
                             "or the Trainer's processing_class)")
@@ -176,6 +197,8 @@ class Tracker:
         extra = {"categorize": categorize} if categorize is not None else {}
         self.probe = self.lab.probe(self.config, model, tokenizer, name=name, vocab_ids=vocab_ids, **extra)
         self.model = model
+        self.main = process_rank() == 0 if main_process is None else bool(main_process)
+        self.opened = False  # a tracker of another rank: open() heard rank 0's last record
         self.ctx: Any = None
         self.last_step: int | None = None
         self.records = 0
@@ -186,22 +209,34 @@ class Tracker:
     def open(self) -> "Tracker":
         """Make the run directory (or take up an unfinished one of this config); done by the
         first :meth:`step` when not called before. Returns self."""
-        if self.ctx is not None:
+        if self.ctx is not None or self.opened:
             return self
         if self.closed:
             raise UserError(f"{self.out}: this tracker is closed; open a new one to record more")
-        self.paths, resume = self._folder(self.out)
-        self._lock = RunLock(self.paths.root)
-        self._lock.acquire()
+        if not self.main:  # another rank: no folder; rank 0's last record (a resumed run) is heard here
+            last = broadcast_from_main(NO_RECORD)
+            if last == OPEN_FAILED:
+                raise UserError(f"{self.out}: rank 0 could not open the run (its error says why); this rank stops too")
+            self.last_step, self.opened = (None if last < 0 else last), True
+            return self
         try:
-            self.ctx = open_context(self.lab, self.config, self.paths, resume=resume, progress=False)
+            self.paths, resume = self._folder(self.out)
+            self._lock = RunLock(self.paths.root)
+            self._lock.acquire()
+            try:
+                self.ctx = open_context(self.lab, self.config, self.paths, resume=resume, progress=False)
+            except BaseException:
+                self._lock.release()
+                raise
         except BaseException:
-            self._lock.release()
+            broadcast_from_main(OPEN_FAILED)  # the other ranks stop with one line instead of waiting
             raise
         checkpoint = self.ctx.resume_state() if resume else None
         self.last_step = int(checkpoint.meta["step"]) if checkpoint is not None else None
         if checkpoint is not None:  # the budget rule: the first step past the gap after the last record probes (timed again)
             self.budget_rule.restart()
+        self.opened = True
+        broadcast_from_main(NO_RECORD if self.last_step is None else self.last_step)
         atexit.register(self._at_exit)
         return self
 
@@ -241,12 +276,25 @@ class Tracker:
         fixed = self.schedule.fixed(step)
         return self.budget_rule.due(step, self.last_step) if fixed is None else fixed
 
+    def _decided(self, step: int) -> bool:
+        """:meth:`due` as every rank agrees on it: a fixed schedule's answer is the same on every
+        rank; the budget rule's is rank 0's (its clock), broadcast (False on another rank when
+        there is no process group to hear it from)."""
+        fixed = self.schedule.fixed(step)
+        if fixed is not None:
+            return fixed
+        return bool(broadcast_from_main(int(self.main and self.due(step))))
+
     def step(self, step: int, epoch: float | None = None, *, force: bool = False) -> bool:
         """Probe at training step ``step`` when due (or ``force``), recording ``epoch`` as the
         records' time coordinate (None: the step); True when it probed. A step at or before
         the last record is never probed again (a resumed training repeats them). ``step`` is a
         whole number (numpy and torch integers too) that fits int64, ``epoch`` a finite number
-        >= 0; a closed tracker records nothing more (one UserError line each, nothing written)."""
+        >= 0; a closed tracker records nothing more (one UserError line each, nothing written).
+
+        On a rank other than the main process it probes nothing and returns rank 0's decision:
+        where rank 0 probes, it waits at a barrier until rank 0 is done (every rank must call
+        ``step`` with the same steps and ``force``, as the same code on every rank does)."""
         if self.closed:
             raise UserError(f"{self.out}: this tracker is closed (its run is recorded); step({shown(step)}) would write "
                             "into it; open a new Tracker on another folder to record more")
@@ -255,8 +303,13 @@ class Tracker:
         self.open()
         if self.last_step is not None and step <= self.last_step:
             return False
-        if not (force or self.due(step)):
+        if not (force or self._decided(step)):
             return False
+        if not self.main:  # rank 0 probes: wait for it
+            barrier()
+            self.records += 1
+            self.last_step = step
+            return True
         import torch
 
         began = self.budget_rule.begin()
@@ -266,6 +319,7 @@ class Tracker:
                 self.probe.record(self.ctx, step, at_epoch)
         finally:
             state.restore()
+            barrier()  # the other ranks go on (also when the probe failed: this rank then raises)
         if self.records == 0:
             self.probe.note(self.ctx)
         self.records += 1
@@ -276,12 +330,20 @@ class Tracker:
 
     def close(self) -> dict[str, Any]:
         """Finish the run: metrics.parquet, summary.json (claims), figures, status done;
-        returns the manifest. Idempotent. A SIGINT or SIGTERM while it finishes (main thread)
+        returns the manifest ({} on a rank other than the main process, which waits at a barrier
+        until rank 0 has recorded the run). Idempotent. A SIGINT or SIGTERM while it finishes (main thread)
         is recorded as the run's end (``interrupted``, resumable) and raised as
         :class:`~stagewise.runs.Interrupted`; later ones are ignored while that is recorded, so
         the manifest never stays ``running``."""
         if self.closed:
-            return read_manifest(self.out)
+            return read_manifest(self.out) if self.main else {}
+        if not self.main:  # another rank: nothing to write; wait until rank 0 has recorded the run
+            if not self.opened:
+                raise UserError(f"{self.out}: no record was taken (call step(...) at least once, e.g. step(0, force=True) "
+                                "before training); nothing was made")
+            self.closed = True
+            barrier()
+            return {}
         if self.ctx is None:
             raise UserError(f"{self.out}: no record was taken (call step(...) at least once, e.g. step(0, force=True) "
                             "before training); nothing was made")
@@ -302,6 +364,7 @@ class Tracker:
                 raise raised from None
             finally:
                 self._lock.release()
+                barrier()  # the other ranks' close returns once the run is recorded
 
     def fail(self, err: BaseException) -> BaseException:
         """Record that the training ended with ``err`` (interrupted, failed); returns what to raise.

@@ -19,6 +19,14 @@ the run's ``seed``.
 The inputs are checked when the Trainer is made (``on_init_end``): a model without a
 tokenizer (no ``processing_class`` and none given) or a bad probe set is one UserError line
 there, before any training; the run directory is made when training starts.
+
+Multi-process training (``torchrun``, DDP): give the callback on every rank, as the Trainer's
+own code does. Only the world's main process (``state.is_world_process_zero``) makes the run
+folder, probes and writes; the other ranks never touch the folder and wait at a barrier while
+it probes, so no rank runs ahead (:mod:`stagewise.orchestrate.ranks`; the budget rule's
+decisions are rank 0's, broadcast). FSDP and DeepSpeed ZeRO-3 are refused with one line when the
+Trainer is made (a forward pass on rank 0 alone would hang): probe the saved checkpoints with
+``stagewise lm trajectory`` instead.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from typing import Any, Mapping
 from transformers import TrainerCallback
 
 from ..errors import UserError
+from .ranks import check_not_sharded, check_trainer_not_sharded
 from .schedule import schedule_of
 from .track import Tracker
 from .trackinputs import plain_mapping, run_folder
@@ -67,9 +76,10 @@ class StagewiseCallback(TrainerCallback):
                             "Trainer(processing_class=tokenizer) or StagewiseCallback(..., tokenizer=tokenizer)")
         if model is None:
             raise UserError("StagewiseCallback: the Trainer has no model to probe")
+        check_trainer_not_sharded(args)  # FSDP / ZeRO-3 asked for: refused before any training
         trainer = {k: v for k, v in args.to_dict().items() if k != "seed"}  # the seed is the run's own (config.seed)
         settings = {"trainer": trainer, **self.settings}
-        options = {"seed": int(args.seed), **self.options}
+        options = {"seed": int(args.seed), "main_process": bool(state.is_world_process_zero), **self.options}
         self.tracker = Tracker(self.out, model, tokenizer, every=self.every, budget=self.budget, settings=settings,
                                schedule=self.when.kind, log_until=self.when.log_until or None,
                                steps=list(self.when.steps) or None, **options)
@@ -80,6 +90,8 @@ class StagewiseCallback(TrainerCallback):
         return self.tracker
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if kwargs.get("model") is not None:  # the model as the Trainer wrapped it (FSDP replaces it)
+            check_not_sharded(kwargs["model"])
         self._tracker().step(int(state.global_step), float(state.epoch or 0.0), force=True)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
