@@ -102,8 +102,7 @@ def judge_over_seeds(spec: ClaimSpec, real: Mapping[Any, float | None], controls
         raise ValueError(f"claim {spec.id}: no declared aggregation")
     seeds_text = f"{len(real)} seed{'s' if len(real) != 1 else ''}"
     statement = f"{spec.statement} — over {seeds_text}{f' ({label})' if label else ''}, against its controls"
-    if not real:
-        return spec.judged(verdicts.not_testable("no run of the real condition"), case=case, statement=statement)
+    # no seed with a value (the real runs could not measure it): the engine's "inconclusive (0 of k seeds)"
     decision = verdicts.decide({str(k): v for k, v in real.items()}, spec.seeds_rule(),
                                {name: {str(k): v for k, v in values.items()} for name, values in controls.items()})
     return spec.judged(decision, case=case, statement=statement)
