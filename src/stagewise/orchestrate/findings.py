@@ -218,7 +218,8 @@ def _num(value: float | None, digits: int = 3) -> str:
 def value_text(claim: Claim) -> str:
     """value [interval] (n seeds): the deciding value, the engine's interval where one decided, the seeds measured."""
     n = sum(v is not None for v in claim.per_seed.values())
-    iv = f" [{_num(claim.interval[0])}, {_num(claim.interval[1])}]" if claim.interval else ""
+    low, high = claim.interval or (None, None)
+    iv = f" [{'-inf' if low is None else _num(low)}, {'inf' if high is None else _num(high)}]" if claim.interval else ""
     seeds = f" ({n} seed{'s' if n != 1 else ''})" if n else ""
     return f"{_num(claim.value)}{iv}{seeds}"
 

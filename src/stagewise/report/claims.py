@@ -252,8 +252,9 @@ class Claim(BaseModel):
     per_seed: dict[str, float | None] = Field(default_factory=dict)
     pass_fraction: float | None = None
     reason: str = ""
-    interval: list[float] | None = None
-    """Over seeds: the median's interval [low, high] that decided (:func:`~.verdicts.median_interval`)."""
+    interval: list[float | None] | None = None
+    """Over seeds: the median's interval [low, high] that decided (:func:`~.verdicts.median_interval`);
+    None at an end: unbounded there (paired seeds where one arm's event never happened, +-inf)."""
     coverage: float | None = None
     """The interval's exact coverage (>= its level for any continuous law)."""
     sign_p: float | None = None
