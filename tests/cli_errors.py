@@ -27,3 +27,13 @@ def one_error_line(code: int, err: str) -> str:
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert "Traceback" not in err
     return lines[0]
+
+
+def raised_one_line(err) -> str:
+    """A ``pytest.raises(UserError)`` result: exactly one line; return it."""
+    from stagewise import UserError
+
+    assert isinstance(err.value, UserError)
+    text = str(err.value)
+    assert "\n" not in text and len(err.value.lines) == 1, text
+    return text

@@ -14,15 +14,11 @@ import torch
 
 from stagewise import UserError
 from stagewise.orchestrate.schedule import LOG_UNTIL, MAX_SCHEDULE_STEPS, MIN_BUDGET_GAP, BudgetRule, schedule_of
+from cli_errors import raised_one_line as one_line
 
 BUDGET = 0.1
 
 
-def one_line(err: pytest.ExceptionInfo) -> str:
-    assert isinstance(err.value, UserError)
-    text = str(err.value)
-    assert "\n" not in text and len(err.value.lines) == 1, text
-    return text
 
 
 def probed(schedule: Any, until: int) -> list[int]:

@@ -30,6 +30,7 @@ from stagewise.labs import get_lab
 from stagewise.labs.lm.prepare import prepare
 from stagewise.orchestrate import track
 from stagewise.orchestrate.schedule import MIN_BUDGET_GAP
+from cli_errors import raised_one_line as one_line
 
 pytestmark = pytest.mark.filterwarnings(  # the Trainer pins memory by default; this machine has no accelerator
     "ignore:'pin_memory' argument is set as true but no accelerator is found:UserWarning")
@@ -80,11 +81,6 @@ def at_epoch_ends(frame: pd.DataFrame) -> pd.DataFrame:
     return ends.set_index(ends["epoch"].astype(int))
 
 
-def one_line(err: pytest.ExceptionInfo) -> str:
-    assert isinstance(err.value, UserError)
-    text = str(err.value)
-    assert "\n" not in text and len(err.value.lines) == 1, text
-    return text
 
 
 def tiny_config(**tiny: Any):

@@ -22,13 +22,9 @@ from stagewise import StagewiseCallback, Tracker, UserError, get_lab, resolve
 from stagewise.labs.lm.prepare import prepare
 from stagewise.orchestrate import track
 from stagewise.runs import Interrupted
+from cli_errors import raised_one_line as one_line
 
 
-def one_line(err: pytest.ExceptionInfo) -> str:
-    assert isinstance(err.value, UserError)
-    text = str(err.value)
-    assert "\n" not in text and len(err.value.lines) == 1, text
-    return text
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from stagewise import StagewiseCallback, Tracker, UserError, resolve
 from stagewise.labs import get_lab
 from stagewise.labs.lm.prepare import prepare
 from stagewise.orchestrate import ranks
+from cli_errors import raised_one_line as one_line
 
 pytestmark = pytest.mark.filterwarnings(  # the Trainer pins memory by default; this machine has no accelerator
     "ignore:'pin_memory' argument is set as true but no accelerator is found:UserWarning")
@@ -38,11 +39,6 @@ each rank pads its own 6 examples to a narrower batch. Measured: at most 1.7e-8 
 the counts are equal), so 1e-5 leaves a wide margin and still sees any change of the training."""
 
 
-def one_line(err: pytest.ExceptionInfo) -> str:
-    assert isinstance(err.value, UserError)
-    text = str(err.value)
-    assert "\n" not in text and len(err.value.lines) == 1, text
-    return text
 
 
 @pytest.fixture(scope="module")
