@@ -348,15 +348,16 @@ def test_spectra_logged_during_training(tmp_path):
 @pytest.mark.skipif(not SHARED.is_dir(), reason=f"the shared data ({SHARED}) is not present")
 @pytest.mark.parametrize("preset", ["counterfact-tiny", "counterfact-tiny-shuffled-groups", "counterfact-tiny-frequency-matched"])
 def test_type_before_fact_holds_and_fails_in_the_control(preset, tmp_path):
-    """The quick reproduction's runs (20 epochs): the claim holds on CounterFact and fails
+    """The quick reproduction's runs (the preset's 30 epochs: at 20 the facts are still rising, so the
+    claim, measured against the final count, is not testable): the claim holds on CounterFact and fails
     (or is null) in both controls (group labels shuffled; answers replaced, frequencies kept).
     Measured: the frequency-matched preset reaches a type-correct share of 0.18 before the facts."""
-    spec = RunSpec(lab="lm", preset=preset, overrides={"data": {"root": str(SHARED)}, "train": {"epochs": 20, "threads": 1}})
+    spec = RunSpec(lab="lm", preset=preset, overrides={"data": {"root": str(SHARED)}, "train": {"threads": 1}})
     execute_spec(spec, tmp_path / "r", raise_on_failure=True)
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     found = {c["id"]: c for c in summary["claims"]}["type_before_fact"]
     counts = summary["details"]["category_counts"]
-    assert counts["20"]["semantic-correct"] > 0.5 * 1500  # the facts are learned in both runs
+    assert counts["30"]["semantic-correct"] > 0.5 * 1500  # the facts are learned in both runs
     if preset == "counterfact-tiny":
         assert found["holds"] is True, found["evidence"]
     else:

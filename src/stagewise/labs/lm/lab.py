@@ -97,7 +97,10 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
                                  "snapshot_epochs": [8, 40]}}),
 }
 
-_QUICK_TINY = {"train": {"epochs": 20}}
+_QUICK_TINY: dict[str, Any] = {}
+"""The quick reproduction's CounterFact runs: the preset's 30 epochs. At 20 (before issue 38) the facts were still
+rising (+33 % of the final count over the last 4 epochs, seed 0), so type_before_fact, measured against the final
+count, is not testable there; at 30 they have settled (1497 of 1500 from epoch 26)."""
 _QUICK_TWO: dict[str, Any] = {"task": {"limits": {"blimp": 4, "sick": 536}}, "train": {"epochs": 10, "eval_every": 6}}
 _REPRODUCE: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
     ("counterfact-tiny", "counterfact-tiny", {}, _QUICK_TINY),
