@@ -498,7 +498,7 @@ def test_labs_table_keeps_bracketed_text(cli, monkeypatch):
     from stagewise.labs import REGISTRY
 
     monkeypatch.setenv("COLUMNS", "2000")
-    code, out, _ = cli("labs")
+    code, out, _ = cli("labs", "--long")
     assert code == 0
     texts = [text for lab in REGISTRY.values() for text, _ in lab.presets.values()]
     bracketed = [m for text in texts for m in re.findall(r"\[[^\]]*\]", text)]
@@ -519,3 +519,28 @@ def test_markup_in_a_folder_name_or_stage_name_is_printed_as_text(cli, tmp_path,
     assert code == 0 and "[bold]x[/]" in stdout, err
     code, stdout, err = cli("stages", str(out), "[/x]=train.loss<=10")
     assert code == 0 and "[/x]" in stdout, err
+
+
+def test_labs_is_one_line_per_lab_and_preset_at_80_columns(cli, monkeypatch):
+    """Piped or in a notebook (80 columns): a line per lab and per preset, each within 80 columns
+    (a preset name longer than the column aside), each text the start of the preset's own text cut
+    at a clause or word boundary, never inside a word or a list of values (issue 39)."""
+    from stagewise.cli import gist
+    from stagewise.labs import REGISTRY
+
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = cli("labs")
+    lines = out.rstrip("\n").splitlines()
+    presets = [(p, " ".join(text.split())) for lab in REGISTRY.values() for p, (text, _) in lab.presets.items()]
+    assert code == 0 and len(lines) == len(REGISTRY) + len(presets) + 1
+    for line in lines:
+        assert len(line) <= 80 or line.split()[0] in {p for p, _ in presets}, line
+    for (preset, text), line in zip(presets, [ln for ln in lines if ln.startswith("  ")]):
+        shown = line.split(None, 1)[1] if len(line.split(None, 1)) > 1 else ""
+        assert line.split()[0] == preset
+        assert shown == "(see --long)" or text.startswith(shown.removesuffix("..."))
+    # the cut: whole clauses outside brackets, never before a digit (a list of values), else whole words
+    assert gist("the run (a, b), then more words here", 20) == "the run (a, b)"
+    assert gist("d = 20, 30, 50 x seeds and more", 16) == "d = 20, 30,..."
+    assert gist("one two three four", 12) == "one two..."
+    assert gist("x" * 30, 12) == "(see --long)"

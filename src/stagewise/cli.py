@@ -7,6 +7,8 @@ its manifest; nothing logged so far is lost.
 
 from __future__ import annotations
 
+import shutil
+
 import importlib
 import re
 import sys
@@ -68,10 +70,20 @@ def _default_out(lab: str, preset: str | None) -> Path:
 
 
 @app.command("labs")
-def labs_cmd() -> None:
-    """List the labs and their presets."""
+def labs_cmd(long: bool = typer.Option(False, "--long", help="every preset's whole text, in a table")) -> None:
+    """List the labs and their presets: one line each (``--long``: the whole texts)."""
     from .labs import REGISTRY
 
+    if not long:
+        width = shutil.get_terminal_size((LINE_WIDTH, 24)).columns
+        for name, lab in REGISTRY.items():
+            typer.echo(f"{name}: {gist(lab.description, width - len(name) - 2)}")
+            pad = min(PRESET_COLUMN, max((len(p) for p in lab.presets), default=0))
+            for preset, (text, _) in lab.presets.items():
+                head = f"  {preset:<{pad}}  "
+                typer.echo(head + gist(text, max(width - len(head), MIN_GIST)))
+        typer.echo("(--long: the whole texts; stagewise config LAB --preset P: a preset's values)")
+        return
     table = Table(show_header=True, header_style="bold")
     table.add_column("lab")
     table.add_column("preset")
@@ -81,6 +93,37 @@ def labs_cmd() -> None:
         for preset, (text, _) in lab.presets.items():
             table.add_row("", escape(preset), escape(text))
     out_console.print(table)
+
+
+LINE_WIDTH = 80
+"""Columns of a listing when the output is not a terminal (a pipe, a notebook)."""
+PRESET_COLUMN = 28
+"""Width of the preset column of ``stagewise labs`` (a longer name pushes its text right)."""
+MIN_GIST = 24
+"""Fewest columns a preset's text gets, however long its name."""
+_CLAUSE_ENDS = ("; ", ": ", " (", ", ")
+
+
+def gist(text: str, width: int) -> str:
+    """The longest run of whole clauses of ``text`` that fits ``width`` columns (cut before "; ",
+    ": ", " (" or ", ", outside brackets), else its words up to ``width`` with "...", else "(see
+    --long)"; never a word or a value cut in two."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    depth, cuts = 0, []
+    for i, ch in enumerate(text[:width + 1]):
+        if depth == 0 and i > 0 and text.startswith(_CLAUSE_ENDS, i) and not text[i + 2:i + 3].isdigit():  # not in a list of values
+            cuts.append(i)
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(ch, 0)
+    if cuts and cuts[-1] >= MIN_GIST // 2:
+        return text[:cuts[-1]]
+    out = ""
+    for word in text.split(" "):
+        if len(out) + len(word) + (1 if out else 0) > width - 3:
+            break
+        out += (" " if out else "") + word
+    return out + "..." if out else "(see --long)"
 
 
 @app.command("config")
