@@ -71,7 +71,7 @@ def _default_out(lab: str, preset: str | None) -> Path:
 
 @app.command("labs")
 def labs_cmd(long: bool = typer.Option(False, "--long", help="every preset's whole text, in a table")) -> None:
-    """List the labs and their presets: one line each (``--long``: the whole texts)."""
+    """List the labs and their presets: one line each (--long: the whole texts)."""
     from .labs import REGISTRY
 
     if not long:
