@@ -7,10 +7,9 @@ its manifest; nothing logged so far is lost.
 
 from __future__ import annotations
 
-import shutil
-
 import importlib
 import re
+import shutil
 import sys
 from datetime import datetime
 from pathlib import Path

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import operator
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_origin
@@ -31,6 +32,17 @@ MAX_STEPS = 10**9
 MAX_RECORD_STEP = 2**63 - 1
 """Upper bound of the step a record carries when someone else's training names it (a tracked
 run's ``Tracker.step``, its explicit schedule): records store steps as int64."""
+
+
+def whole_number(value: Any) -> int | None:
+    """``value`` as an int when it is a whole number (a Python int, a numpy or 0-d torch integer;
+    never a bool or a float), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 MAX_SEED = 2**62
 """Upper bound (exclusive) of every seed: seeds are stored as int64 (the metrics' seed column,

@@ -29,13 +29,12 @@ Example::
 from __future__ import annotations
 
 import itertools
-import operator
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..config import MAX_RECORD_STEP, MAX_STEPS
+from ..config import MAX_RECORD_STEP, MAX_STEPS, whole_number
 from ..errors import UserError
 from ..errors import short_repr as shown
 
@@ -53,17 +52,6 @@ MIN_BUDGET_GAP = 2
 """The budget rule never probes within this many steps of the last record (at step s, the next
 budget probe is at s + 2 or later): a probe's time saved up earlier is spent spread out, not on
 consecutive steps."""
-
-
-def whole_number(value: Any) -> int | None:
-    """``value`` as an int when it is a whole number (a Python int, a numpy or 0-d torch integer;
-    never a bool or a float), else None."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config import MAX_RECORD_STEP
+from ..config import MAX_RECORD_STEP, whole_number
 from ..errors import UserError
 from ..errors import short_repr as shown
 from ..yamlio import MAX_YAML_DEPTH
-from .schedule import whole_number
 
 MAX_PATH_SHOWN = 120
 """Longest rendering of where in a nested mapping a problem sits (``settings['a']['b']...``)."""
@@ -28,13 +27,21 @@ MAX_PATH_SHOWN = 120
 
 def run_folder(out: Any) -> Path:
     """``out`` as the run directory's path: a non-empty str or an ``os.PathLike``."""
-    if isinstance(out, (str, os.PathLike)) and not (isinstance(out, str) and not out.strip()):
-        try:
-            return Path(out)
-        except TypeError:  # a PathLike of bytes
-            pass
+    path = _path(out) if not (isinstance(out, str) and not out.strip()) else None
+    if path is not None:
+        return path
     raise UserError(f"out={shown(out)}: the run directory, a path (a non-empty str or pathlib.Path; got "
                     f"{type(out).__name__})")
+
+
+def _path(value: Any) -> Path | None:
+    """``value`` (a str or an ``os.PathLike`` of str) as a Path, else None (a PathLike of bytes too)."""
+    if isinstance(value, (str, os.PathLike)):
+        try:
+            return Path(value)
+        except TypeError:  # a PathLike of bytes
+            return None
+    return None
 
 
 def name_or_none(value: Any, what: str, means: str) -> str | None:
@@ -50,11 +57,9 @@ def config_source(config: Any) -> str | Path | Mapping[str, Any] | None:
         return config
     if isinstance(config, Mapping):
         return plain_mapping(config, "config")
-    if isinstance(config, os.PathLike):
-        try:
-            return Path(config)
-        except TypeError:  # a PathLike of bytes
-            pass
+    path = _path(config)
+    if path is not None:
+        return path
     raise UserError(f"config={shown(config)}: a YAML file's path or a mapping of config sections (got "
                     f"{type(config).__name__})")
 

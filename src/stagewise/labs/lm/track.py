@@ -23,7 +23,6 @@ Three sources use it (``source.kind``):
 from __future__ import annotations
 
 import copy
-
 import json
 import math
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from ...config import MAX_RECORD_STEP
+from ...config import MAX_RECORD_STEP, whole_number
 from ...errors import UserError, short_repr
 from ...lmkit.models import LoadedModel
 from ...lmkit.weightfiles import check_weight_folder
@@ -249,7 +248,7 @@ def read_saved(name: str, where: str) -> SavedModel:
     check_weight_folder(f"{where}={name}", folder)  # pickle-only weights: refused here, before any folder is made
     state = _json(folder / "trainer_state.json", where, name) or {}
     step, epoch = state.get("global_step"), state.get("epoch")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_RECORD_STEP):
+    if step is not None and not (whole_number(step) is not None and 0 <= step <= MAX_RECORD_STEP):
         raise UserError(f"{where}={name}: trainer_state.json's global_step={short_repr(step)} is not a step (a whole "
                         f"number 0 to {MAX_RECORD_STEP})")
     if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, (int, float))
@@ -295,13 +294,13 @@ def check_series(config: Config) -> list[SavedModel]:
 
 
 def series_points(config: Config, saved: list[SavedModel]) -> list[tuple[int, float]]:
-    """(step, epoch) of every checkpoint: ``source.steps``, else trainer_state.json's global_step
-    (every one of them, increasing), else the position; the epoch is trainer_state.json's when
-    every checkpoint has one, else the step."""
+    """(step, epoch) of every checkpoint (read by :func:`check_series`): ``source.steps``, else
+    trainer_state.json's global_step (every one of them; increasing, as checked), else the
+    position; the epoch is trainer_state.json's when every checkpoint has one, else the step."""
     steps: list[int]
     if config.source.steps:
         steps = list(config.source.steps)
-    elif all(s.step is not None for s in saved) and all(b.step > a.step for a, b in zip(saved, saved[1:])):  # type: ignore[operator]
+    elif all(s.step is not None for s in saved):  # increasing: check_series refuses any other order
         steps = [int(s.step) for s in saved]  # type: ignore[arg-type]
     else:
         steps = list(range(len(saved)))
