@@ -283,7 +283,7 @@ def main() -> None:
         cfg = resolve(lab.Config, lab.preset_overrides("counterfact-tiny"), extra=data)
         prep = prepare(cfg, quiet=True)
         steps = args.epochs * len(dataset_batches(len(prep.encoded), cfg.train.batch_size))
-        tiny = {"preset": "counterfact-tiny", "overrides": data, "settings": {"lr": cfg.train.lr, "optimizer": "adamw"}}
+        tiny = {"lab": "lm", "preset": "counterfact-tiny", "overrides": data, "settings": {"lr": cfg.train.lr, "optimizer": "adamw"}}
         rows.append(plain_setting("counterfact-tiny, plain loop", cfg, prep, steps, args.repeats, scratch, tiny))
         print(HEAD, line(rows[-1]), sep="\n", flush=True)
         rows.append(trainer_setting("counterfact-tiny, HF Trainer", cfg, prep, args.epochs, args.repeats, scratch, tiny))
@@ -297,7 +297,7 @@ def main() -> None:
             print(f"SmolLM2 loaded in {time.perf_counter() - began:.0f} s ({len(prep.encoded)} training examples)", flush=True)
             warm(cfg, prep)
             probe_set = {**data, "task": {"name": "counterfact", "sample": args.smollm2_probe_sample}}
-            kwargs = {"preset": "counterfact-smollm2", "overrides": probe_set, "name": "SmolLM2-135M-Instruct",
+            kwargs = {"lab": "lm", "preset": "counterfact-smollm2", "overrides": probe_set, "name": "SmolLM2-135M-Instruct",
                       "settings": {"lr": cfg.train.lr, "optimizer": "adamw", "batch_size": args.smollm2_batch}}
             rows.append(plain_setting(f"SmolLM2-135M, plain loop (batch {args.smollm2_batch})", cfg, prep, args.smollm2_steps, 1,
                                       scratch, kwargs))

@@ -80,7 +80,7 @@ def main() -> int:
                    "absolute": [c.model_dump(mode="json") for c in r.absolute], "old_fractions": r.old_fractions}
                   for r in results]
         args.claims.parent.mkdir(parents=True, exist_ok=True)
-        record = {"kind": PHASE_MAP_KIND, "label": "gate-noise phase map (issue 38 criteria)",
+        record = {"kind": PHASE_MAP_KIND, "lab": "disentangled", "label": "gate-noise phase map (issue 38 criteria)",
                   "command": "stagewise sweep examples/sweeps/gate_noise_phase_map.yaml --out sweeps/gate-noise-map "
                              "--max-parallel 1", "points": points}
         args.claims.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")

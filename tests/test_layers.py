@@ -209,3 +209,46 @@ added ``claims`` (one file judging every lm claim) within the budget: typeclaims
 def test_the_lm_lab_keeps_to_its_module_budget():
     modules = sorted(p.stem for p in (SRC / "labs" / "lm").glob("*.py") if p.name != "__init__.py")
     assert len(modules) <= LM_LAB_MODULES, f"labs/lm has {len(modules)} modules (budget {LM_LAB_MODULES}): {modules}"
+
+
+GENERIC_LABS_MODULES = ("stagewise.labs", "stagewise.labs.contract", "stagewise.labs.registry", "stagewise.labs.resolve",
+                        "stagewise.labs.spec")
+"""The lab layer's own modules (the contract and the registry): everything else under stagewise.labs is a lab."""
+
+
+def lab_names() -> set[str]:
+    """The folders under labs/ that are labs."""
+    return {p.parent.name for p in (SRC / "labs").glob("*/lab.py")}
+
+
+def _string_constants(path: Path) -> set[str]:
+    """Every string constant of a module's code (docstrings left out: they may name examples)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docstrings}
+
+
+def test_orchestrate_names_no_lab():
+    """Issue 39: the generic layer works on the lab contract only. No module of
+    stagewise.orchestrate imports a lab's module (also not under ``if TYPE_CHECKING:``), and
+    none holds a lab's name as a string in its code (a default lab, a hard-coded ``LAB = "lm"``)."""
+    labs = lab_names()
+    assert {"lm", "ntp", "disentangled"} <= labs
+    orchestrate = sorted(m for m in MODULES if m.startswith("stagewise.orchestrate"))
+    for module in orchestrate:
+        imported = imports_of(MODULES[module], type_checking=True)
+        named = sorted(d for d in imported if d.startswith("stagewise.labs.") and d not in GENERIC_LABS_MODULES)
+        assert not named, f"{module} imports a lab: {named}"
+        constants = sorted(labs & _string_constants(MODULES[module]))
+        assert not constants, f"{module} names a lab in its code: {constants}"
+
+
+def test_the_lab_naming_check_sees_a_violation(tmp_path):
+    """The check is real: a hard-coded lab name and a lab import are found."""
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""Docstrings may say lm."""\nLAB = "lm"\n\ndef f():\n    from stagewise.labs.lm.track import probe\n')
+    assert "lm" in _string_constants(bad) and "Docstrings may say lm." not in _string_constants(bad)
+    assert "stagewise.labs.lm.track" in _absolute_imports(bad)

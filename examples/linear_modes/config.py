@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from stagewise.config import MAX_STEPS, ConfigModel, RunBase, TrainBase, deep_merge, validate
+from stagewise.config import MAX_STEPS, ConfigModel, ProbeSource, RunBase, TrainBase, deep_merge, validate
 
 NAME = "linear_modes"
 """The lab's name (its registry key and the ``lab`` of its summaries)."""
@@ -57,6 +57,7 @@ class TrainConfig(TrainBase):
 
 
 class Config(RunBase):
+    ADDED = ("source",)
     n_seeds: int = Field(4, ge=1, le=4096, description="ensemble size: seeds draw the singular vectors and the init")
     controls: list[ControlName] = Field(["equal-sv", "large-init"],
                                         description="control groups trained after the main one: equal-sv (every singular value\n"
@@ -64,6 +65,8 @@ class Config(RunBase):
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    source: ProbeSource = Field(default_factory=ProbeSource, description="where the model comes from: the lab trains it,\n"
+                                "or a researcher's own training is probed (stagewise.Tracker, probe.py)")
 
     @model_validator(mode="after")
     def _consistent(self) -> "Config":

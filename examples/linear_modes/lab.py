@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stagewise.labs.contract import Lab, SummaryTable, deferred, reproduction
+from stagewise.labs.contract import Lab, Probing, SummaryTable, deferred, reproduction
 from stagewise.report.claims import Summary
 
 from .claimspecs import CLAIMS, SOURCES
@@ -66,6 +66,7 @@ LAB = Lab(
            "model": {"hidden": 4}, "train": {"steps": 40, "lr": 0.1, "checkpoint_every": 9}},
     key_metrics=("order_ratio", "theory_error", "train.loss"), claims=CLAIMS, sources=SOURCES,
     summary_tables={"half_times": half_time_table},
+    probe=Probing(make=deferred(f"{__package__}.probe", "probe"), tracked={"controls": [], "n_seeds": 1}),
 )
 
 __all__ = ["LAB"]

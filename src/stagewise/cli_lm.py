@@ -316,9 +316,10 @@ def trajectory_cmd(
     if executor is None and (executor_sets or max_parallel is not None):
         raise UserError("--set executor.* / --max-parallel: only with --executor local|ray|slurm")
     opts = _executor_options({}, executor_sets, executor, max_parallel) if executor is not None else None
-    config = trajectory_config(checkpoints, preset=preset, config=config_file, sets=config_sets, steps=_steps(steps))
+    lab, config = trajectory_config("lm", checkpoints, preset=preset, config=config_file, sets=config_sets,
+                                    steps=_steps(steps))
     _check_out(out)
-    _run_trajectory(lambda on_part: run_trajectory_dir(config, out, executor=opts, progress=not quiet, on_part=on_part),
+    _run_trajectory(lambda on_part: run_trajectory_dir(lab, config, out, executor=opts, progress=not quiet, on_part=on_part),
                     out, quiet)
     for line in _trajectory_lines(out, len(config.source.checkpoints)):
         out_console.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -406,6 +406,75 @@ def _jsonable(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------- shared bases
+SourceKind = Literal["train", "tracked", "checkpoint", "trajectory"]
+SOURCE_KINDS: tuple[str, ...] = ("train", "tracked", "checkpoint", "trajectory")
+
+
+class ProbeSource(ConfigModel):
+    """Where a run's model comes from (issues 29, 39), the ``source`` section of every lab
+    that declares a probe (``Lab.probe``): the lab trains it (``train``), or the lab only
+    measures a model trained elsewhere: a researcher's own training probed while it runs
+    (``tracked``, :mod:`stagewise.orchestrate.track`), one saved model (``checkpoint``, at
+    ``source.step``) or an ordered series of them (``trajectory``,
+    :mod:`stagewise.orchestrate.trajectory`). Outside ``train`` the lab's other sections
+    declare what is measured (the probe sets), and ``source.settings`` records the
+    researcher's own training settings as given. A lab subclasses it for settings of its own
+    probe (the lm lab: attention spectra, a category function)."""
+
+    ADDED = ("schedule", "log_until", "probe_steps")
+    kind: SourceKind = Field("train", description="train: the lab trains the model [default]; tracked: a researcher's own\n"
+                             "training, probed while it runs; checkpoint: one saved model at source.step;\n"
+                             "trajectory: the saved models in source.checkpoints, in order [ours, issue 29]")
+    checkpoints: list[str] = Field(default_factory=list, description="trajectory: the model folders in training order")
+    steps: list[int] = Field(default_factory=list, description="trajectory: each checkpoint's training step (default: the\n"
+                             "global_step of its trainer_state.json, else its position in the list)")
+    step: int = Field(0, ge=0, le=MAX_STEPS, description="checkpoint: the training step its records are logged at")
+    epoch: float | None = Field(None, ge=0, allow_inf_nan=False, description="checkpoint: its training epoch (records' epoch;\n"
+                                "null: the step)")
+    schedule: Literal["every", "log", "steps"] = Field("every", description="tracked: when to probe: every (every k\n"
+                                                       "steps, source.every; 0: the budget rule), log (step 0 and the powers of two up\n"
+                                                       "to source.log_until, then every k steps), steps (source.probe_steps) [ours, issue 39]")
+    every: int = Field(0, ge=0, le=MAX_STEPS, description="tracked: probe every k optimizer steps (0: as often as\n"
+                       "source.budget allows, plus where the caller asks: training's start and end, epoch ends)")
+    log_until: int = Field(0, ge=0, le=MAX_STEPS, description="tracked, schedule=log: its last power of two (512:\n"
+                           "Pythia's; 0 with the other schedules)")
+    probe_steps: list[int] = Field(default_factory=list, description="tracked, schedule=steps: the steps to probe at\n"
+                                   "(increasing)")
+    budget: float = Field(0.1, gt=0, le=1, allow_inf_nan=False, description="tracked, every=0: probe while the time spent\n"
+                          "probing, the next probe and one kept for the final record stay within budget x the training time")
+    settings: dict[str, Any] = Field(default_factory=dict, description="the researcher's own training settings, recorded\n"
+                                     "as given (optimizer, rate, schedule, ...); not read by stagewise")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.kind != "trajectory" and (self.checkpoints or self.steps):
+            raise ValueError(f"source.checkpoints/source.steps: only for source.kind=trajectory (this is {self.kind})")
+        if self.kind == "trajectory":
+            if not self.checkpoints:
+                raise ValueError("source.kind=trajectory needs source.checkpoints=[folder, ...] (at least one)")
+            if self.steps and len(self.steps) != len(self.checkpoints):
+                raise ValueError(f"source.steps has {len(self.steps)} entries for {len(self.checkpoints)} checkpoints")
+            if any(b <= a for a, b in zip(self.steps, self.steps[1:])):
+                raise ValueError(f"source.steps={self.steps}: steps increase along the trajectory")
+            if any(s < 0 or s > MAX_RECORD_STEP for s in self.steps):
+                raise ValueError(f"source.steps: {next(s for s in self.steps if s < 0 or s > MAX_RECORD_STEP)} is out of "
+                                 f"range (steps are 0 to {MAX_RECORD_STEP}, a 64-bit record step)")
+        if self.kind == "train" and (self.settings or self.every or self.budget != 0.1):
+            raise ValueError("source.settings/every/budget: only when the model is trained elsewhere (source.kind != train)")
+        if self.kind != "tracked" and (self.schedule != "every" or self.log_until or self.probe_steps):
+            raise ValueError(f"source.schedule/log_until/probe_steps: only for source.kind=tracked (this is {self.kind})")
+        if (self.schedule == "log") != (self.log_until > 0):
+            raise ValueError(f"source.log_until={self.log_until}: >= 1 with source.schedule=log, 0 otherwise "
+                             f"(this is {self.schedule})")
+        if (self.schedule == "steps") != bool(self.probe_steps) or (self.probe_steps and self.every):
+            raise ValueError(f"source.probe_steps: the steps of source.schedule=steps (at least one; source.every=0), "
+                             f"none otherwise (this is {self.schedule} with {len(self.probe_steps)} steps, every={self.every})")
+        if any(not 0 <= s <= MAX_RECORD_STEP for s in self.probe_steps) or any(b <= a for a, b in zip(self.probe_steps,
+                                                                                                  self.probe_steps[1:])):
+            raise ValueError(f"source.probe_steps: whole numbers from 0 to {MAX_RECORD_STEP}, increasing")
+        return self
+
+
 class RunBase(ConfigModel):
     """Fields every lab's top-level config has: the ensemble's seeds and the device.
 

@@ -46,7 +46,7 @@ def trainer_run(ns: dict[str, Any], out: Path, batch: int, epochs: int, every: i
         weight_decay=0.0, lr_scheduler_type="constant", max_grad_norm=0.0, train_sampling_strategy="sequential",
         remove_unused_columns=False, report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
         use_cpu=True, ddp_backend="gloo" if distributed else None)
-    callback = StagewiseCallback(out / "runs" / "trainer", preset="counterfact-tiny", every=every,
+    callback = StagewiseCallback(out / "runs" / "trainer", lab="lm", preset="counterfact-tiny", every=every,
                                  vocab_ids=ns["prep"].loaded.vocab_ids)
     trainer = Trainer(model=ns["model"], args=args, train_dataset=ns["train_data"], data_collator=ns["collate"],
                       processing_class=ns["tokenizer"], callbacks=[callback])
@@ -68,7 +68,7 @@ def loop_run(ns: dict[str, Any], out: Path, batch: int, epochs: int) -> None:
     data = ns["train_data"]
     batches = [data[i:i + batch] for i in range(0, len(data), batch)][rank::world]  # this rank's share, in order
     answers: list[bool] = []
-    with Tracker(out / "runs" / "loop", model, ns["tokenizer"], preset="counterfact-tiny", budget=1.0,
+    with Tracker(out / "runs" / "loop", model, ns["tokenizer"], lab="lm", preset="counterfact-tiny", budget=1.0,
                  vocab_ids=ns["prep"].loaded.vocab_ids) as tracker:
         answers.append(tracker.step(0, epoch=0.0, force=True))
         model.train()

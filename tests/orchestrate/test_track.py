@@ -242,7 +242,7 @@ def test_probing_leaves_the_trainer_training_bit_identical(dropout, setup_ns, tm
     """The Trainer with a callback probing at every step and epoch end (a probe that draws
     random numbers) ends with the weights of the same Trainer without it (3 epochs)."""
     initial = prepare(tiny_config(dropout=dropout), quiet=True).loaded.model
-    callback = StagewiseCallback(tmp_path / "tracked", preset="counterfact-tiny", every=1, at_epoch_end=True,
+    callback = StagewiseCallback(tmp_path / "tracked", lab="lm", preset="counterfact-tiny", every=1, at_epoch_end=True,
                                  vocab_ids=setup_ns["prep"].loaded.vocab_ids)
     with without_run_figures(("lm",)):
         probed = trainer_trained(copy.deepcopy(initial), setup_ns, tmp_path, [callback], monkeypatch)
@@ -263,7 +263,7 @@ def test_probing_leaves_a_plain_loop_bit_identical(dropout, setup_ns, tmp_path, 
     train_loop(bare, collate, data, epochs=3)
     probed = copy.deepcopy(initial)
     with without_run_figures(("lm",)):  # the tracker's lab (its figures) is taken when it is made
-        tracker = Tracker(tmp_path / "r", probed, prep.loaded.tokenizer, preset="counterfact-tiny", every=1,
+        tracker = Tracker(tmp_path / "r", probed, prep.loaded.tokenizer, lab="lm", preset="counterfact-tiny", every=1,
                           vocab_ids=prep.loaded.vocab_ids)
         drawing(tracker, monkeypatch)
         with tracker:
@@ -288,7 +288,7 @@ def test_the_identity_check_sees_a_probe_that_does_not_restore(restore, setup_ns
     monkeypatch.setattr(track.ModelState, "restore", restore)
     probed = copy.deepcopy(prep.loaded.model)
     with without_run_figures(("lm",)):
-        tracker = Tracker(tmp_path / "r", probed, prep.loaded.tokenizer, preset="counterfact-tiny", every=1,
+        tracker = Tracker(tmp_path / "r", probed, prep.loaded.tokenizer, lab="lm", preset="counterfact-tiny", every=1,
                           vocab_ids=prep.loaded.vocab_ids)
         drawing(tracker, monkeypatch)
         with tracker:
@@ -300,7 +300,7 @@ def test_a_probe_puts_back_every_train_flag_and_the_rng_state(setup_ns, tmp_path
     model = copy.deepcopy(setup_ns["model"]).train()
     model.transformer.h[0].eval()  # a frozen block: its flag must stay as the training set it
     with without_run_figures(("lm",)):
-        tracker = Tracker(tmp_path / "r", model, setup_ns["tokenizer"], preset="counterfact-tiny",
+        tracker = Tracker(tmp_path / "r", model, setup_ns["tokenizer"], lab="lm", preset="counterfact-tiny",
                           vocab_ids=setup_ns["prep"].loaded.vocab_ids)
     seen: list[bool] = []
     drawing(tracker, monkeypatch, seen)
@@ -316,7 +316,7 @@ def test_a_probe_puts_back_every_train_flag_and_the_rng_state(setup_ns, tmp_path
 def test_a_callback_without_a_tokenizer_stops_the_trainer_construction(setup_ns, tmp_path):
     from transformers import Trainer, TrainingArguments
 
-    callback = StagewiseCallback(tmp_path / "tracked", preset="counterfact-tiny", vocab_ids=setup_ns["prep"].loaded.vocab_ids)
+    callback = StagewiseCallback(tmp_path / "tracked", lab="lm", preset="counterfact-tiny", vocab_ids=setup_ns["prep"].loaded.vocab_ids)
     args = TrainingArguments(output_dir=str(tmp_path / "hf"), report_to="none", remove_unused_columns=False)
     with pytest.raises(UserError) as err:
         Trainer(model=copy.deepcopy(setup_ns["model"]), args=args, train_dataset=setup_ns["train_data"],
@@ -334,7 +334,7 @@ def test_a_probe_set_without_usable_rows_is_one_line_before_the_folder(setup_ns,
     path = tmp_path / "multi.json"
     path.write_text(json.dumps(records), encoding="utf-8")
     with pytest.raises(UserError) as err:
-        Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), setup_ns["tokenizer"], preset="counterfact-tiny",
+        Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), setup_ns["tokenizer"], lab="lm", preset="counterfact-tiny",
                 overrides={"data": {"path": str(path)}}, vocab_ids=setup_ns["prep"].loaded.vocab_ids)
     assert "one-token answer" in one_line(err)
     assert not (tmp_path / "r").exists()
@@ -342,7 +342,7 @@ def test_a_probe_set_without_usable_rows_is_one_line_before_the_folder(setup_ns,
 
 @pytest.mark.parametrize("step", [-1, 1.5, True, "3"])
 def test_a_bad_step_is_one_line_before_the_folder(step, setup_ns, tmp_path):
-    tracker = Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), setup_ns["tokenizer"], preset="counterfact-tiny",
+    tracker = Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), setup_ns["tokenizer"], lab="lm", preset="counterfact-tiny",
                       vocab_ids=setup_ns["prep"].loaded.vocab_ids)
     with pytest.raises(UserError) as err:
         tracker.step(step, force=True)
@@ -355,7 +355,7 @@ def test_a_bad_step_is_one_line_before_the_folder(step, setup_ns, tmp_path):
 def test_bad_tracker_arguments_are_one_line_before_the_folder(kwargs, needle, setup_ns, tmp_path):
     given = {"tokenizer": setup_ns["tokenizer"], **kwargs}
     with pytest.raises(UserError) as err:
-        Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), preset="counterfact-tiny",
+        Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), lab="lm", preset="counterfact-tiny",
                 vocab_ids=setup_ns["prep"].loaded.vocab_ids, **given)
     assert needle in one_line(err)
     assert not (tmp_path / "r").exists()
@@ -367,7 +367,7 @@ def test_a_finished_or_foreign_run_folder_is_refused_untouched(setup_ns, doc_run
     for folder, needle in ((doc_runs / "runs" / "loop", "finished tracked run"), (lab_run, "another config")):
         before = folder_digest(folder)
         settings = {"optimizer": "AdamW", "lr": 1e-3, "batch_size": 32, "epochs": EPOCHS}
-        tracker = Tracker(folder, copy.deepcopy(setup_ns["model"]), setup_ns["tokenizer"], preset="counterfact-tiny",
+        tracker = Tracker(folder, copy.deepcopy(setup_ns["model"]), setup_ns["tokenizer"], lab="lm", preset="counterfact-tiny",
                           vocab_ids=setup_ns["prep"].loaded.vocab_ids, settings=settings)
         with pytest.raises(UserError) as err:
             tracker.step(0, force=True)
@@ -386,7 +386,7 @@ def test_an_interrupted_tracked_run_resumes_to_the_uninterrupted_records(stop, s
     collate, data, vocab_ids = setup_ns["collate"], setup_ns["train_data"], setup_ns["prep"].loaded.vocab_ids
 
     def tracker(folder: Path) -> Tracker:
-        return Tracker(folder, model, setup_ns["tokenizer"], preset="counterfact-tiny", every=2, vocab_ids=vocab_ids,
+        return Tracker(folder, model, setup_ns["tokenizer"], lab="lm", preset="counterfact-tiny", every=2, vocab_ids=vocab_ids,
                        settings={"lr": 1e-3})
 
     with without_run_figures(("lm",)):
@@ -414,7 +414,7 @@ def test_a_resumed_tracker_at_the_default_budget_probes_again(setup_ns, tmp_path
     """every=0: the first step past the budget rule's gap after the last record probes (timing
     the probe for the budget again), not only the forced probes to come."""
     def tracker() -> Tracker:
-        return Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), setup_ns["tokenizer"], preset="counterfact-tiny",
+        return Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), setup_ns["tokenizer"], lab="lm", preset="counterfact-tiny",
                        vocab_ids=setup_ns["prep"].loaded.vocab_ids)
 
     with without_run_figures(("lm",)):
@@ -442,7 +442,7 @@ def test_a_scheduled_tracked_run_resumes_to_the_uninterrupted_records(when, firs
     collate, data, vocab_ids = setup_ns["collate"], setup_ns["train_data"], setup_ns["prep"].loaded.vocab_ids
 
     def tracker(folder: Path, **schedule: Any) -> Tracker:
-        return Tracker(folder, model, setup_ns["tokenizer"], preset="counterfact-tiny", vocab_ids=vocab_ids,
+        return Tracker(folder, model, setup_ns["tokenizer"], lab="lm", preset="counterfact-tiny", vocab_ids=vocab_ids,
                        **(schedule or when))
 
     with without_run_figures(("lm",)):
@@ -475,7 +475,7 @@ def test_a_scheduled_tracked_run_resumes_to_the_uninterrupted_records(when, firs
 def test_the_callback_probes_on_its_schedule(when, steps, setup_ns, tmp_path, monkeypatch):
     """The Trainer (3 epochs of 2 steps) with a log schedule or a list: its steps, plus the
     training's start and end that the callback forces."""
-    callback = StagewiseCallback(tmp_path / "tracked", preset="counterfact-tiny", vocab_ids=setup_ns["prep"].loaded.vocab_ids,
+    callback = StagewiseCallback(tmp_path / "tracked", lab="lm", preset="counterfact-tiny", vocab_ids=setup_ns["prep"].loaded.vocab_ids,
                                  **when)
     with without_run_figures(("lm",)):
         trainer_trained(copy.deepcopy(setup_ns["model"]), setup_ns, tmp_path, [callback], monkeypatch)
@@ -501,7 +501,7 @@ def test_the_trackers_budget_rule_spreads_its_probes_on_a_simulated_clock(setup_
     comes within MIN_BUDGET_GAP steps of the last record, they are spaced by a probe's time /
     budget (0.5 s: 5 steps), and the time probing stays within the budget."""
     clock = SimulatedClock()
-    tracker = Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), setup_ns["tokenizer"], preset="counterfact-tiny",
+    tracker = Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), setup_ns["tokenizer"], lab="lm", preset="counterfact-tiny",
                       vocab_ids=setup_ns["prep"].loaded.vocab_ids)
     tracker.budget_rule.clock = clock
     record = tracker.probe.record
@@ -534,7 +534,7 @@ def test_probing_leaves_the_researchers_tokenizer_as_it_was(setup_ns, tmp_path):
     tok.pad_token = None
     before = (tok.pad_token, tok.pad_token_id, tok.padding_side, dict(tok.special_tokens_map), len(tok))
     with without_run_figures(("lm",)):
-        tracker = Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), tok, preset="counterfact-tiny",
+        tracker = Tracker(tmp_path / "r", copy.deepcopy(setup_ns["model"]), tok, lab="lm", preset="counterfact-tiny",
                           vocab_ids=setup_ns["prep"].loaded.vocab_ids)
     assert tracker.step(0, force=True)
     tracker.close()

@@ -34,7 +34,7 @@ def tracked_pair(tmp_path_factory) -> tuple[Path, Path]:
     prep = prepare(config)
     model = prep.loaded.model
     opt = make_optimizer(config, list(model.parameters()))
-    common = {"preset": "counterfact-tiny", "vocab_ids": prep.loaded.vocab_ids, "seed": 3, "settings": {"lr": 1e-3}}
+    common = {"lab": "lm", "preset": "counterfact-tiny", "vocab_ids": prep.loaded.vocab_ids, "seed": 3, "settings": {"lr": 1e-3}}
     real = Tracker(tmp / "real", model, prep.loaded.tokenizer, overrides=data, **common)
     control = Tracker(tmp / "control", model, prep.loaded.tokenizer,
                       overrides={**data, "task": {"name": "counterfact", "shuffle_groups": True}}, **common)
@@ -98,7 +98,7 @@ def test_a_tracked_two_task_run_records_per_task_loss_minimal_pairs_and_spectra(
     model = prep.loaded.model
     opt = make_optimizer(config, list(model.parameters()))
     out = tmp_path / "run"
-    with Tracker(out, model, prep.loaded.tokenizer, preset="blimp-sick-tiny", overrides=data, every=2, spectra=True,
+    with Tracker(out, model, prep.loaded.tokenizer, lab="lm", preset="blimp-sick-tiny", overrides=data, every=2, spectra=True,
                  vocab_ids=prep.loaded.vocab_ids) as tracker:
         step = 0
         tracker.step(0, 0.0)
@@ -144,7 +144,7 @@ def test_a_user_category_rule_is_recorded_and_judges_the_claims(tmp_path):
     config = validate(lab.Config, deep_merge(lab.preset_overrides("counterfact-tiny"), data))
     prep = prepare(config)
     out = tmp_path / "run"
-    with Tracker(out, prep.loaded.model, prep.loaded.tokenizer, preset="counterfact-tiny", overrides=data,
+    with Tracker(out, prep.loaded.model, prep.loaded.tokenizer, lab="lm", preset="counterfact-tiny", overrides=data,
                  vocab_ids=prep.loaded.vocab_ids, categorize=capitalised_rule) as tracker:
         tracker.step(0, 0.0, force=True)
         tracker.step(1, 1.0, force=True)
@@ -174,7 +174,7 @@ def test_a_bad_user_rule_is_one_line_before_the_folder(tmp_path, rule, needle):
     data = {"data": {"root": str(root)}}
     prep = prepare(validate(lab.Config, deep_merge(lab.preset_overrides("counterfact-tiny"), data)))
     with pytest.raises(UserError) as err:
-        Tracker(tmp_path / "run", prep.loaded.model, prep.loaded.tokenizer, preset="counterfact-tiny", overrides=data,
+        Tracker(tmp_path / "run", prep.loaded.model, prep.loaded.tokenizer, lab="lm", preset="counterfact-tiny", overrides=data,
                 vocab_ids=prep.loaded.vocab_ids, categorize=rule)
     assert len(err.value.messages) == 1 and needle in err.value.messages[0]
     assert not (tmp_path / "run").exists()

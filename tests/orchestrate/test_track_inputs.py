@@ -35,7 +35,7 @@ def prep() -> Any:
 
 
 def tracker_of(prep: Any, out: Path, **kwargs: Any) -> Tracker:
-    given = {"model": copy.deepcopy(prep.model), "tokenizer": prep.tokenizer, "preset": "counterfact-tiny",
+    given = {"model": copy.deepcopy(prep.model), "tokenizer": prep.tokenizer, "lab": "lm", "preset": "counterfact-tiny",
              "vocab_ids": prep.vocab_ids, **kwargs}
     return Tracker(out, **given)
 
@@ -80,6 +80,9 @@ BAD = {
     "settings-recursive": ({"settings": self_referencing()}, "settings['inner']['outer']: contains itself"),
     "settings-deep": ({"settings": nested(100)}, "nested deeper than 64 levels"),
     "lab-int": ({"lab": 3}, "lab=3"),
+    "lab-missing": ({"lab": None}, "lab: name the lab whose probes apply (labs with probes: lm"),
+    "lab-without-probe": ({"lab": "ntp"}, "lab 'ntp' has no probes"),
+    "option-unknown": ({"colour": "red"}, "colour=...: not an option of lab 'lm''s probe (it takes: name, vocab_ids"),
     "preset-int": ({"preset": 3}, "preset=3"),
     "name-int": ({"name": 3}, "name=3"),
     "out-int": ({"out": 3}, "out=3: the run directory"),
@@ -119,7 +122,7 @@ def test_bad_callback_arguments_are_one_line_before_the_trainer(tmp_path):
     for kwargs, needle in (({"schedule": "log", "log_until": -1}, "log_until=-1"), ({"steps": [4, 2]}, "steps[1]=2"),
                            ({"settings": [1]}, "settings=[1]"), ({"every": 3, "steps": [1]}, "give one schedule")):
         with pytest.raises(UserError) as err:
-            StagewiseCallback(tmp_path / "r", preset="counterfact-tiny", **kwargs)
+            StagewiseCallback(tmp_path / "r", lab="lm", preset="counterfact-tiny", **kwargs)
         assert needle in one_line(err)
     with pytest.raises(UserError) as err:
         StagewiseCallback(None)  # type: ignore[arg-type]

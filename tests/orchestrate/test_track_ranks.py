@@ -48,7 +48,7 @@ def prep() -> Any:
 
 
 def tracker(prep: Any, out: Path, **kwargs: Any) -> Tracker:
-    return Tracker(out, prep.loaded.model, prep.loaded.tokenizer, preset="counterfact-tiny",
+    return Tracker(out, prep.loaded.model, prep.loaded.tokenizer, lab="lm", preset="counterfact-tiny",
                    vocab_ids=prep.loaded.vocab_ids, **kwargs)
 
 
@@ -188,7 +188,7 @@ def dtensors(model: torch.nn.Module) -> torch.nn.Module:
 def test_a_sharded_model_is_one_line_before_anything_is_made(shard, what, prep, tmp_path, monkeypatch):
     monkeypatch.setattr(ranks, "_dtensor_class", lambda: FakeDTensor)
     with pytest.raises(UserError) as err:
-        Tracker(tmp_path / "r", shard(torch.nn.Linear(2, 2)), prep.loaded.tokenizer, preset="counterfact-tiny")
+        Tracker(tmp_path / "r", shard(torch.nn.Linear(2, 2)), prep.loaded.tokenizer, lab="lm", preset="counterfact-tiny")
     text = one_line(err)
     assert what in text and "not supported" in text and "stagewise lm trajectory" in text
     assert not (tmp_path / "r").exists()
@@ -203,7 +203,7 @@ def test_the_callback_refuses_fsdp_and_zero3_when_the_trainer_is_made(args, prep
 
     monkeypatch.setattr(hfds, "is_deepspeed_zero3_enabled", lambda: True)
     args.to_dict, args.seed = (lambda: {}), 0
-    callback = StagewiseCallback(tmp_path / "r", preset="counterfact-tiny", vocab_ids=prep.loaded.vocab_ids)
+    callback = StagewiseCallback(tmp_path / "r", lab="lm", preset="counterfact-tiny", vocab_ids=prep.loaded.vocab_ids)
     with pytest.raises(UserError) as err:
         callback.on_init_end(args, SimpleNamespace(is_world_process_zero=True), None, model=prep.loaded.model,
                              processing_class=prep.loaded.tokenizer)

@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from stagewise.labs import get_lab
 from stagewise.orchestrate.executor_options import ExecutorOptions
 from stagewise.orchestrate.trajectory import run_trajectory_dir, trajectory_config
 from stagewise.report.claims import VERDICTS
@@ -36,6 +37,7 @@ from lm_fixtures import _record, counterfact_records, write_layout
 N_CHECKPOINTS = 6
 STEPS_PER_CHECKPOINT = 4  # AdamW steps between two saved checkpoints (the first is the initial model)
 LR = 1e-2
+LM = get_lab("lm")
 THREADS = ["train.threads=1"]  # every evaluation single-threaded: the runs are compared bit for bit (module docstring)
 
 
@@ -52,7 +54,7 @@ class Series:
         return [f"data.root={data or self.data}", *THREADS]
 
     def config(self):
-        return trajectory_config(self.folders, sets=self.sets())
+        return trajectory_config("lm", self.folders, sets=self.sets())[1]
 
     def cli_args(self, out: Path) -> list[str]:
         return ["lm", "trajectory", *self.folders, "--out", str(out), *(a for s in self.sets() for a in ("--set", s))]
@@ -118,7 +120,7 @@ def series(tmp_path_factory) -> Series:
 def reference(series) -> Path:
     """The uninterrupted trajectory, evaluated in this process (read only)."""
     out = series.root / "reference"
-    manifest = run_trajectory_dir(series.config(), out, progress=False)
+    manifest = run_trajectory_dir(LM, series.config(), out, progress=False)
     assert manifest["status"] == "done", manifest
     return out
 
@@ -200,6 +202,41 @@ def test_a_trajectory_reads_as_a_lab_run(series, reference, cli, tmp_path):
 
 
 @pytest.mark.slow  # a real SIGKILL of a trajectory process, then its rerun: two fresh interpreters importing torch, ~11 s
+def hub_cache_of(series: Series, root: Path, repo: str, count: int) -> Path:
+    """A Hugging Face hub cache (its on-disk layout: refs/REV -> commit, snapshots/COMMIT/) holding
+    the series' first ``count`` checkpoints as revisions ``stepN`` of ``repo``, without their
+    trainer_state.json (as a hub repo's revisions have none)."""
+    folder = root / ("models--" + repo.replace("/", "--"))
+    (folder / "refs").mkdir(parents=True)
+    for i, checkpoint in enumerate(series.folders[:count]):
+        commit = f"{i:040x}"
+        shutil.copytree(checkpoint, folder / "snapshots" / commit, ignore=shutil.ignore_patterns("trainer_state.json"))
+        (folder / "refs" / f"step{i * STEPS_PER_CHECKPOINT}").write_text(commit)
+    return root
+
+
+def test_hub_revisions_resolve_through_the_cache_offline(series, tmp_path, monkeypatch):
+    """Issue 39: ``REPO@stepN`` checkpoints read from a Hugging Face cache built here, offline:
+    their snapshots are the checkpoints, their steps the revision names', and the records equal a
+    trajectory over the same folders given with those steps."""
+    from huggingface_hub import constants
+
+    cache = hub_cache_of(series, tmp_path / "hf-cache", "someone/tiny-gpt2", 3)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    names = [f"someone/tiny-gpt2@step{i * STEPS_PER_CHECKPOINT}" for i in range(3)]
+    _, config = trajectory_config("lm", names, sets=series.sets())
+    steps = [i * STEPS_PER_CHECKPOINT for i in range(3)]
+    assert config.source.steps == steps
+    assert all(Path(c).is_relative_to(cache) for c in config.source.checkpoints)
+    assert run_trajectory_dir(LM, config, tmp_path / "hub", progress=False)["status"] == "done"
+    _, local = trajectory_config("lm", series.folders[:3], sets=series.sets(), steps=steps)
+    assert run_trajectory_dir(LM, local, tmp_path / "local", progress=False)["status"] == "done"
+    pd.testing.assert_frame_equal(metrics(tmp_path / "hub"), metrics(tmp_path / "local"), check_exact=True)
+
+
 def test_a_killed_trajectory_evaluates_only_what_it_had_not_recorded(series, reference, tmp_path, model_loads):
     out = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "stagewise.cli", *series.cli_args(out), "--quiet"],
@@ -222,7 +259,7 @@ def test_a_killed_trajectory_evaluates_only_what_it_had_not_recorded(series, ref
     index = recorded[3]["index"]
     assert 2 <= index and read_manifest(out)["status"] == "running"
 
-    manifest = run_trajectory_dir(series.config(), out, progress=False)
+    manifest = run_trajectory_dir(LM, series.config(), out, progress=False)
     assert manifest["status"] == "done" and manifest.get("resumed")
     later = resolved(series.folders[index + 1:])
     assert model_loads == (later if later else resolved(series.folders[:1]))  # the last checkpoint's facts: the first's, loaded once
@@ -251,8 +288,8 @@ def test_a_failed_checkpoint_run_is_one_line_and_its_finished_ones_are_kept(seri
     model_loads.clear()
 
     (broken / "model.safetensors").write_bytes(good)
-    config = trajectory_config(folders, sets=series.sets())
-    assert run_trajectory_dir(config, out, progress=False)["status"] == "done"  # no executor: the rest in process
+    _, config = trajectory_config("lm", folders, sets=series.sets())
+    assert run_trajectory_dir(LM, config, out, progress=False)["status"] == "done"  # no executor: the rest in process
     assert model_loads == resolved([str(broken)])  # checkpoints 0 and 1 folded from their finished runs
     steps = {str(i * STEPS_PER_CHECKPOINT) for i in range(3)}
     ref = metrics(reference)
@@ -266,7 +303,7 @@ def test_a_failed_checkpoint_run_is_one_line_and_its_finished_ones_are_kept(seri
 
 # ------------------------------------------------------------------------- executors
 def _run_on(executor: ExecutorOptions, series: Series, reference: Path, out: Path, loads: list[str]) -> None:
-    manifest = run_trajectory_dir(series.config(), out, executor=executor, progress=False)
+    manifest = run_trajectory_dir(LM, series.config(), out, executor=executor, progress=False)
     assert manifest["status"] == "done"
     parts = sorted((out / "parts" / "runs").iterdir())
     assert [p.name for p in parts] == [f"ckpt-{i:04d}" for i in range(N_CHECKPOINTS)]
@@ -311,8 +348,9 @@ BAD = {
                            "another architecture than the first checkpoint (n_layer=2 (first: 1))"),
     "no usable probe row": (lambda s, t: s.folders[:2], _no_one_token_answer, "probe sets",
                             "no example has a one-token answer"),
-    "hub revision offline": (lambda s, t: [s.folders[0], "openai-community/gpt2@step100"], None, "offline (",
-                             "a trajectory needs local model folders"),
+    "hub revision offline": (lambda s, t: [s.folders[0], "openai-community/gpt2@step100"], None,
+                             "source.checkpoints[1]=openai-community/gpt2@step100:",
+                             "is not in the local Hugging Face cache"),
     # round 4 (issue 39): refused before any folder is made or any checkpoint evaluated
     "out of step order": (lambda s, t: [s.folders[0], s.folders[2], s.folders[1]], None, "source.checkpoints[2]=",
                           f"global_step {STEPS_PER_CHECKPOINT} in its trainer_state.json after {2 * STEPS_PER_CHECKPOINT}: "
@@ -373,9 +411,9 @@ def test_bad_input_is_one_line_and_makes_nothing(series, tmp_path, cli, case):
 def test_another_config_in_out_is_refused(series, reference):
     from stagewise.errors import UserError
 
-    config = trajectory_config(series.folders[:2], sets=series.sets())
+    _, config = trajectory_config("lm", series.folders[:2], sets=series.sets())
     with pytest.raises(UserError, match="holds another run"):
-        run_trajectory_dir(config, reference, progress=False)
+        run_trajectory_dir(LM, config, reference, progress=False)
 
 
 @pytest.mark.parametrize("steps", [[0, 2**70], [-1, 4]])

@@ -44,8 +44,8 @@ if TYPE_CHECKING:  # annotations only: the contract imports no torch or pandas a
 
     from ..runs.context import Checkpoint
 
-__all__ = ["Checkpoint", "Claim", "ClaimSpec", "Lab", "LabCommand", "Reproduction", "Resources", "RunContext", "RunResult",
-           "Summary", "SummaryTable", "Tables", "reproduction"]
+__all__ = ["Checkpoint", "Claim", "ClaimSpec", "Lab", "LabCommand", "Probing", "Reproduction", "Resources", "RunContext",
+           "RunResult", "Series", "Summary", "SummaryTable", "Tables", "reproduction"]
 
 
 def __getattr__(name: str) -> Any:
@@ -103,6 +103,12 @@ class RunContext(Protocol):
         """(metrics, tables) of the finished run ``parts/runs/KEY`` of this run when its config
         hash is ``config_hash`` (a part dispatched to an executor: a trajectory's checkpoint),
         else None (not there, unfinished, another config, or no run directory)."""
+
+
+def part_key(index: int) -> str:
+    """The name of checkpoint ``index``'s own run under ``parts/runs/`` (a trajectory's part,
+    dispatched to an executor and found again by :meth:`RunContext.finished_part`)."""
+    return f"ckpt-{index:04d}"
 
 
 @dataclass(frozen=True)
@@ -193,6 +199,67 @@ class SummaryTable:
     rows: tuple[tuple[Any, ...], ...]
 
 
+def _no_overrides(options: Mapping[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Series:
+    """How a lab reads one model's saved checkpoints as one run (``source.kind=trajectory``,
+    :mod:`stagewise.orchestrate.trajectory`); every function raises one UserError line for
+    what it cannot take, before any folder is made.
+
+    Life of a trajectory::
+
+        forced = series.config(names, steps)      # the source (kind=trajectory, checkpoints), what the model is
+        config = resolve(lab.Config, preset, file, sets, forced)
+        series.check(config)                      # the probe sets usable with the checkpoints (e.g. their tokenizer)
+        points = series.points(config)            # (step, epoch) per checkpoint, checked in training order
+        part = series.part(config, i, points[i])  # checkpoint i's own run (source.kind=checkpoint), as data
+    """
+
+    config: Callable[[Sequence[str], Sequence[int] | None], dict[str, Any]]
+    """(checkpoint names as given, their steps or None) -> the config overrides the trajectory
+    forces: ``source`` (``kind=trajectory``, the checkpoints as the folders they resolve to) and
+    whatever the lab reads the model by."""
+    check: Callable[[Any], None]
+    """Every check of the checkpoints and probe sets beyond ``lab.check`` (a config of the trajectory)."""
+    points: Callable[[Any], list[tuple[int, float]]]
+    """(step, epoch) of every checkpoint in order (read from the folders; an order that
+    contradicts their own steps is one line)."""
+    part: Callable[[Any, int, tuple[int, float]], dict[str, Any]]
+    """(config, index, point) -> the config, as data, of checkpoint ``index``'s own run
+    (``source.kind=checkpoint``), which an executor runs as a task of its own."""
+
+
+@dataclass(frozen=True)
+class Probing:
+    """A lab's measurements of a model it did not train (issues 29, 39): what
+    :class:`stagewise.orchestrate.track.Tracker`, the Trainer callback and trajectories call.
+    The lab's config has a ``source`` section (:class:`stagewise.config.ProbeSource` or a
+    subclass) that says where the model comes from.
+
+    ``make(config, model, tokenizer, **options)`` reads and checks the config's probe sets
+    (one UserError line: a wrong model, a missing tokenizer where the lab needs one) and
+    returns an object with ``note(ctx)`` (the run's facts into the manifest), ``record(ctx,
+    step, epoch)`` (one evaluation's records; the caller runs it without gradients and restores
+    the model's modes and RNG) and ``extras(steps)`` (the ``RunResult`` extras of the summary).
+    The same object works in a notebook on a :class:`stagewise.runs.MemoryContext`."""
+
+    make: Callable[..., Any]
+    options: tuple[str, ...] = ()
+    """The keywords ``make`` takes beside (config, model, tokenizer) (the lm lab's: ``name``,
+    ``vocab_ids``, ``categorize``, ``spectra``); any other is one line."""
+    overrides: Callable[[Mapping[str, Any]], dict[str, Any]] = _no_overrides
+    """(options given) -> config overrides they imply, recorded in the run's config (the lm
+    lab: ``spectra=True`` -> ``source.spectra``, a ``categorize`` function -> its name)."""
+    tracked: Mapping[str, Any] = field(default_factory=dict)
+    """Config overrides every tracked run gets (what only the lab's own training has, turned
+    off: the lm lab's baselines, the example lab's controls)."""
+    series: Series | None = None
+    """Checkpoint series (trajectories); None: the lab probes only a training that runs."""
+
+
 @dataclass(frozen=True)
 class Lab:
     """A lab: identity, config model, presets, reproduction set and its five functions."""
@@ -231,14 +298,10 @@ class Lab:
     """The lab's claims over seeds: given the (config, summary) of every finished run of a sweep
     or a reproduce, the claims judged by their declared aggregation (``ClaimSpec.aggregation``)
     across the runs that differ only in seed and control; shown beside the claims matrix."""
-    probe: Callable[..., Any] | None = None
-    """The lab's measurements of a model it did not train (issue 29): ``probe(config, model,
-    tokenizer, *, name=None, vocab_ids=None, **lab_keywords)`` (the lm lab's: ``categorize``) reads and checks the config's probe sets (one
-    UserError line) and returns an object with ``note(ctx)`` (the run's facts into the
-    manifest), ``record(ctx, step, epoch)`` (one evaluation's records, in eval mode without
-    gradients; the caller restores the model's modes and RNG) and ``extras(steps)`` (the
-    RunResult extras of the summary). Used by :class:`stagewise.orchestrate.track.Tracker`;
-    None: the lab measures only what it trains."""
+    probe: Probing | None = None
+    """The lab's measurements of a model it did not train (:class:`Probing`): a researcher's own
+    training (``Tracker``, ``StagewiseCallback``) and saved checkpoints (trajectories). None:
+    the lab measures only what it trains."""
     metric_aliases: Mapping[str, str] = field(default_factory=dict)
     """Old metric names the lab no longer logs -> their current names (``{"opt_attn_min":
     "train.opt_attn.min"}``). Run folders written before a rename read with the current names:

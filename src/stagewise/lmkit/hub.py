@@ -12,11 +12,17 @@ The probe's answer is remembered for :data:`HUB_PROBE_MEMORY_S` seconds per endp
 check and the load that follows cost one probe. A model found in the cache while the hub is
 unreachable is then loaded with ``local_files_only=True`` (:func:`local_files_only`), never
 through the hub's retry loop.
+
+A revision of a hub model, ``REPO@REVISION`` (a branch, tag or commit hash, e.g. Pythia's
+``EleutherAI/pythia-70m@step1000``), is a folder too (:func:`hub_revision_folder`): its
+snapshot in the cache, else downloaded when the hub answers, else one line saying how to get it.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import threading
 import time
@@ -24,7 +30,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from ..errors import NotAvailable
+from ..errors import NotAvailable, UserError
 
 HUB_PROBE_TIMEOUT_S = 2.0
 """Seconds one connection attempt to the hub endpoint may take (DNS included); no retries."""
@@ -45,6 +51,15 @@ PICKLE_WEIGHT_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
 """A cached hub tokenizer needs one of these."""
+
+REVISION_SEPARATOR = "@"
+REVISION_FILES = ("config.json", "generation_config.json", "model*.safetensors", "model.safetensors.index.json",
+                  *TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json", "merges.txt", "tokenizer.model")
+"""What is downloaded of a hub revision: config, safetensors weights (never pickles) and tokenizer."""
+
+_REVISION_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*(/[A-Za-z0-9_][A-Za-z0-9_.\-]*)*")
+_REVISION_MAX = 255
+_PYTHIA_STEP = re.compile(r"step([0-9]+)")
 
 _probes: dict[tuple[str, int], tuple[float, str | None]] = {}  # (host, port) -> (when, why unreachable | None)
 
@@ -248,3 +263,149 @@ def datasets_offline() -> bool:
     import datasets
 
     return bool(getattr(datasets.config, "HF_HUB_OFFLINE", False))
+
+
+# ---------------------------------------------------------------------------- hub revisions
+def revision_step(revision: str) -> int | None:
+    """The training step a Pythia-style revision name gives (``stepN``), else None.
+
+    Example::
+
+        revision_step("step1000"), revision_step("step0"), revision_step("main")   # (1000, 0, None)
+    """
+    match = _PYTHIA_STEP.fullmatch(revision)
+    return int(match.group(1)) if match else None
+
+
+def _written_as_path(name: str) -> bool:
+    """``./x``, ``../x``, ``/x``, ``~/x``, ``a/b/c``, ``a\\b``: a folder, never a hub id."""
+    return name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1
+
+
+def split_hub_revision(name: str, subject: str) -> tuple[str, str] | None:
+    """(repo, revision) of ``name`` written as ``REPO@REVISION``; None when it is an existing
+    local path, has no ``@``, or is written as a path (``./x@y``, ``a/b/c@y``: a folder). A
+    malformed revision (an empty part, a repo that is not a hub id, a revision with other
+    characters than a branch, tag or commit hash has) is one UserError line; ``subject``
+    starts it (e.g. ``source.checkpoints[0]=NAME``).
+
+    Example::
+
+        split_hub_revision("EleutherAI/pythia-70m@step1000", "ckpt")   # ("EleutherAI/pythia-70m", "step1000")
+        split_hub_revision("gpt2", "ckpt")                             # None: no revision
+    """
+    if REVISION_SEPARATOR not in name or Path(name).expanduser().exists():
+        return None
+    repo, _, revision = name.partition(REVISION_SEPARATOR)
+    if _written_as_path(repo):
+        return None
+    start = f"{subject}: not an existing folder, nor a hub revision REPO@REVISION"
+    if not repo:
+        raise UserError(f"{start} (the repo before '@' is empty; e.g. EleutherAI/pythia-70m@step1000)")
+    if not is_hub_id(repo):
+        raise UserError(f"{start} (the repo {repo!r} is not a hub id: [org/]name of letters, digits, '-', '_' and '.', "
+                        "not starting or ending with '-' or '.', at most 96 characters each)")
+    if not revision:
+        raise UserError(f"{start} (the revision after '@' is empty; give a branch, tag or commit hash, e.g. step1000)")
+    if len(revision) > _REVISION_MAX or ".." in revision or not _REVISION_NAME.fullmatch(revision):
+        raise UserError(f"{start} (the revision {revision!r} is not a branch, tag or commit hash: letters, digits, '-', '_', "
+                        f"'.' and '/' between parts, no '..', at most {_REVISION_MAX} characters)")
+    return repo, revision
+
+
+def _missing_model_files(folder: Path) -> str | None:
+    """What a revision's folder lacks to be loaded (config.json, safetensors weights, a shard
+    its index names), or None when it has everything."""
+    if not (folder / CONFIG_FILE).is_file():
+        return f"no {CONFIG_FILE}"
+    index = folder / WEIGHT_FILES[1]
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return f"an unreadable {index.name}"
+        absent = [s for s in shards if not (folder / s).is_file()]
+        return f"no weight shard{'s' if len(absent) > 1 else ''} {', '.join(absent[:3])}" if absent else None
+    if any(p.is_file() for p in folder.glob("model*.safetensors")):
+        return None
+    pickles = [f for f in PICKLE_WEIGHT_FILES if (folder / f).is_file()]
+    return f"only pickle weights ({', '.join(pickles)})" if pickles else "no safetensors weights (model.safetensors)"
+
+
+def _cached_snapshot(repo: str, revision: str) -> Path | None:
+    """The cached snapshot folder of ``revision`` of ``repo`` (a ref's commit, or the commit
+    hash itself), looked up on disk only (``local_files_only``), or None. A snapshot the
+    cache's tree listing calls incomplete is returned too: :func:`_missing_model_files` judges."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(repo, revision=revision, cache_dir=cache_folder(), local_files_only=True,
+                                   allow_patterns=list(REVISION_FILES))
+    except (OSError, ValueError) as err:  # not cached (incomplete: IncompleteSnapshotError names it), a malformed cache
+        partial = getattr(err, "snapshot_path", None)
+        return Path(partial) if isinstance(partial, str) and Path(partial).is_dir() else None
+    return Path(folder)
+
+
+def _download_revision(repo: str, revision: str, subject: str) -> Path:
+    """Download the :data:`REVISION_FILES` of ``revision`` of ``repo`` into the cache; one
+    UserError line when the hub refuses (no such repo or revision, gated) or the download fails."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        folder = snapshot_download(repo, revision=revision, cache_dir=cache_folder(), allow_patterns=list(REVISION_FILES))
+    except RevisionNotFoundError:
+        raise UserError(f"{subject}: the hub has no revision {revision!r} of {repo} (give a branch, tag or commit hash it "
+                        f"has: hf download {repo} --revision REV)") from None
+    except RepositoryNotFoundError as err:  # gated included
+        raise UserError(f"{subject}: the hub has no repo {repo} this login may read ({_first_line(err)})") from None
+    except Exception as err:  # noqa: BLE001 (a network, disk or hub failure is one line too)
+        raise UserError(f"{subject}: downloading from the hub failed ({type(err).__name__}: {_first_line(err)}); "
+                        f"try again, or download it where there is network (hf download {repo} --revision {revision})") from None
+    return Path(folder)
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0][:200] if lines else type(err).__name__
+
+
+def hub_revision_folder(name: str, subject: str) -> Path | None:
+    """The local folder of hub revision ``name`` (``REPO@REVISION``: a branch, tag or commit
+    hash), or None when ``name`` is no hub revision (:func:`split_hub_revision`).
+
+    The folder is the revision's snapshot in the local Hugging Face cache (:func:`cache_folder`)
+    when it holds config.json and safetensors weights there; else, when the hub answers
+    (:func:`hub_unreachable`), the snapshot after downloading :data:`REVISION_FILES`; else one
+    :class:`~stagewise.errors.NotAvailable` line (a UserError) saying how to get it. ``subject``
+    starts the messages (e.g. ``source.checkpoints[0]=NAME``).
+
+    Example::
+
+        hub_revision_folder("EleutherAI/pythia-70m@step1000", "ckpt")  # .../models--EleutherAI--pythia-70m/snapshots/<commit>
+        hub_revision_folder("runs/ckpt-1000", "ckpt")                   # None: a local folder
+    """
+    parsed = split_hub_revision(name, subject)
+    if parsed is None:
+        return None
+    repo, revision = parsed
+    cached = _cached_snapshot(repo, revision)
+    missing = None if cached is None else _missing_model_files(cached)
+    if cached is not None and missing is None:
+        return cached
+    why = hub_unreachable()
+    if why is None:
+        folder = _download_revision(repo, revision, subject)
+        missing = _missing_model_files(folder)
+        if missing is not None:
+            hint = "; only safetensors weights are read, since loading a pickle can run code" if "weights" in missing else ""
+            raise UserError(f"{subject}: the hub's revision {revision} of {repo} has {missing}{hint}")
+        return folder
+    where = (f"is not in the local Hugging Face cache ({cache_folder()})" if cached is None else
+             f"is only partly in the local Hugging Face cache ({cached}: {missing})")
+    raise NotAvailable(f"{repo}{REVISION_SEPARATOR}{revision}",
+                       f"{subject}: revision {revision} of {repo} {where} and "
+                       f"the hub is unreachable ({why}); download it where there is network (hf download {repo} "
+                       f"--revision {revision}) and copy the cache here, point HF_HOME at a cache that has it, or give a "
+                       "local model folder")

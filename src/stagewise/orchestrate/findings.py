@@ -74,6 +74,7 @@ class PhaseMap:
     command: str
     points: list[dict[str, Any]]
     origin: str = ""
+    lab: str = ""
 
 
 def _claims(items: Iterable[Any], where: str) -> list[Claim]:
@@ -117,7 +118,7 @@ def read_file(path: Path) -> list[ClaimsFile | PhaseMap]:
                            _claims(data.get("claims") or [], str(path)), str(path), dict(data.get("notes") or {}))]
     if kind == PHASE_MAP_KIND:
         return [PhaseMap(str(data.get("label") or path.stem), str(data.get("command", "")), list(data.get("points") or []),
-                         str(path))]
+                         str(path), str(data.get("lab", "")))]
     raise UserError(f"{path}: not a claims file (its \"kind\" is {kind!r}; allowed: {CLAIMS_KIND}, {PHASE_MAP_KIND})")
 
 
@@ -284,7 +285,7 @@ def _phase_rows(rec: PhaseMap, sources: Mapping[str, str]) -> list[dict[str, Any
         order, key = _group(claim)
         text = ", ".join(f"{w} at {k} of {n} points" for w, k in sorted(words.items(), key=lambda kv: -kv[1]))
         out.append({"order": order, "group": sources.get(key) or GROUP_TITLES.get(key) or key, "run": rec.label,
-                    "lab": "disentangled", "claim": cid, "phase_map": True,
+                    "lab": rec.lab, "claim": cid, "phase_map": True,
                     "statement": claim.statement, "verdict": text, "value": f"{n} points", "bound": claim.floor or "-",
                     "control": "-", "command": rec.command, "reason": ""})
     return out

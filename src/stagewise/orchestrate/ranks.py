@@ -31,7 +31,7 @@ from typing import Any
 from ..errors import UserError
 
 SHARDED_HINT = ("probing a sharded model (FSDP, DeepSpeed ZeRO-3) is not supported: a forward pass on rank 0 alone would "
-                "hang; save checkpoints during training and probe them with `stagewise lm trajectory`, or train with DDP")
+                "hang; save checkpoints during training and probe them as a trajectory (`stagewise LAB trajectory`), or train with DDP")
 
 
 def process_rank() -> int:

@@ -2,8 +2,8 @@
 
 :class:`Tracker` owns a standard run directory (config.yaml with ``source.kind=tracked`` and
 the researcher's settings, a manifest, the metric stream -> Parquet, tables, a small resume
-checkpoint after every record) and calls the lab's probe (``Lab.probe``: for ``lm``, the
-lab's own evaluation, :mod:`stagewise.labs.lm.track`) at the steps it is given. Closing it
+checkpoint after every record) and calls the lab's probe (``Lab.probe``, a
+:class:`~stagewise.labs.contract.Probing`: any lab that declares one) at the steps it is given. Closing it
 writes the summary, the claims and the figures exactly as a lab run's end does, so
 ``stagewise show``, ``stages`` and ``report`` read it unchanged. The Hugging Face Trainer's
 callback is :class:`stagewise.orchestrate.trackhf.StagewiseCallback`.
@@ -14,7 +14,7 @@ training with probes gives the same weights, bit for bit, as one without.
 
 Example (a plain loop)::
 
-    with Tracker("runs/mine", model, tokenizer, preset="counterfact-tiny", every=50,
+    with Tracker("runs/mine", model, tokenizer, lab="lm", preset="counterfact-tiny", every=50,
                  settings={"lr": 1e-3, "optimizer": "adamw"}) as tracker:
         tracker.step(0, epoch=0.0)              # before training: the records' first point
         for step, batch in enumerate(batches, start=1):
@@ -43,18 +43,18 @@ import signal
 import threading
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..config import config_hash, deep_merge, load_yaml, validate
 from ..errors import UserError
 from ..errors import short_repr as shown
-from ..labs import Lab, get_lab
+from ..labs import Lab
 from ..runs import Interrupted, RunLock, RunPaths, StopSignals, read_manifest
 from .ranks import barrier, broadcast_from_main, check_not_sharded, process_rank, unwrapped
 from .runner import finish, open_context, prepare, record_failure
 from .schedule import BudgetRule, Schedule, schedule_of
-from .trackinputs import (check_model, config_source, name_or_none, plain_mapping, record_epoch, record_step,
-                          run_folder)
+from .trackinputs import (check_model, config_source, name_or_none, plain_mapping, probe_options, probing_lab,
+                          record_epoch, record_step, run_folder)
 
 TRACKED = "tracked"
 NO_RECORD, OPEN_FAILED = -1, -2
@@ -64,22 +64,21 @@ could not open the run, its own error says why)."""
 
 def tracked_config(lab: Lab, *, preset: str | None = None, config: str | Path | Mapping[str, Any] | None = None,
                    overrides: Mapping[str, Any] | None = None, schedule: Schedule | None = None, budget: float = 0.1,
-                   spectra: bool = False, settings: Mapping[str, Any] | None = None) -> Any:
+                   settings: Mapping[str, Any] | None = None) -> Any:
     """The validated config of a tracked run: the lab's defaults < ``preset`` < ``config`` (a
     YAML file or a mapping) < ``overrides`` < the source section (``kind=tracked``, the schedule:
-    ``schedule``, ``every``, ``log_until``, ``probe_steps``, ``budget``; ``spectra``; ``settings``,
-    the researcher's own settings made JSON-able; no lab baselines, which train beside the lab's
-    own training only)."""
+    ``schedule``, ``every``, ``log_until``, ``probe_steps``, ``budget``; ``settings``, the
+    researcher's own settings made JSON-able) and what the lab turns off in tracked runs
+    (``Probing.tracked``: what only its own training has, e.g. baselines or controls)."""
     data: dict[str, Any] = dict(lab.preset_overrides(preset))
     if config is not None:
         data = deep_merge(data, load_yaml(config) if isinstance(config, (str, Path)) else dict(config))
     if overrides:
         data = deep_merge(data, dict(overrides))
-    source = {"kind": TRACKED, **(schedule or Schedule()).source(), "budget": budget, "spectra": spectra,
+    source = {"kind": TRACKED, **(schedule or Schedule()).source(), "budget": budget,
               "settings": jsonable(dict(settings or {}))}
-    forced: dict[str, Any] = {"source": source}
-    if "baselines" in lab.Config.model_fields:  # a lab's own baselines are trained beside its own training only
-        forced["baselines"] = {"kinds": []}
+    assert lab.probe is not None
+    forced = deep_merge(dict(lab.probe.tracked), {"source": source})
     return validate(lab.Config, deep_merge(data, forced))
 
 
@@ -124,11 +123,15 @@ class Tracker:
 
     Args:
         out: the run directory (made now; an unfinished one of the same config is resumed).
-        model: the model being trained (a Hugging Face causal LM for ``lm``).
-        tokenizer: the tokenizer its training uses (required: one line otherwise).
-        lab: the lab whose probes and claims apply (``lm``).
-        preset, config, overrides: the probe sets, as for a lab run (``task``, ``data``, ``train``'s
-            evaluation settings, ``thresholds``): a preset name, a YAML file or mapping, overrides.
+        model: the model being trained (what the lab's probe measures: a Hugging Face causal LM
+            for ``lm``, a two-layer linear network for the example lab).
+        tokenizer: the tokenizer its training uses, for labs whose probe needs one (``lm``: one
+            line otherwise).
+        lab: the lab whose probes and claims apply: a registered lab's name (``"lm"``) or a
+            :class:`~stagewise.labs.Lab` value (required; one line names the labs with probes).
+        preset, config, overrides: what is probed, as for a lab run (for ``lm``: ``task``,
+            ``data``, ``probes``, ``train``'s evaluation settings, ``thresholds``): a preset
+            name, a YAML file or mapping, overrides.
         every: probe every k steps in :meth:`step` (0: the budget rule: at the first step given,
             then as often as ``budget`` allows, see :class:`~.schedule.BudgetRule`; always where
             asked with ``force``); with ``schedule="log"``, the period after ``log_until``.
@@ -138,17 +141,15 @@ class Tracker:
         steps: an explicit schedule: the steps to probe at, increasing.
         budget: the budget rule's share of the training time probing may take, the first and
             the final probe included (0 < budget <= 1).
-        spectra: per-head attention spectra at every record.
         settings: the researcher's own training settings, recorded in config.yaml as given.
-        name: the model's name in records (default: its ``config._name_or_path``).
-        vocab_ids: (V',) the tokenizer ids of the model's rows, for a compacted vocabulary.
         seed: the training's seed, recorded as the run's ``seed`` (runs of one experiment that
-            differ in seed and control pair by it: ``stagewise claims lm --runs ...``).
-        categorize: a researcher's own category rule, ``categorize(examples, predictions) ->
-            categories`` (lm: one of semantic-correct, type-correct, type-wrong, excluded per
-            example; predictions are the top-1 tokens as text), checked once when the tracker is
-            made; its records are ``category_user`` and the claims are judged by it
-            (``thresholds.type_rule=user``, its name in ``source.categorize``).
+            differ in seed and control pair by it: ``stagewise claims LAB --runs ...``).
+        **options: the lab's own probe options (``Probing.options``; anything else is one line).
+            The lm lab's: ``name`` (the model's name in records), ``vocab_ids`` ((V',) the
+            tokenizer ids of a compacted vocabulary's rows), ``spectra`` (per-head attention
+            spectra at every record) and ``categorize`` (a researcher's own category rule,
+            ``categorize(examples, predictions) -> categories``, checked once when the tracker
+            is made; its records are ``category_user`` and the claims are judged by it).
         main_process: whether this process makes the run folder, probes and writes (None, the
             default: rank 0 of ``torch.distributed`` when initialised, else of the ``RANK``
             variable torchrun sets; the callback gives the Trainer's ``is_world_process_zero``).
@@ -160,42 +161,33 @@ class Tracker:
     Every input is checked before the folder is made (one UserError line, nothing written).
     """
 
-    def __init__(self, out: str | Path, model: Any, tokenizer: Any = None, *, lab: str = "lm", preset: str | None = None,
-                 config: str | Path | Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None,
-                 every: int = 0, schedule: str | None = None, log_until: int | None = None, steps: Sequence[int] | None = None,
-                 budget: float = 0.1, spectra: bool = False, settings: Mapping[str, Any] | None = None,
-                 name: str | None = None, vocab_ids: Any = None, seed: int | None = None,
-                 categorize: Callable[[Sequence[Any], Sequence[str]], Sequence[str]] | None = None,
-                 main_process: bool | None = None):
-        self.lab = get_lab(name_or_none(lab, "lab", "the name of the lab whose probes apply (e.g. 'lm')") or "")
-        if self.lab.probe is None:
-            raise UserError(f"lab '{lab}' has no probes (it measures only the models it trains)")
+    def __init__(self, out: str | Path, model: Any, tokenizer: Any = None, *, lab: str | Lab | None = None,
+                 preset: str | None = None, config: str | Path | Mapping[str, Any] | None = None,
+                 overrides: Mapping[str, Any] | None = None, every: int = 0, schedule: str | None = None,
+                 log_until: int | None = None, steps: Sequence[int] | None = None, budget: float = 0.1,
+                 settings: Mapping[str, Any] | None = None, seed: int | None = None, main_process: bool | None = None,
+                 **options: Any):
+        self.lab = probing_lab(lab)
+        assert self.lab.probe is not None
         self.out = run_folder(out)
         self.schedule = schedule_of(every, schedule, log_until, steps)
         preset = name_or_none(preset, "preset", "the name of one of the lab's presets")
-        name = name_or_none(name, "name", "the model's name in the records")
         config = config_source(config)
         overrides, settings = plain_mapping(overrides, "overrides"), plain_mapping(settings, "settings")
+        options = probe_options(self.lab, options)
         check_model(model)
         check_not_sharded(model)  # a forward pass on rank 0 alone would hang
         model = unwrapped(model)  # DDP's forward would wait for the other ranks
-        if tokenizer is None:
-            raise UserError("tokenizer: the model has no tokenizer; give the one its training uses (Tracker(..., tokenizer) "
-                            "or the Trainer's processing_class)")
         if seed is not None:  # the training's seed: the run's seed key (a real run and its controls pair by it)
             overrides = deep_merge(dict(overrides or {}), {"seed": seed})
-        if categorize is not None:  # the researcher's own rule: recorded by name, and the claims judged by it
-            if not callable(categorize):
-                raise UserError(f"categorize={categorize!r}: give a function (examples, predictions) -> categories")
-            label = f"{getattr(categorize, '__module__', '?')}.{getattr(categorize, '__qualname__', type(categorize).__name__)}"
-            overrides = deep_merge(dict(overrides or {}), {"source": {"categorize": label},
-                                                           "thresholds": {"type_rule": "user"}})
+        implied = self.lab.probe.overrides(options)  # what the probe's options mean in the config (recorded)
+        if implied:
+            overrides = deep_merge(dict(overrides or {}), implied)
         self.config = tracked_config(self.lab, preset=preset, config=config, overrides=overrides, schedule=self.schedule,
-                                     budget=budget, spectra=spectra, settings=settings)
+                                     budget=budget, settings=settings)
         self.every, self.budget = self.schedule.every, self.config.source.budget
         self.lab.check(self.config)
-        extra = {"categorize": categorize} if categorize is not None else {}
-        self.probe = self.lab.probe(self.config, model, tokenizer, name=name, vocab_ids=vocab_ids, **extra)
+        self.probe = self.lab.probe.make(self.config, model, tokenizer, **options)
         self.model = model
         self.main = process_rank() == 0 if main_process is None else bool(main_process)
         self.opened = False  # a tracker of another rank: open() heard rank 0's last record

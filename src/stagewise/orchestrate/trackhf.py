@@ -4,7 +4,7 @@ trained into a run directory through a :class:`~stagewise.orchestrate.track.Trac
 
     from stagewise import StagewiseCallback
     trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                      callbacks=[StagewiseCallback("runs/mine", preset="counterfact-tiny")])
+                      callbacks=[StagewiseCallback("runs/mine", lab="lm", preset="counterfact-tiny")])
     trainer.train()        # records at the start, as often as 10 % of the training time allows, and at the end
 
 When it probes: at the training's start (step 0 or the resumed step) and end, on the
@@ -16,9 +16,10 @@ evaluation (``at_evaluate``). The records' epoch is the Trainer's ``state.epoch`
 arguments are recorded as the run's settings (``source.settings.trainer``), their ``seed`` as
 the run's ``seed``.
 
-The inputs are checked when the Trainer is made (``on_init_end``): a model without a
-tokenizer (no ``processing_class`` and none given) or a bad probe set is one UserError line
-there, before any training; the run directory is made when training starts.
+The inputs are checked when the Trainer is made (``on_init_end``): a model the lab's probe
+cannot take (for ``lm``: one without a tokenizer, no ``processing_class`` and none given) or a
+bad probe set is one UserError line there, before any training; the run directory is made when
+training starts.
 
 Multi-process training (``torchrun``, DDP): give the callback on every rank, as the Trainer's
 own code does. Only the world's main process (``state.is_world_process_zero``) makes the run
@@ -26,7 +27,7 @@ folder, probes and writes; the other ranks never touch the folder and wait at a 
 it probes, so no rank runs ahead (:mod:`stagewise.orchestrate.ranks`; the budget rule's
 decisions are rank 0's, broadcast). FSDP and DeepSpeed ZeRO-3 are refused with one line when the
 Trainer is made (a forward pass on rank 0 alone would hang): probe the saved checkpoints with
-``stagewise lm trajectory`` instead.
+a trajectory (``stagewise LAB trajectory``) instead.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class StagewiseCallback(TrainerCallback):
             (module docstring; checked now, one UserError line each).
         settings: more settings to record beside the Trainer's arguments.
         **tracker: the probe sets and the rest of :class:`~stagewise.orchestrate.track.Tracker`'s
-            keywords (``preset``, ``config``, ``overrides``, ``spectra``, ``name``, ``vocab_ids``, ``lab``).
+            keywords (``lab``, ``preset``, ``config``, ``overrides`` and the lab's probe options,
+            e.g. the lm lab's ``spectra``, ``name``, ``vocab_ids``, ``categorize``).
     """
 
     def __init__(self, out: str | Path, *, tokenizer: Any = None, every: int = 0, schedule: str | None = None,
@@ -69,11 +71,7 @@ class StagewiseCallback(TrainerCallback):
 
     def on_init_end(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
                     **kwargs: Any) -> None:
-        tokenizer = self.tokenizer if self.tokenizer is not None else processing_class
-        if tokenizer is None or not callable(tokenizer) or not hasattr(tokenizer, "eos_token"):
-            raise UserError("StagewiseCallback: the Trainer's model has no tokenizer (processing_class is "
-                            f"{type(processing_class).__name__ if processing_class is not None else 'None'}); give "
-                            "Trainer(processing_class=tokenizer) or StagewiseCallback(..., tokenizer=tokenizer)")
+        tokenizer = self.tokenizer if self.tokenizer is not None else processing_class  # the lab's probe checks it
         if model is None:
             raise UserError("StagewiseCallback: the Trainer has no model to probe")
         check_trainer_not_sharded(args)  # FSDP / ZeRO-3 asked for: refused before any training

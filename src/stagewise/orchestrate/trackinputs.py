@@ -135,3 +135,42 @@ def record_epoch(epoch: Any, step: int) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise UserError(f"epoch={shown(epoch)}: the records' epoch is a finite number >= 0 (or None: the step)")
     return value
+
+
+def probing_lab(lab: Any) -> Any:
+    """The :class:`~stagewise.labs.Lab` whose probe applies: a registered lab's name or a
+    ``Lab`` value (a lab outside the package); one line when it is missing, unknown or
+    declares no probe (``Lab.probe``), naming the labs that do."""
+    from ..labs import REGISTRY, Lab, get_lab
+
+    def probing() -> str:
+        names = []
+        for name in REGISTRY:
+            try:
+                if REGISTRY[name].probe is not None:
+                    names.append(name)
+            except Exception:  # noqa: BLE001 (a lab that fails to import has no probe to offer here)
+                continue
+        return ", ".join(names) or "none registered"
+
+    if lab is None:
+        raise UserError(f"lab: name the lab whose probes apply (labs with probes: {probing()}), e.g. Tracker(..., lab='lm')")
+    if not isinstance(lab, (str, Lab)):
+        raise UserError(f"lab={shown(lab)}: the name of a lab or a Lab value (got {type(lab).__name__}); labs with "
+                        f"probes: {probing()}")
+    value = lab if isinstance(lab, Lab) else get_lab(lab)
+    if value.probe is None:
+        raise UserError(f"lab '{value.name}' has no probes (it measures only the models it trains); labs with probes: "
+                        f"{probing()}")
+    return value
+
+
+def probe_options(lab: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` (the keywords given beside the Tracker's own) when the lab's probe takes
+    each of them (``Probing.options``); one line naming the first it does not take."""
+    allowed = lab.probe.options
+    unknown = [k for k in options if k not in allowed]
+    if unknown:
+        takes = ", ".join(allowed) if allowed else "none"
+        raise UserError(f"{unknown[0]}=...: not an option of lab '{lab.name}''s probe (it takes: {takes})")
+    return dict(options)

@@ -1,6 +1,8 @@
-"""Trajectories: one model's saved checkpoints evaluated in order into one run directory (issue 29).
+"""Trajectories: one model's saved checkpoints evaluated in order into one run directory (issues 29, 39).
 
-The run directory ``OUT`` is an ``lm`` lab run with ``source.kind=trajectory``
+Any lab whose probe declares a checkpoint series (``Lab.probe.series``, a
+:class:`~stagewise.labs.contract.Series`: the lm lab's reads ``save_pretrained`` folders) can
+make one. The run directory ``OUT`` is a run of that lab with ``source.kind=trajectory``
 (:func:`trajectory_config`), so ``stagewise show``, ``stages``, ``report`` and the claims read
 it as they read a training run of the lab::
 
@@ -15,12 +17,12 @@ the run evaluates the checkpoints in this process, one at a time, with a resume 
 after each (a killed trajectory evaluates only the checkpoints after its last one). With one
 (``ExecutorOptions``: local pool, Ray, SLURM/submitit) every checkpoint not yet recorded runs
 first as a task of its own under ``OUT/parts``, then the trajectory's run folds their records
-in, values unchanged (:func:`stagewise.labs.lm.track.run_trajectory`).
+in, values unchanged (the lab's ``run`` with ``source.kind=trajectory``).
 
 Example::
 
-    config = trajectory_config(["ckpt/checkpoint-100", "ckpt/checkpoint-200"], sets=["task.limit=20"])
-    manifest = run_trajectory_dir(config, "runs/traj", executor=ExecutorOptions(kind="ray"))
+    lab, config = trajectory_config("lm", ["ckpt/checkpoint-100", "ckpt/checkpoint-200"], sets=["task.limit=20"])
+    manifest = run_trajectory_dir(lab, config, "runs/traj", executor=ExecutorOptions(kind="ray"))
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from typing import Any, Callable, Sequence
 
 from ..config import config_hash, resolve
 from ..errors import UserError
-from ..labs import RunSpec, get_lab
+from ..labs import Lab, RunSpec
+from ..labs.contract import part_key
 from ..labs.resolve import spec_hash
 from ..progress import ProgressCallback
 from ..runs import RunLock, RunPaths, read_manifest, update_manifest
@@ -40,7 +43,6 @@ from ..runs.store import Checkpoints, now_iso
 from .executor_options import ExecutorOptions
 from .runner import check_size, execute, load_for_resume, prepare
 
-LAB = "lm"
 TRAJECTORY = "trajectory"
 FAILED = ("failed", "interrupted", "held")  # part statuses that leave a checkpoint unrecorded
 
@@ -76,67 +78,40 @@ class PartsFailed(Exception):
 
 
 # ---------------------------------------------------------------------------- config
-def checkpoint_folders(names: Sequence[str]) -> list[str]:
-    """The checkpoints as absolute folder paths (their order kept). ``REPO@REVISION`` (a hub
-    revision) is one UserError line: a trajectory reads local ``save_pretrained`` folders."""
-    from ..lmkit.hub import hub_unreachable, is_hub_id
+def series_lab(lab: str | Lab) -> tuple[Lab, Any]:
+    """(the lab, its :class:`~stagewise.labs.contract.Series`): one line when the lab reads no
+    checkpoint series."""
+    from .trackinputs import probing_lab
 
-    if not names:
-        raise UserError("CKPT: give the model folders of one training run, in training order")
-    folders = []
-    for i, name in enumerate(names):
-        path = Path(name).expanduser()
-        repo, at, revision = name.rpartition("@")
-        if not path.exists() and at and revision and is_hub_id(repo):
-            offline = hub_unreachable()
-            start = (f"offline ({offline}): a trajectory needs local model folders" if offline else
-                     "a trajectory reads local model folders, not hub revisions")
-            raise UserError(f"{start} (source.checkpoints[{i}]={name} is a hub revision); download each revision to a "
-                            f"folder (huggingface-cli download {repo} --revision {revision} --local-dir DIR) and pass "
-                            "the folders")
-        folders.append(str(path.absolute()))
-    return folders
+    value = probing_lab(lab)
+    if value.probe.series is None:
+        raise UserError(f"lab '{value.name}' reads no checkpoint series (its probe measures a training while it runs: "
+                        "stagewise.Tracker)")
+    return value, value.probe.series
 
 
-def trajectory_config(checkpoints: Sequence[str], *, preset: str | None = None, config: str | Path | None = None,
-                      sets: Sequence[str] = (), steps: Sequence[int] | None = None) -> Any:
-    """The validated ``lm`` config of a trajectory: the lab's defaults < ``preset`` < the YAML
-    file ``config`` < ``sets`` (``a.b=value``) < the trajectory's own section: ``source``
-    (``kind=trajectory``, the checkpoints as absolute paths, ``steps`` when given), ``model``
-    (the first checkpoint, its full vocabulary) and no baselines (trained by the lab only)."""
-    lab = get_lab(LAB)
-    folders = checkpoint_folders(checkpoints)
-    source: dict[str, Any] = {"kind": TRAJECTORY, "checkpoints": folders}
-    if steps is not None:
-        source["steps"] = list(steps)
-    forced = {"source": source, "model": {"name": folders[0], "compact_vocab": False, "gguf_file": None},
-              "baselines": {"kinds": []}}
-    return resolve(lab.Config, lab.preset_overrides(preset), config, list(sets), forced)
+def trajectory_config(lab: str | Lab, checkpoints: Sequence[str], *, preset: str | None = None,
+                      config: str | Path | None = None, sets: Sequence[str] = (),
+                      steps: Sequence[int] | None = None) -> tuple[Lab, Any]:
+    """(the lab, the validated config of a trajectory): the lab's defaults < ``preset`` < the
+    YAML file ``config`` < ``sets`` (``a.b=value``) < what the lab's series forces
+    (``Series.config``: ``source.kind=trajectory``, the checkpoints as the folders they resolve
+    to, ``steps`` when given, what the model is)."""
+    value, series = series_lab(lab)
+    forced = series.config(list(checkpoints), None if steps is None else list(steps))
+    return value, resolve(value.Config, value.preset_overrides(preset), config, list(sets), forced)
 
 
 # ---------------------------------------------------------------------------- checks
-def check_probe_sets(config: Any) -> None:
-    """The probe sets in the first checkpoint's tokenizer: one UserError line when no example
-    is usable (e.g. no answer is one token), before any folder is made."""
-    from ..labs.lm.prepare import read_probe_data
-    from ..lmkit.models import load_tokenizer
-
-    tok = load_tokenizer(config.model.model_copy(update={"name": config.source.checkpoints[0]}))
-    try:
-        read_probe_data(config, tok, quiet=True)
-    except UserError as err:
-        raise UserError(*(f"probe sets in the tokenizer of source.checkpoints[0]: {m}" for m in err.messages)) from None
-
-
-def _checked(lab: Any, config: Any, out: Path, allow_large: bool) -> None:
-    """Every check of a trajectory (size, the lab's: checkpoints, data; the probe sets)."""
+def _checked(lab: Lab, config: Any, out: Path, allow_large: bool) -> None:
+    """Every check of a trajectory (size, the lab's, its series': checkpoints, probe sets)."""
     check_size(lab, config, out, allow_large)
     lab.check(config)
-    check_probe_sets(config)
+    series_lab(lab)[1].check(config)
 
 
 # ---------------------------------------------------------------------------- run
-def run_trajectory_dir(config: Any, out: str | Path, *, executor: ExecutorOptions | None = None,
+def run_trajectory_dir(lab: Lab, config: Any, out: str | Path, *, executor: ExecutorOptions | None = None,
                        progress: bool | ProgressCallback = True, on_part: Callable[[PartResult], None] | None = None,
                        allow_large: bool = False) -> dict[str, Any]:
     """Make, resume or return the trajectory's run directory ``out`` (module docstring);
@@ -150,16 +125,15 @@ def run_trajectory_dir(config: Any, out: str | Path, *, executor: ExecutorOption
     :func:`~stagewise.orchestrate.runner.execute`); its errors propagate as ``execute``'s do."""
     from .executors import check_available
 
-    lab = get_lab(LAB)
     if not isinstance(config, lab.Config) or getattr(getattr(config, "source", None), "kind", None) != TRAJECTORY:
-        raise ValueError("run_trajectory_dir takes an lm config with source.kind=trajectory (trajectory_config)")
+        raise ValueError(f"run_trajectory_dir takes a {lab.name} config with source.kind=trajectory (trajectory_config)")
     paths = RunPaths(Path(out))
     if executor is not None:
         check_available(executor)
     resume = paths.manifest.is_file()
     if resume:
         manifest = read_manifest(paths.root)
-        if manifest.get("lab") != LAB or manifest.get("config_hash") != config_hash(config):
+        if manifest.get("lab") != lab.name or manifest.get("config_hash") != config_hash(config):
             raise UserError(f"--out {out}: holds another run ({manifest.get('lab')}, config {manifest.get('config_hash')}; "
                             f"this trajectory is {config_hash(config)}); choose another folder")
         if manifest["status"] == "done":
@@ -170,25 +144,25 @@ def run_trajectory_dir(config: Any, out: str | Path, *, executor: ExecutorOption
         _checked(lab, config, paths.root, allow_large)
         paths = prepare(lab, config, paths.root)
     if executor is not None:
-        dispatch_parts(config, paths, executor, on_part)
+        dispatch_parts(lab, config, paths, executor, on_part)
     return execute(lab, config, paths, resume=resume, progress=progress)
 
 
-def dispatch_parts(config: Any, paths: RunPaths, opts: ExecutorOptions,
+def dispatch_parts(lab: Lab, config: Any, paths: RunPaths, opts: ExecutorOptions,
                    on_part: Callable[[PartResult], None] | None = None) -> list[PartResult]:
     """Run every checkpoint the trajectory has not recorded and whose own run is not done as
     a task of ``opts.kind`` into ``paths.parts`` (a run another process holds is waited for
     with ``opts.wait_held``); the results in checkpoint order. Holds the trajectory's lock
     meanwhile. :class:`PartsFailed` (the run recorded failed) when some did not finish; a stop
     is recorded (interrupted) and propagates."""
-    from ..labs.lm.track import check_series, part_config, part_key, series_points
     from .executors import RUNNERS, Task
 
-    points = series_points(config, check_series(config))
+    series = series_lab(lab)[1]
+    points = series.points(config)
     recorded = _recorded_index(paths)
     todo: dict[str, tuple[int, Task]] = {}
     for index in range(recorded + 1, len(points)):
-        spec = RunSpec(lab=LAB, overrides=part_config(config, index, points[index]), name=part_key(index))
+        spec = RunSpec(lab=lab.name, overrides=series.part(config, index, points[index]), name=part_key(index))
         if not finished_with(paths.parts / "runs" / part_key(index), spec_hash(spec)):
             todo[part_key(index)] = (index, Task(part_key(index), spec.to_json()))
     results: dict[str, PartResult] = {}

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config import MAX_RECORD_STEP, MAX_SEED, MAX_STEPS, ConfigModel, RunBase, TrainBase
+from ...config import MAX_SEED, MAX_STEPS, SOURCE_KINDS, ConfigModel, ProbeSource, RunBase, SourceKind, TrainBase
 from ...lmkit.config import ModelConfig
 
 TaskName = Literal["counterfact", "hotpotqa", "blimp", "sick"]
@@ -232,75 +232,21 @@ class BaselineConfig(ConfigModel):
         return list(dict.fromkeys(value))
 
 
-SourceKind = Literal["train", "tracked", "checkpoint", "trajectory"]
-SOURCE_KINDS: tuple[str, ...] = ("train", "tracked", "checkpoint", "trajectory")
+class SourceConfig(ProbeSource):
+    """Where the run's model comes from (:class:`~stagewise.config.ProbeSource`: the lab trains
+    it, or measures a model trained elsewhere), with the lm lab's own probe settings: per-head
+    attention spectra at every record, and a tracked run's own category function."""
 
-
-class SourceConfig(ConfigModel):
-    """Where the run's model comes from (issue 29): the lab trains it (``train``), or the lab
-    only measures a model trained elsewhere: a researcher's own training probed while it runs
-    (``tracked``, :mod:`stagewise.orchestrate.track`), one saved model (``checkpoint``, at
-    ``source.step``) or an ordered series of them (``trajectory``, ``stagewise lm trajectory``).
-    Outside ``train`` the ``task``/``data`` sections declare the probe sets, the ``train``
-    section only the evaluation's settings (eval batch, top-k, padding, spectra), and
-    ``source.settings`` records the researcher's own training settings as given."""
-
-    ADDED = ("schedule", "log_until", "probe_steps")
-    kind: SourceKind = Field("train", description="train: the lab trains the model [default]; tracked: a researcher's own\n"
-                             "training, probed while it runs; checkpoint: one saved model (model.name) at source.step;\n"
-                             "trajectory: the saved models in source.checkpoints, in order [ours, issue 29]")
-    checkpoints: list[str] = Field(default_factory=list, description="trajectory: the model folders in training order")
-    steps: list[int] = Field(default_factory=list, description="trajectory: each checkpoint's training step (default: the\n"
-                             "global_step of its trainer_state.json, else its position in the list)")
-    step: int = Field(0, ge=0, le=MAX_STEPS, description="checkpoint: the training step its records are logged at")
-    epoch: float | None = Field(None, ge=0, allow_inf_nan=False, description="checkpoint: its training epoch (records' epoch;\n"
-                                "null: the step)")
-    schedule: Literal["every", "log", "steps"] = Field("every", description="tracked: when to probe: every (every k\n"
-                                                       "steps, source.every; 0: the budget rule), log (step 0 and the powers of two up\n"
-                                                       "to source.log_until, then every k steps), steps (source.probe_steps) [ours, issue 39]")
-    every: int = Field(0, ge=0, le=MAX_STEPS, description="tracked: probe every k optimizer steps (0: as often as\n"
-                       "source.budget allows, plus where the caller asks: training's start and end, epoch ends)")
-    log_until: int = Field(0, ge=0, le=MAX_STEPS, description="tracked, schedule=log: its last power of two (512:\n"
-                           "Pythia's; 0 with the other schedules)")
-    probe_steps: list[int] = Field(default_factory=list, description="tracked, schedule=steps: the steps to probe at\n"
-                                   "(increasing)")
-    budget: float = Field(0.1, gt=0, le=1, allow_inf_nan=False, description="tracked, every=0: probe while the time spent\n"
-                          "probing, the next probe and one kept for the final record stay within budget x the training time")
     spectra: bool = Field(False, description="tracked/checkpoint/trajectory: per-head attention spectra at every record")
-    settings: dict[str, Any] = Field(default_factory=dict, description="the researcher's own training settings, recorded\n"
-                                     "as given (optimizer, rate, schedule, ...); not read by stagewise")
     categorize: str | None = Field(None, description="tracked: the name of the researcher's own category function (its\n"
                                    "records are category_user; thresholds.type_rule=user judges the claims by it)")
 
     @model_validator(mode="after")
-    def _check(self):
-        if self.kind != "trajectory" and (self.checkpoints or self.steps):
-            raise ValueError(f"source.checkpoints/source.steps: only for source.kind=trajectory (this is {self.kind})")
-        if self.kind == "trajectory":
-            if not self.checkpoints:
-                raise ValueError("source.kind=trajectory needs source.checkpoints=[folder, ...] (at least one)")
-            if self.steps and len(self.steps) != len(self.checkpoints):
-                raise ValueError(f"source.steps has {len(self.steps)} entries for {len(self.checkpoints)} checkpoints")
-            if any(b <= a for a, b in zip(self.steps, self.steps[1:])):
-                raise ValueError(f"source.steps={self.steps}: steps increase along the trajectory")
-            if any(s < 0 or s > MAX_RECORD_STEP for s in self.steps):
-                raise ValueError(f"source.steps: {next(s for s in self.steps if s < 0 or s > MAX_RECORD_STEP)} is out of "
-                                 f"range (steps are 0 to {MAX_RECORD_STEP}, a 64-bit record step)")
+    def _check_lm(self):
         if self.categorize is not None and self.kind != "tracked":
             raise ValueError("source.categorize: a researcher's own category function, only for source.kind=tracked")
-        if self.kind == "train" and (self.settings or self.every or self.spectra or self.budget != 0.1):
-            raise ValueError("source.settings/every/spectra: only when the model is trained elsewhere (source.kind != train)")
-        if self.kind != "tracked" and (self.schedule != "every" or self.log_until or self.probe_steps):
-            raise ValueError(f"source.schedule/log_until/probe_steps: only for source.kind=tracked (this is {self.kind})")
-        if (self.schedule == "log") != (self.log_until > 0):
-            raise ValueError(f"source.log_until={self.log_until}: >= 1 with source.schedule=log, 0 otherwise "
-                             f"(this is {self.schedule})")
-        if (self.schedule == "steps") != bool(self.probe_steps) or (self.probe_steps and self.every):
-            raise ValueError(f"source.probe_steps: the steps of source.schedule=steps (at least one; source.every=0), "
-                             f"none otherwise (this is {self.schedule} with {len(self.probe_steps)} steps, every={self.every})")
-        if any(not 0 <= s <= MAX_RECORD_STEP for s in self.probe_steps) or any(b <= a for a, b in zip(self.probe_steps,
-                                                                                                  self.probe_steps[1:])):
-            raise ValueError(f"source.probe_steps: whole numbers from 0 to {MAX_RECORD_STEP}, increasing")
+        if self.kind == "train" and self.spectra:
+            raise ValueError("source.spectra: only when the model is trained elsewhere (source.kind != train)")
         return self
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import UserError
-from ..contract import Lab, RunContext, RunResult, deferred, reproduction
+from ..contract import Lab, Probing, RunContext, RunResult, Series, deferred, reproduction
 from ...report.claims import Summary
 from ..contract import SummaryTable
 
@@ -296,7 +296,14 @@ across_runs = deferred("stagewise.labs.lm.claims", "across_runs")
 
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
           summarize=summarize, make_figures=make_figures, estimate=estimate,
-          probe=deferred("stagewise.labs.lm.track", "probe"),
+          probe=Probing(make=deferred("stagewise.labs.lm.track", "probe"),
+                        options=("name", "vocab_ids", "categorize", "spectra"),
+                        overrides=deferred("stagewise.labs.lm.track", "probe_overrides"),
+                        tracked={"baselines": {"kinds": []}},
+                        series=Series(config=deferred("stagewise.labs.lm.track", "series_config"),
+                                      check=deferred("stagewise.labs.lm.track", "check_probe_sets"),
+                                      points=deferred("stagewise.labs.lm.track", "points"),
+                                      part=deferred("stagewise.labs.lm.track", "part_config"))),
           claims=CLAIMS, sources=SOURCES, across_runs=across_runs,
           summary_tables={"sensitivity": sensitivity_table, "baselines": baselines_table, "prior": prior_table},
           key_metrics=("train.loss", "train.accuracy", "train.type_correct", "train.semantic_correct"),

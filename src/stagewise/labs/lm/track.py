@@ -36,7 +36,7 @@ from ...config import MAX_RECORD_STEP, whole_number
 from ...errors import UserError, short_repr
 from ...lmkit.models import LoadedModel
 from ...lmkit.weightfiles import check_weight_folder
-from ..contract import RunContext, RunResult
+from ..contract import RunContext, RunResult, part_key
 from .config import Config
 from .prepare import Prepared, prepare_for, read_probe_data
 
@@ -45,14 +45,6 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 SHAPE_KEYS = ("model_type", "architectures", "vocab_size", "n_layer", "n_embd", "n_head", "n_inner", "hidden_size",
               "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size", "head_dim")
 """config.json entries that must agree along a trajectory (one architecture, one shape)."""
-PART_PREFIX = "ckpt-"
-
-
-def part_key(index: int) -> str:
-    """The folder name of checkpoint ``index``'s own run under ``parts/runs/`` (dispatched trajectories)."""
-    return f"{PART_PREFIX}{index:04d}"
-
-
 # ------------------------------------------------------------------ the probe
 class Probe:
     """The lm lab's records of ``loaded.model`` at any step (module docstring).
@@ -154,17 +146,41 @@ class Probe:
         return self.prep.extras(steps)
 
 
+def probe_overrides(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The config overrides the probe's options imply: ``spectra`` -> ``source.spectra``; a
+    ``categorize`` function -> its name in ``source.categorize`` and the claims judged by it
+    (``thresholds.type_rule=user``). A ``categorize`` that is not callable is one line."""
+    out: dict[str, Any] = {}
+    if options.get("spectra"):
+        out["source"] = {"spectra": True}
+    categorize = options.get("categorize")
+    if categorize is not None:
+        if not callable(categorize):
+            raise UserError(f"categorize={short_repr(categorize)}: give a function (examples, predictions) -> categories")
+        label = f"{getattr(categorize, '__module__', '?')}.{getattr(categorize, '__qualname__', type(categorize).__name__)}"
+        out.setdefault("source", {})["categorize"] = label
+        out["thresholds"] = {"type_rule": "user"}
+    return out
+
+
 def probe(config: Config, model: Any, tokenizer: Any, *, name: str | None = None,
           vocab_ids: torch.Tensor | None = None,
-          categorize: Callable[[Sequence[Any], Sequence[str]], Sequence[str]] | None = None) -> Probe:
+          categorize: Callable[[Sequence[Any], Sequence[str]], Sequence[str]] | None = None,
+          spectra: bool = False) -> Probe:
     """The lab's ``Lab.probe``: a :class:`Probe` of ``model`` (a Hugging Face causal LM) with
     ``tokenizer`` (left as it is; the probe pads with EOS on a copy when it has no pad token); ``vocab_ids`` (V',) when the model's
     rows are a subset of the tokenizer's ids (a compact vocabulary, e.g. the lab's own tiny runs);
     ``categorize(examples, predictions) -> categories`` a researcher's own category rule
     (examples: :class:`~.tasks.Example` values with ``prompt``, ``answer``, ``group``, ``task``,
-    ``id``; predictions: each one's top-1 token as text), recorded as ``category_user``.
+    ``id``; predictions: each one's top-1 token as text), recorded as ``category_user``;
+    ``spectra`` is read from the config (``source.spectra``, set by :func:`probe_overrides`).
     The model, the tokenizer and ``vocab_ids`` are checked first (:func:`check_inputs`)."""
+    if name is not None and not isinstance(name, str):
+        raise UserError(f"name={short_repr(name)}: the model's name in the records, a string (got {type(name).__name__})")
     vocab_ids = check_inputs(model, tokenizer, vocab_ids)
+    if tokenizer is None:
+        raise UserError("tokenizer: the model has no tokenizer; give the one its training uses (Tracker(..., tokenizer) "
+                        "or the Trainer's processing_class)")
     if tokenizer is not None and getattr(tokenizer, "pad_token_id", None) is None:
         # the probe pads with EOS on its own copy: the researcher's tokenizer is never changed (a collator
         # reading pad_token == eos_token would mask every EOS label, issue 39)
@@ -306,6 +322,65 @@ def series_points(config: Config, saved: list[SavedModel]) -> list[tuple[int, fl
         steps = list(range(len(saved)))
     with_epochs = not config.source.steps and all(s.epoch is not None for s in saved) and steps == [s.step for s in saved]
     return [(step, float(s.epoch) if with_epochs and s.epoch is not None else float(step)) for step, s in zip(steps, saved)]
+
+
+# ------------------------------------------------------------------ the lab's checkpoint series (contract.Series)
+def checkpoint_folders(names: Sequence[str]) -> tuple[list[str], list[int | None]]:
+    """(the checkpoints as absolute folder paths, the step each revision name carries): a local
+    ``save_pretrained`` folder as it is; ``REPO@REVISION`` (a hub revision, e.g.
+    ``EleutherAI/pythia-70m@step1000``) as its snapshot in the Hugging Face cache, downloaded
+    first when it is not cached and the hub is reachable (:func:`~stagewise.lmkit.hub.hub_revision_folder`;
+    one UserError line otherwise), its step read from a Pythia-style name (``step1000``)."""
+    from ...lmkit.hub import hub_revision_folder, revision_step, split_hub_revision
+
+    if not names:
+        raise UserError("CKPT: give the model folders of one training run (or its hub revisions REPO@REV), in training order")
+    folders: list[str] = []
+    steps: list[int | None] = []
+    for i, name in enumerate(names):
+        subject = f"source.checkpoints[{i}]={name}"
+        snapshot = hub_revision_folder(name, subject)
+        if snapshot is None:
+            folders.append(str(Path(name).expanduser().absolute()))
+            steps.append(None)
+            continue
+        split = split_hub_revision(name, subject)
+        folders.append(str(snapshot))
+        steps.append(revision_step(split[1]) if split is not None else None)
+    return folders, steps
+
+
+def series_config(names: Sequence[str], steps: Sequence[int] | None) -> dict[str, Any]:
+    """The overrides a trajectory forces (``Series.config``): ``source`` (``kind=trajectory``,
+    the checkpoints as absolute folders, ``steps`` when given, else the steps of Pythia-style
+    revision names when every checkpoint has one), ``model`` (the first checkpoint, its full
+    vocabulary) and no baselines (trained by the lab only)."""
+    folders, named = checkpoint_folders(names)
+    source: dict[str, Any] = {"kind": "trajectory", "checkpoints": folders}
+    if steps is not None:
+        source["steps"] = list(steps)
+    elif all(step is not None for step in named):
+        source["steps"] = list(named)
+    return {"source": source, "model": {"name": folders[0], "compact_vocab": False, "gguf_file": None},
+            "baselines": {"kinds": []}}
+
+
+def check_probe_sets(config: Config) -> None:
+    """The probe sets in the first checkpoint's tokenizer (``Series.check``): one UserError line
+    when no example is usable (e.g. no answer is one token), before any folder is made."""
+    from ...lmkit.models import load_tokenizer
+
+    tok = load_tokenizer(config.model.model_copy(update={"name": config.source.checkpoints[0]}))
+    try:
+        read_probe_data(config, tok, quiet=True)
+    except UserError as err:
+        raise UserError(*(f"probe sets in the tokenizer of source.checkpoints[0]: {m}" for m in err.messages)) from None
+
+
+def points(config: Config) -> list[tuple[int, float]]:
+    """(step, epoch) of every checkpoint (``Series.points``): :func:`check_series`, then
+    :func:`series_points`."""
+    return series_points(config, check_series(config))
 
 
 def part_config(config: Config, index: int, point: tuple[int, float]) -> dict[str, Any]:
