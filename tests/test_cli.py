@@ -213,13 +213,22 @@ def test_claims_of_the_real_labs_and_unknown_lab(cli, monkeypatch):
 
 
 def test_show_prints_verdicts_with_value_and_reason_undeclared_last(cli, tmp_path, monkeypatch):
-    from stagewise.report.claims import Claim, Summary
+    """One line per claim (id, verdict, the worst seed's value, k/n seeds passing), grouped by
+    source, undeclared last; --long adds each claim's statement, condition, control, reason,
+    evidence, per-seed values, the interval over seeds and the controls' verdicts (issue 39)."""
+    from stagewise.report import verdicts
+    from stagewise.report.claims import Claim, ClaimSpec, Summary, own
 
     holds, fails, untested, _ = _specs()
     claims = [Claim(id="old_v1", statement="a version-1 claim", holds=True, evidence="ok"),  # no source: the undeclared group, at the end
               holds.result([0.95, 0.97], "cos high", seeds=[0, 1]),
               fails.result([0.95, 0.5], "one seed low", seeds=[0, 1]),
               untested.not_testable("needs T1 >= 8000")]
+    over = ClaimSpec(id="over_seeds", statement="median high", source=own("x"), quantity="q", relation=">=", threshold=0.5,
+                     control="shuffled labels", aggregation="paired-median")
+    values = {str(seed): value for seed, value in enumerate([0.6, 0.7, 0.8, 0.9, 0.65, 0.75, 0.55])}
+    over = over.judged(verdicts.decide(values, over.rule(), {"shuffled": dict.fromkeys(values, 0.1)}), "seven seeds")
+    claims.append(over.model_copy(update={"interval": [0.6, None], "coverage": 0.984}))  # judged over seeds, its interval
     run = tmp_path / "run"
     run.mkdir()
     (run / "manifest.json").write_text(json.dumps({"lab": "ntp", "status": "done", "config_hash": "abc", "seeds": [0, 1]}))
@@ -227,14 +236,157 @@ def test_show_prints_verdicts_with_value_and_reason_undeclared_last(cli, tmp_pat
     monkeypatch.setenv("COLUMNS", "300")
     code, out, err = cli("show", str(run))
     assert code == 0 and err == "", err
-    rows = {c.id: next(line for line in out.splitlines() if f"{c.id}:" in line) for c in claims}
-    assert "holds" in rows["own_a"] and "0.95" in rows["own_a"]  # the worst seed's value
-    assert "fails" in rows["p2_thm3"] and "0.5" in rows["p2_thm3"]
-    assert "not testable" in rows["rev_q1"] and "needs T1 >= 8000" in rows["rev_q1"]
-    assert "holds" in rows["old_v1"]
+    rows = {c.id: next(line.split() for line in out.splitlines() if line.split()[:1] == [c.id]) for c in claims}
+    assert rows["own_a"] == ["own_a", "holds", "0.95", "2/2", "seeds", "pass"]  # the worst seed's value
+    assert rows["p2_thm3"] == ["p2_thm3", "fails", "0.5", "1/2", "seeds", "pass"]
+    assert rows["rev_q1"] == ["rev_q1", "not", "testable", "-"] and "needs T1" not in out  # the reason: --long
+    assert rows["old_v1"] == ["old_v1", "holds", "-"]
+    assert rows["over_seeds"] == ["over_seeds", "holds", "0.55", "7/7", "seeds", "pass"]
+    assert "claims: 5 (3 holds, 1 fails, 1 not testable)" in out.splitlines()
     assert not any(word in out.split() for word in ("yes", "no", "untestable"))
-    assert out.index("undeclared") > max(out.index(c.id + ":") for c in claims[1:])
-    assert out.index("undeclared") < out.index("old_v1:")
+    assert out.index("undeclared") > max(out.index(f"  {c.id} ") for c in claims[1:])
+    assert out.index("undeclared") < out.index("  old_v1 ")
+    code, out, err = cli("show", str(run), "--long")
+    assert code == 0 and err == "", err
+    lines = out.splitlines()
+    below = lines[lines.index(next(line for line in lines if line.split()[:1] == ["rev_q1"])) + 1:]
+    assert below[:4] == ["      reviewer asks", "      condition: min cos >= 0.9", "      control: shuffled labels",
+                         "      reason: needs T1 >= 8000"]
+    below = lines[lines.index(next(line for line in lines if line.split()[:1] == ["p2_thm3"])) + 1:]
+    assert "      evidence: one seed low" in below and "      per seed: 0: 0.95, 1: 0.5" in below
+    words = " ".join(out.split())
+    assert "per seed: 0: 0.6, 1: 0.7, 2: 0.8, 3: 0.9, 4: 0.65, 5: 0.75, 6: 0.55" in words
+    assert "median's interval: [0.6, inf], coverage 0.984; sign test p = 0.00781" in words
+    assert "controls judged: shuffled: fails" in words and "control shuffled: fails" in words  # the engine's evidence too
+
+
+def _numbers_in(text):
+    """The numbers of a text, as written (a sign, digits, a point, an exponent)."""
+    return re.findall(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", text)
+
+
+@pytest.fixture(scope="module")
+def finished_runs(run_cache):
+    """The session cache's finished NTP run (example 1, 20 + 20 steps), the disentangled and
+    the lm lab's smoke runs (two seeds and a control; the lm lab's tables): read, never written."""
+    from runcache import EXAMPLE1_SHORT, smoke_spec
+
+    return [run_cache.path(spec) for spec in (EXAMPLE1_SHORT, smoke_spec("disentangled"), smoke_spec("lm"))]
+
+
+@pytest.mark.parametrize("columns", ["80", "60", "120"])
+def test_show_is_one_line_per_claim_within_the_width(cli, monkeypatch, finished_runs, columns):
+    """Issue 39: `show` at 80 columns (a pipe, a notebook; and a narrow or wide terminal): every
+    line within the width, the lab's tables and the final values as tables that fit (no "..."
+    cut), one line per claim with its id, verdict, value and k/n seeds; every number on a
+    claim's line is its value (4 significant digits) or its seed counts, whole."""
+    from stagewise.cli_show import LONG_HINT
+    from stagewise.report.claims import read_summary
+
+    monkeypatch.setenv("COLUMNS", columns)
+    for run in finished_runs:
+        code, out, err = cli("show", str(run))
+        assert code == 0 and err == "", err
+        lines = out.splitlines()
+        assert all(len(line) <= int(columns) or line == str(run) for line in lines), lines  # a path is never cut
+        assert "\u2026" not in out and not any(line != line.rstrip() for line in lines)
+        claims = read_summary(run / "summary.json").claims
+        assert claims
+        lines = lines[next(i for i, line in enumerate(lines) if line.startswith(f"claims: {len(claims)} (")):]
+        for claim in claims:
+            mine = [i for i, line in enumerate(lines) if line.split()[:1] == [claim.id]]
+            assert len(mine) == 1, claim.id
+            line = lines[mine[0]].split(None, 1)[1:]  # narrower than id and the rest: the rest on the next line
+            assert line or int(columns) < 80, claim.id
+            line = line[0] if line else lines[mine[0] + 1].strip()
+            assert line.startswith(str(claim.verdict) + " "), line
+            value = "-" if claim.value is None else f"{claim.value:.4g}"
+            rest = line[len(str(claim.verdict)):].split()
+            assert rest[0] == value, (claim.id, line)
+            n = len(claim.per_seed)
+            seeds = [] if n < 2 else [f"{round(claim.pass_fraction * n)}/{n}", "seeds", "pass"] \
+                if claim.pass_fraction is not None else [str(n), "seeds"]
+            assert rest[1:] == seeds, (claim.id, line)
+            if claim.value is not None:
+                assert float(value) == pytest.approx(claim.value, rel=1e-3, abs=1e-300)
+                assert _numbers_in(value) == _numbers_in(line)[:len(_numbers_in(value))]
+        assert " ".join(out.split()).endswith(LONG_HINT)  # the way to the evidence, last
+
+
+def test_show_in_a_pipe_is_80_columns(finished_runs):
+    """Piped, with no COLUMNS (a notebook's `!stagewise show`, `| less`): 80 columns, each claim on one line."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    done = subprocess.run([sys.executable, "-m", "stagewise.cli", "show", str(finished_runs[1])], capture_output=True,
+                          text=True, env=env, stdin=subprocess.DEVNULL, timeout=120)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert max(len(line) for line in lines if line != str(finished_runs[1])) <= 80 and "\u2026" not in done.stdout
+    assert max(len(line) for line in lines if line != str(finished_runs[1])) > 60  # the width used, not a narrower one
+    assert sum(line.startswith("  ") and len(line.split()) > 2 and line.split()[1] in ("holds", "fails", "not", "inconclusive")
+               for line in lines) == len(json.loads((finished_runs[1] / "summary.json").read_text())["claims"])
+
+
+def test_show_long_holds_each_claims_evidence_whole(cli, monkeypatch, finished_runs):
+    """`show --long` at 80 columns: every line within 80 columns and, under each claim's line, its
+    statement, reason and evidence, wrapped at spaces only (every word of them, numbers included,
+    is printed whole, in order), the per-seed values of a run with seeds and the lab tables' texts
+    whole."""
+    from stagewise.report.claims import read_summary
+
+    monkeypatch.setenv("COLUMNS", "80")
+    for run in finished_runs:
+        code, out, err = cli("show", str(run), "--long")
+        assert code == 0 and err == "", err
+        lines = out.splitlines()
+        assert all(len(line) <= 80 or line == str(run) for line in lines) and "\u2026" not in out
+        words = " ".join(out.split())
+        for claim in read_summary(run / "summary.json").claims:
+            for text in (claim.statement, claim.reason, claim.evidence):
+                assert " ".join(text.split()) in words, (claim.id, text)
+            if len(claim.per_seed) > 1:
+                assert "per seed: " + ", ".join(f"{s}: {'-' if v is None else f'{v:.4g}'}"
+                                                for s, v in claim.per_seed.items()) in words
+        assert not lines[-1].startswith("(stagewise show --long")
+    monkeypatch.setenv("COLUMNS", "400")  # the lm lab's baselines table on one line a row: a long text's gist, whole with --long
+    compared = json.loads((finished_runs[2] / "summary.json").read_text())["details"]["baseline_comparison"]
+    clocks = [compared.get("model_clock") or {}, *((b.get("clock") or {}) for b in compared["baselines"].values())]
+    reasons = [" ".join(clock["reason"].split()) for clock in clocks if len(clock.get("reason") or "") > 80]
+    assert reasons
+    _, short, _ = cli("show", str(finished_runs[2]))
+    _, whole, _ = cli("show", str(finished_runs[2]), "--long")
+    for reason in reasons:
+        assert reason in whole and reason not in short and reason.split(" ", 1)[0] in short
+
+
+def test_show_tables_fit_the_width_transposed_or_as_lines(cli, monkeypatch, tmp_path):
+    """A lab's table wider than the output is printed transposed where that fits, else as lines
+    (its rows' items packed), never with a number cut; numbers and words stay whole."""
+    from stagewise.cli_show import fitted_table
+    from stagewise.labs.contract import SummaryTable
+    from stagewise.report.claims import Summary
+
+    heads = ("floors", *(f"column {i}" for i in range(12)))
+    rows = [["(run)", *(f"{0.123456789 * i:.4g}" for i in range(12))], ["control", *(f"{-1.5e-12 * i:.4g}" for i in range(12))]]
+    transposed = fitted_table(heads, rows, 80)
+    assert not isinstance(transposed, list) and [c.header for c in transposed.columns] == ["floors", "(run)", "control"]
+    many = [[f"row {r}", *(f"{r * 1000.5 + i:.6g}" for i in range(12))] for r in range(12)]
+    lines = fitted_table(heads, many, 80)
+    assert isinstance(lines, list) and all(len(line) <= 80 for line in lines)
+    assert lines[:3] == ["floors", "  row 0", "    column 0: 0  column 1: 1  column 2: 2  column 3: 3  column 4: 4  column 5: 5"]
+    assert {n for r in many for n in r[1:]} <= set(_numbers_in(" ".join(lines)))
+
+    _fake_lab(monkeypatch, _specs(), summary_tables={"wide": lambda s: SummaryTable(heads, tuple(map(tuple, rows)))})
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"lab": "fake", "status": "done", "config_hash": "abc", "seeds": [0]}))
+    (run / "summary.json").write_text(json.dumps(Summary(lab="fake", seeds=[0]).to_json()))
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = cli("show", str(run))
+    assert code == 0 and err == "" and all(len(line) <= 80 for line in out.splitlines())
+    assert {n for r in rows for n in r[1:]} <= set(_numbers_in(out)) and "\u2026" not in out
 
 
 class _Numbers:

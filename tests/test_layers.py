@@ -21,8 +21,8 @@ LAYERS = [
     ("orchestrate", ("stagewise.orchestrate",)),
     (
         "cli",
-        ("stagewise.cli", "stagewise.cli_claims", "stagewise.cli_lab", "stagewise.cli_lm", "stagewise.cli_stages", "stagewise.cli_sweep",
-         "stagewise.testing"),
+        ("stagewise.cli", "stagewise.cli_claims", "stagewise.cli_lab", "stagewise.cli_lm", "stagewise.cli_show", "stagewise.cli_stages",
+         "stagewise.cli_sweep", "stagewise.cli_text", "stagewise.testing"),
     ),
 ]
 

@@ -268,7 +268,7 @@ for preset in "${ARMS[@]}"; do
     staging="$OUT/results/.$preset.partial"
     rm -rf "$staging"
     mkdir -p "$staging"
-    COLUMNS=160 "${SW[@]}" show "$run" >"$staging/show.txt"
+    COLUMNS=160 "${SW[@]}" show "$run" --long >"$staging/show.txt"
     snapshots=()
     if [ "${KEEP_SNAPSHOTS:-0}" = 1 ]; then snapshots=(--snapshots); fi
     timed "$PY" "$HERE/summarize.py" arm "$run" "$staging" "$curves" ${snapshots[@]+"${snapshots[@]}"}

@@ -9,29 +9,28 @@ from __future__ import annotations
 
 import importlib
 import re
-import shutil
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .cli_claims import claims_cmd, findings_cmd, print_verdicts
+from .cli_claims import claims_cmd, findings_cmd
+from .cli_show import print_summary, show_cmd
 from .cli_stages import stages_cmd
 from .cli_lab import Stopped, WithLabCommands, plain_option_types
 from .cli_lm import eval_app, lm_app
 from .cli_sweep import report_cmd, reproduce_cmd, sweep_app
+from .cli_text import MIN_GIST, gist, line_width
 from .errors import UserError
 from .runs.stops import StopSignals, signum_of
 
 if TYPE_CHECKING:
     from typer._click.exceptions import ClickException
-
-    from .labs.contract import Lab, SummaryTable
 
 plain_option_types()
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=WithLabCommands,
@@ -74,7 +73,7 @@ def labs_cmd(long: bool = typer.Option(False, "--long", help="every preset's who
     from .labs import REGISTRY
 
     if not long:
-        width = shutil.get_terminal_size((LINE_WIDTH, 24)).columns
+        width = line_width()
         for name, lab in REGISTRY.items():
             typer.echo(f"{name}: {gist(lab.description, width - len(name) - 2)}")
             pad = min(PRESET_COLUMN, max((len(p) for p in lab.presets), default=0))
@@ -94,35 +93,8 @@ def labs_cmd(long: bool = typer.Option(False, "--long", help="every preset's who
     out_console.print(table)
 
 
-LINE_WIDTH = 80
-"""Columns of a listing when the output is not a terminal (a pipe, a notebook)."""
 PRESET_COLUMN = 28
 """Width of the preset column of ``stagewise labs`` (a longer name pushes its text right)."""
-MIN_GIST = 24
-"""Fewest columns a preset's text gets, however long its name."""
-_CLAUSE_ENDS = ("; ", ": ", " (", ", ")
-
-
-def gist(text: str, width: int) -> str:
-    """The longest run of whole clauses of ``text`` that fits ``width`` columns (cut before "; ",
-    ": ", " (" or ", ", outside brackets), else its words up to ``width`` with "...", else "(see
-    --long)"; never a word or a value cut in two."""
-    text = " ".join(text.split())
-    if len(text) <= width:
-        return text
-    depth, cuts = 0, []
-    for i, ch in enumerate(text[:width + 1]):
-        if depth == 0 and i > 0 and text.startswith(_CLAUSE_ENDS, i) and not text[i + 2:i + 3].isdigit():  # not in a list of values
-            cuts.append(i)
-        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(ch, 0)
-    if cuts and cuts[-1] >= MIN_GIST // 2:
-        return text[:cuts[-1]]
-    out = ""
-    for word in text.split(" "):
-        if len(out) + len(word) + (1 if out else 0) > width - 3:
-            break
-        out += (" " if out else "") + word
-    return out + "..." if out else "(see --long)"
 
 
 @app.command("config")
@@ -172,7 +144,7 @@ def run_cmd(
         if read_manifest(resume)["status"] == "done":  # nothing to resume: the run's files are left as they are
             out_console.print(f"already done: {resume} (status done; nothing to resume)", highlight=False,
                               markup=False, soft_wrap=True)
-            _print_summary(resume)
+            print_summary(resume)
             return
         paths = RunPaths(resume)
     else:
@@ -214,7 +186,7 @@ def _execute(lab, config, paths, resume: bool, progress: bool, sinks=None) -> No
                                                         + f"resume with: stagewise run --resume {paths.root})"),
                           highlight=False)
         raise typer.Exit(1) from None
-    _print_summary(paths.root)
+    print_summary(paths.root)
 
 
 def signal_name(signum: int) -> str:
@@ -223,68 +195,7 @@ def signal_name(signum: int) -> str:
     return signal.Signals(signum).name
 
 
-def _registered_lab(name: Any) -> Lab | None:
-    """The lab registered as ``name``; None for a lab this installation does not have."""
-    from .labs import REGISTRY
-
-    return REGISTRY[name] if isinstance(name, str) and name in REGISTRY else None
-
-
-def _summary_table(table: SummaryTable) -> Table:
-    """A lab's summary table for the terminal: floats to 4 significant digits, None as "-"."""
-    out = Table(*table.columns, header_style="bold")
-    for row in table.rows:
-        out.add_row(*(f"{v:.4g}" if isinstance(v, float) else "-" if v is None else escape(str(v)) for v in row))
-    return out
-
-
-def _print_summary(run_dir: Path) -> None:
-    """The run's status line, notes, final values and claims; one UserError line for a folder
-    that is not a run or holds a symbolic link (never followed: a summary.json linked to a file
-    outside is not read, as ``report`` and ``load_run`` refuse it)."""
-    from .report.claims import read_summary
-    from .runs import read_manifest
-    from .runs.links import refuse_links
-    from .runs.names import rename_keys
-
-    refuse_links(run_dir)
-    manifest = read_manifest(run_dir)
-    summary_path = Path(run_dir) / "summary.json"
-    out_console.print(f"[bold]{escape(str(run_dir))}[/]  " + escape(f"lab={manifest['lab']}  status={manifest['status']}  "
-                                                              f"seeds={manifest['seeds']}  config={manifest['config_hash']}"),
-                      highlight=False)
-    if manifest.get("error"):
-        out_console.print(f"error: {manifest['error']}", highlight=False, markup=False)
-    for key, value in (manifest.get("notes") or {}).items():  # facts a lab recorded (e.g. dropped examples)
-        out_console.print(f"{key}: {value}", highlight=False, markup=False)
-    if not summary_path.exists():
-        return
-    summary = read_summary(summary_path)
-    scalars = {k: v for k, v in summary.details.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    if scalars:
-        out_console.print("  ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in scalars.items()),
-                          highlight=False)
-    lab = _registered_lab(manifest["lab"])
-    for render in (lab.summary_tables.values() if lab else ()):  # the tables the lab shows from its summary
-        extra = render(summary)
-        if extra is not None:
-            out_console.print(_summary_table(extra))
-    if summary.final:
-        table = Table("metric (last step)", "mean", "min", "max", header_style="bold")
-        fmt = lambda v: "-" if v is None else f"{v:.6g}"  # noqa: E731
-        for name, stats in rename_keys(summary.final, lab.metric_aliases if lab else {}).items():  # an old run: current names
-            table.add_row(escape(name), fmt(stats.mean), fmt(stats.min), fmt(stats.max))
-        out_console.print(table)
-    if summary.claims:
-        print_verdicts(out_console, summary.claims, {**(lab.sources if lab else {}), **summary.sources})
-
-
-@app.command("show")
-def show_cmd(run_dir: Path = typer.Argument(..., help="a run directory")) -> None:
-    """Print a run's status, final values and claims."""
-    _print_summary(run_dir)
-
-
+app.command("show")(show_cmd)
 app.command("stages")(stages_cmd)
 
 

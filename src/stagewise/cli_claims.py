@@ -42,7 +42,8 @@ def claim_groups(claims: Iterable[Any], sources: Mapping[str, str] | None = None
     return [(heading, members) for heading, members in groups if members]
 
 
-def _value(value: float | None) -> str:
+def number_text(value: float | None) -> str:
+    """A claim's value as the claims tables and ``show`` print it: 4 significant digits, None as "-"."""
     return "-" if value is None else f"{value:.4g}"
 
 
@@ -59,7 +60,7 @@ def print_verdicts(console: Console, claims: Sequence[Any], sources: Mapping[str
             verdict = str(claim.verdict)
             detail = "; ".join(part for part in (f"reason: {claim.reason}" if claim.reason else "", claim.evidence) if part)
             table.add_row(escape(f"{claim.id}: {claim.statement}"), f"[{VERDICT_STYLE.get(verdict, 'white')}]{verdict}[/]",
-                          _value(claim.value), escape(detail))
+                          number_text(claim.value), escape(detail))
         console.print(table)
 
 

@@ -1,6 +1,7 @@
 """lmkit attention spectra and the lab-independent singular-value statistics (sv_stats):
 closed forms, factored W_Q W_K^T against the direct product, per-head reference values, GQA
-mapping, metric names, the long table, and invariance under a rotation of the residual basis."""
+mapping, GPT-NeoX's fused query_key_value split as transformers splits it, metric names, the
+long table, and invariance under a rotation of the residual basis."""
 
 from __future__ import annotations
 
@@ -40,7 +41,15 @@ def llama(seed: int = 0):
     return transformers.LlamaForCausalLM(cfg).eval()
 
 
-MODELS = {"gpt2": gpt2, "llama": llama}
+def gpt_neox(seed: int = 0, rotary_pct: float = 0.25):
+    torch.manual_seed(seed)
+    cfg = transformers.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=D_MODEL, intermediate_size=64, num_hidden_layers=N_LAYERS,
+                                     num_attention_heads=N_HEADS, rotary_pct=rotary_pct, max_position_embeddings=64,
+                                     bos_token_id=0, eos_token_id=0)
+    return transformers.GPTNeoXForCausalLM(cfg).eval()
+
+
+MODELS = {"gpt2": gpt2, "llama": llama, "gpt_neox": gpt_neox}
 
 
 def with_singular_values(s: torch.Tensor, m: int, n: int, seed: int = 0) -> torch.Tensor:
@@ -103,7 +112,7 @@ def test_factored_qk_equals_direct(d_model, d_head):
 
 
 # ---- attention spectra ----------------------------------------------------------------------
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gpt_neox"])
 def test_spectra_match_a_per_head_reference(family):
     model = MODELS[family]()
     a = adapter_for(model)
@@ -127,7 +136,7 @@ def test_spectra_match_a_per_head_reference(family):
                 assert res.metrics[f"blocks.{layer}.attn.head.{head}.{proj}.{stat}"].item() == st[stat][i].item()
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gpt_neox"])
 def test_metric_names_follow_the_grammar_and_table_is_long(family):
     model = MODELS[family]()
     a = adapter_for(model)
@@ -151,7 +160,7 @@ def test_metric_names_follow_the_grammar_and_table_is_long(family):
     assert metrics.keys() == res.metrics.keys() and frame.equals(table)
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gpt_neox"])
 def test_rotating_the_residual_basis_leaves_spectra_unchanged(family):
     model = MODELS[family]().double()
     a = adapter_for(model)
@@ -165,6 +174,24 @@ def test_rotating_the_residual_basis_leaves_spectra_unchanged(family):
     assert (a.heads(model, 0, "q") - q0).abs().max() > 1e-3  # the weights did change
     for proj in SPECTRA_PROJECTIONS:
         torch.testing.assert_close(after.sv[proj], before.sv[proj], atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("rotary_pct", [0.25, 1.0])
+def test_gpt_neox_spectra_equal_svds_of_the_stored_weights(rotary_pct):
+    """Spectra of a GPT-NeoX model against SVDs of its stored weights, split per head as
+    transformers' forward splits query_key_value (output viewed (..., H, 3 d_head), chunked in 3)."""
+    model = gpt_neox(rotary_pct=rotary_pct)
+    a = adapter_for(model)
+    res = attention_spectra(a, model)
+    for layer, block in enumerate(model.gpt_neox.layers):
+        w = block.attention.query_key_value.weight.detach().double()  # (3 d_model, d_model), (out, in)
+        q, k, v = w.reshape(N_HEADS, 3 * a.d_head, D_MODEL).chunk(3, dim=1)  # 3 x (H, d_head, d_model)
+        o = block.attention.dense.weight.detach().double().reshape(D_MODEL, N_HEADS, a.d_head)  # (d_model, H, d_head)
+        expected = {"q": torch.linalg.svdvals(q), "k": torch.linalg.svdvals(k), "v": torch.linalg.svdvals(v),
+                    "o": torch.linalg.svdvals(o.permute(1, 0, 2)),  # (H, d_model, d_head): head h's columns of dense
+                    "qk": torch.linalg.svdvals(q.transpose(1, 2) @ k)[:, :a.d_head]}  # W_Q W_K^T = q^T k, (H, d_model, d_model)
+        for proj, values in expected.items():
+            torch.testing.assert_close(res.sv[proj][layer], values, atol=TOL, rtol=0)
 
 
 def test_bad_top_k_is_a_user_error():

@@ -1,6 +1,7 @@
 """lmkit: attention weight adapters (split/merge, agreement with the model's own forward pass,
-GQA) and rank-reduction surgery (selectors, Eckart-Young, keep-smallest, per head, p = 1 parity,
-randomized SVD), on tiny random GPT-2 and Llama models built from configs."""
+GQA, GPT-NeoX's per-head fused query_key_value with partial rotary) and rank-reduction surgery
+(selectors, Eckart-Young, keep-smallest, per head, p = 1 parity, randomized SVD), on tiny random
+GPT-2, Llama and GPT-NeoX models built from configs."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from stagewise.errors import UserError  # noqa: E402
-from stagewise.lmkit.adapters import GPT2Adapter, LlamaAdapter, adapter_for  # noqa: E402
+from stagewise.lmkit.adapters import GPT2Adapter, GPTNeoXAdapter, LlamaAdapter, adapter_for  # noqa: E402
 from stagewise.lmkit.surgery import (  # noqa: E402
     RankReducer, Target, kept_rank, low_rank, parse_selector, random_directions, reduce_rank)
 
@@ -50,7 +51,17 @@ def llama(seed: int = 0, bias: bool = True) -> torch.nn.Module:
     return _noisy_biases(transformers.LlamaForCausalLM(cfg))
 
 
-MODELS = {"gpt2": gpt2, "llama": llama}
+def gpt_neox(seed: int = 0, rotary_pct: float = 0.25, parallel: bool = True, base: bool = False) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    cfg = transformers.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=D_MODEL, intermediate_size=64, num_hidden_layers=N_LAYERS,
+                                     num_attention_heads=N_HEADS, rotary_pct=rotary_pct, use_parallel_residual=parallel,
+                                     max_position_embeddings=64, bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+    cls = transformers.GPTNeoXModel if base else transformers.GPTNeoXForCausalLM
+    return _noisy_biases(cls(cfg))
+
+
+MODELS = {"gpt2": gpt2, "llama": llama, "gpt_neox": gpt_neox}
+BASES = {"gpt2-base": lambda: gpt2(base=True), "gpt_neox-base": lambda: gpt_neox(base=True)}
 
 
 def tokens(seed: int = 1) -> torch.Tensor:
@@ -62,26 +73,38 @@ def params(model) -> dict[str, torch.Tensor]:
 
 
 def stored_part(adapter, model, layer, proj, head=None) -> tuple[str, torch.Tensor]:
-    """Evaluate ``adapter.location`` ("name" or "name[a:b, :]") against the stored parameter."""
+    """Evaluate ``adapter.location`` ("name", "name[a:b, :]", "name[:, a:b]" or GPT-NeoX's
+    "name.view(H, 3, d_head, d_model)[:, t]") against the stored parameter."""
     loc = adapter.location(layer, proj, head)
-    m = re.fullmatch(r"([\w.]+)(?:\[(\d+):(\d+), :\]|\[:, (\d+):(\d+)\])?", loc)
+    m = re.fullmatch(r"([\w.]+?)(?:\[(\d+):(\d+), :\]|\[:, (\d+):(\d+)\]|\.view\((\d+), 3, (\d+), (\d+)\)\[:, ([012])\])?", loc)
     assert m, loc
     param = dict(model.named_parameters())[m.group(1)].detach()
     if m.group(2):
         return m.group(1), param[int(m.group(2)):int(m.group(3)), :]
     if m.group(4):
         return m.group(1), param[:, int(m.group(4)):int(m.group(5))]
+    if m.group(6):
+        n, dh, d = int(m.group(6)), int(m.group(7)), int(m.group(8))
+        return m.group(1), param.view(n, 3, dh, d)[:, int(m.group(9))].reshape(n * dh, d)  # (H*d_head, d_model): rows of one projection
     return m.group(1), param
 
 
 def as_x_at_w(adapter, stored: torch.Tensor) -> torch.Tensor:
-    return stored.T if isinstance(adapter, LlamaAdapter) else stored  # Linear stores (out, in)
+    return stored.T if isinstance(adapter, (LlamaAdapter, GPTNeoXAdapter)) else stored  # Linear stores (out, in)
+
+
+def neox_split(weight: torch.Tensor, n_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Heads (H, d_head, d_model) of q, k, v from a query_key_value weight or bias (3 d_model, ...)
+    by transformers' own split: ``qkv.view(..., H, 3 * d_head).chunk(3, dim=-1)`` on the output."""
+    rows = weight.reshape(n_heads, -1, *weight.shape[1:])  # (H, 3 d_head, ...): the output's view(..., H, 3 d_head)
+    q, k, v = rows.chunk(3, dim=1)  # 3 x (H, d_head, ...)
+    return q, k, v
 
 
 # ---- adapters -------------------------------------------------------------------------------
-@pytest.mark.parametrize("family", ["gpt2", "gpt2-base", "llama"])
+@pytest.mark.parametrize("family", ["gpt2", "gpt2-base", "llama", "gpt_neox", "gpt_neox-base"])
 def test_adapter_dims_and_locations(family):
-    model = gpt2(base=True) if family == "gpt2-base" else MODELS[family]()
+    model = BASES[family]() if family in BASES else MODELS[family]()
     a = adapter_for(model)
     assert (a.n_layers, a.n_heads, a.d_model, a.d_head) == (N_LAYERS, N_HEADS, D_MODEL, D_MODEL // N_HEADS)
     assert a.n_kv_heads == (N_KV if family == "llama" else N_HEADS)
@@ -91,8 +114,12 @@ def test_adapter_dims_and_locations(family):
         for proj in a.projections:
             assert a.param_name(layer, proj) in names
             _, stored = stored_part(a, model, layer, proj)
+            if proj == "qkv" and isinstance(a, GPTNeoXAdapter):  # [Q | K | V]: the stored rows regrouped by projection
+                q, k, v = neox_split(stored, a.n_heads)  # 3 x (H, d_head, d_model)
+                stored = torch.cat([q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)])  # (3 d_model, d_model)
             assert torch.equal(as_x_at_w(a, stored), a.matrix(model, layer, proj))
             if proj == "qkv":
+                assert torch.equal(a.matrix(model, layer, proj), torch.cat([a.matrix(model, layer, p) for p in "qkv"], dim=1))
                 continue
             heads = a.heads(model, layer, proj)
             assert heads.shape == (a.n_heads_of(proj), *a.head_shape(proj))
@@ -100,7 +127,7 @@ def test_adapter_dims_and_locations(family):
                 assert torch.equal(as_x_at_w(a, stored_part(a, model, layer, proj, h)[1]), heads[h])
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gpt_neox"])
 def test_split_merge_and_write_round_trips_are_exact(family):
     model = MODELS[family]()
     a = adapter_for(model)
@@ -205,7 +232,92 @@ def test_llama_heads_agree_with_the_forward_pass_with_gqa():
     torch.testing.assert_close(o, seen["out"], atol=FWD_TOL, rtol=0)
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("rotary_pct,parallel", [(0.25, True), (1.0, False)])
+def test_gpt_neox_heads_agree_with_the_forward_pass(rotary_pct, parallel):
+    """Per-head W_Q, W_K, W_V, W_O reproduce transformers' own fused-qkv split, the partial
+    rotary attention pattern, the heads' mixed values and the dense output."""
+    from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb
+
+    model = gpt_neox(rotary_pct=rotary_pct, parallel=parallel)
+    a = adapter_for(model)
+    layer = 1
+    attn = model.gpt_neox.layers[layer].attention
+    assert attn.rotary_ndims == int(a.d_head * rotary_pct) and model.config.use_parallel_residual == parallel
+    seen = {}
+    hooks = [attn.register_forward_pre_hook(lambda m, args, kw: seen.update(pe=kw["position_embeddings"]), with_kwargs=True),
+             attn.query_key_value.register_forward_hook(lambda m, i, o: seen.update(x=i[0], qkv=o)),
+             attn.dense.register_forward_hook(lambda m, i, o: seen.update(z=i[0], out=o))]
+    with torch.no_grad():
+        out = model(tokens(), output_attentions=True)
+    for h in hooks:
+        h.remove()
+    x, dh = seen["x"], a.d_head  # (B, T, d_model)
+    model_qkv = seen["qkv"].view(*x.shape[:-1], a.n_heads, 3 * dh).transpose(1, 2).chunk(3, dim=-1)  # 3 x (B, H, T, d_head)
+    biases = neox_split(attn.query_key_value.bias.detach(), a.n_heads)  # 3 x (H, d_head)
+    per = {}
+    for p, model_part, bias in zip(("q", "k", "v"), model_qkv, biases):
+        per[p] = torch.einsum("btd,hde->bhte", x, a.heads(model, layer, p)) + bias[:, None, :]  # (B, H, T, d_head)
+        torch.testing.assert_close(per[p], model_part, atol=FWD_TOL, rtol=0)
+    q, k = apply_rotary_pos_emb(per["q"], per["k"], *seen["pe"])  # (B, H, T, d_head): the first rotary_ndims dims rotated
+    scores = q @ k.transpose(-1, -2) / math.sqrt(dh)  # (B, H, T, T)
+    causal = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()  # (T, T)
+    pattern = scores.masked_fill(~causal, float("-inf")).softmax(-1)  # (B, H, T, T)
+    torch.testing.assert_close(pattern, out.attentions[layer], atol=FWD_TOL, rtol=0)
+    z = pattern @ per["v"]  # (B, H, T, d_head)
+    torch.testing.assert_close(z.transpose(1, 2).flatten(2), seen["z"], atol=FWD_TOL, rtol=0)
+    o = torch.einsum("bhte,hed->btd", z, a.heads(model, layer, "o")) + attn.dense.bias  # (B, T, d_model)
+    torch.testing.assert_close(o, seen["out"], atol=FWD_TOL, rtol=0)
+
+
+def test_gpt_neox_rank_surgery_writes_the_fused_weight():
+    """Cutting q, k, v heads to rank r edits only their rows of query_key_value (read back by
+    transformers' split), leaves every bias and dense as they were, and the model still runs."""
+    model = gpt_neox()
+    a = adapter_for(model)
+    rank = 3
+    before, x = params(model), tokens()
+    red = reduce_rank(model, "blocks.*.attn.{q,k}.head.*, blocks.1.attn.v.head.2", "largest", rank / a.d_head)
+    assert {i.kept for i in red.items} == {rank} and all(i.changed for i in red.items)
+    assert red["blocks.1.attn.v.head.2"].location == "gpt_neox.layers.1.attention.query_key_value.weight[64:72, :]"
+    for layer in range(a.n_layers):
+        name = a.param_name(layer, "q")
+        q, k, v = neox_split(dict(model.named_parameters())[name].detach(), a.n_heads)  # 3 x (H, d_head, d_model), float32
+        q0, k0, v0 = neox_split(before[name], a.n_heads)
+        for new, old, p in ((q, q0, "q"), (k, k0, "k")):
+            assert torch.linalg.matrix_rank(new).max().item() <= rank  # float32 tolerance: the cast back adds round-off
+            best = torch.linalg.svd(old.double(), full_matrices=False)  # Eckart-Young: the top-r part of each head
+            top = (best.U[..., :rank] * best.S[:, None, :rank]) @ best.Vh[:, :rank]  # (H, d_head, d_model)
+            torch.testing.assert_close(new.double(), top, atol=FWD_TOL, rtol=0)
+            assert torch.equal(a.heads(model, layer, p), new.transpose(1, 2))
+        assert torch.linalg.matrix_rank(q.transpose(1, 2) @ k).max().item() <= rank  # (H, d_model, d_model): W_Q W_K^T per head
+        kept_v = [h for h in range(a.n_heads) if (layer, h) != (1, 2)]
+        assert torch.equal(v[kept_v], v0[kept_v])
+        if layer == 1:
+            assert torch.linalg.matrix_rank(v[2]).item() == rank
+    unchanged = [n for n in before if "query_key_value.weight" not in n]
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters() if n in unchanged)
+    with torch.no_grad():
+        logits = model(x).logits  # (B, T, V)
+    assert logits.shape == (*x.shape, VOCAB) and bool(torch.isfinite(logits).all())
+
+
+def test_gpt_neox_fused_qkv_reduction_is_the_stored_weights():
+    """blocks.L.attn.qkv is the stored query_key_value up to a permutation of rows: the same
+    singular values, and its rank-k cut is the stored weight's best rank-k approximation."""
+    model = gpt_neox().double()
+    a = adapter_for(model)
+    name = a.param_name(0, "qkv")
+    stored = dict(model.named_parameters())[name].detach().clone()  # (3 d_model, d_model)
+    torch.testing.assert_close(torch.linalg.svdvals(a.matrix(model, 0, "qkv")), torch.linalg.svdvals(stored), atol=SVD_TOL, rtol=0)
+    red = reduce_rank(model, "blocks.0.attn.qkv", "largest", 0.25)
+    k = red.items[0].kept
+    assert (k, red.items[0].location) == (a.d_model // 4, name)
+    u, s, vh = torch.linalg.svd(stored, full_matrices=False)  # (3 d_model, d_model), (d_model,), (d_model, d_model)
+    best = (u[:, :k] * s[:k]) @ vh[:k]  # (3 d_model, d_model)
+    torch.testing.assert_close(dict(model.named_parameters())[name].detach(), best, atol=SVD_TOL, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gpt_neox"])
 @pytest.mark.parametrize("proj", HEAD_PROJS)
 def test_writing_one_head_changes_only_its_slice(family, proj):
     model = MODELS[family]()
@@ -247,7 +359,7 @@ def test_adapter_for_rejects_other_models_and_accepts_llama_families():
                       num_attention_heads=N_HEADS, num_key_value_heads=N_KV, max_position_embeddings=64)
         a = adapter_for(model_cls(cfg))
         assert isinstance(a, LlamaAdapter) and (a.n_heads, a.n_kv_heads) == (N_HEADS, N_KV)
-    assert isinstance(adapter_for(gpt2()), GPT2Adapter)
+    assert isinstance(adapter_for(gpt2()), GPT2Adapter) and isinstance(adapter_for(gpt_neox()), GPTNeoXAdapter)
 
 
 # ---- selectors ------------------------------------------------------------------------------
@@ -288,9 +400,15 @@ ERRORS = [
     ("gpt2", "blocks.1.attn.qkv.head.0", "qkv has no heads"),
     ("gpt2", "blocks.1.attn.{qkv,k}", "ambiguous: blocks.1.attn.k and blocks.1.attn.qkv"),
     ("gpt2", "blocks.1.attn.q, blocks.1.attn.q.head.0", "ambiguous: blocks.1.attn.q and blocks.1.attn.q.head.0"),
-    ("llama", "blocks.1.attn.qkv", "qkv is GPT-2's fused c_attn; this llama model has separate projections, use {q,k,v}"),
+    ("llama", "blocks.1.attn.qkv",
+     "qkv is the fused input projection (GPT-2's c_attn, GPT-NeoX's query_key_value); this llama model has separate projections, use {q,k,v}"),
     ("llama", "blocks.1.attn.k.head.2", "k head 2 out of range; this llama model has 2 K/V heads (0..1)"),
     ("llama", "blocks.1.attn.{q,v}.head.3", "v head 3 out of range"),
+    ("gpt_neox", "blocks.1.attn.qkv.head.0", "qkv has no heads"),
+    ("gpt_neox", "blocks.0.attn.{qkv,v}.head.1", "qkv has no heads"),
+    ("gpt_neox", "blocks.1.attn.{qkv,k}", "ambiguous: blocks.1.attn.k and blocks.1.attn.qkv"),
+    ("gpt_neox", "blocks.1.attn.k.head.4", "k head 4 out of range; this gpt_neox model has 4 K/V heads (0..3)"),
+    ("gpt_neox", "blocks.2.attn", "layer 2 out of range; this gpt_neox model has layers 0..1"),
 ]
 
 
@@ -311,13 +429,14 @@ def test_kept_rank_is_the_exact_floor():
             assert kept_rank(i / 100, r) == math.floor(Fraction(i, 100) * r)
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gpt_neox"])
 def test_p_one_leaves_the_model_bit_identical(family):
     model = MODELS[family]()
     before, x = params(model), tokens()
     with torch.no_grad():
         logits = model(x).logits
-    selectors = ["blocks.*.attn", "blocks.*.attn.{q,v}.head.*"] + (["blocks.*.attn.qkv"] if family == "gpt2" else [])
+    fused = "qkv" in adapter_for(model).projections
+    selectors = ["blocks.*.attn", "blocks.*.attn.{q,v}.head.*"] + (["blocks.*.attn.qkv"] if fused else [])
     for sel in selectors:
         red = reduce_rank(model, sel, "largest", 1.0)
         assert all(not i.changed and i.kept == i.rank and i.fro_kept == 1.0 for i in red.items)
@@ -330,7 +449,8 @@ def _svdvals(m: torch.Tensor) -> torch.Tensor:
     return torch.linalg.svdvals(m.double())
 
 
-@pytest.mark.parametrize("family,selector", [("gpt2", "blocks.1.attn.{qkv,o}"), ("llama", "blocks.0-1.attn")])
+@pytest.mark.parametrize("family,selector", [("gpt2", "blocks.1.attn.{qkv,o}"), ("llama", "blocks.0-1.attn"),
+                                             ("gpt_neox", "blocks.0-1.attn.{qkv,o}"), ("gpt_neox", "blocks.1.attn")])
 def test_largest_is_the_eckart_young_optimum(family, selector):
     model = MODELS[family]().double()
     a = adapter_for(model)
@@ -365,15 +485,18 @@ def test_smallest_keeps_exactly_the_bottom_k():
 
 
 @pytest.mark.parametrize("family,layer,proj,head", [("gpt2", 1, "q", 2), ("gpt2", 0, "o", 3), ("llama", 0, "k", 1),
-                                                    ("llama", 1, "o", 2)])
+                                                    ("llama", 1, "o", 2), ("gpt_neox", 1, "k", 2), ("gpt_neox", 0, "v", 0),
+                                                    ("gpt_neox", 1, "o", 3)])
 def test_per_head_reduction_changes_only_that_head(family, layer, proj, head):
     model = MODELS[family]()
     a = adapter_for(model)
     before, heads_before = params(model), a.heads(model, layer, proj)
+    others_before = {p: a.heads(model, layer, p) for p in HEAD_PROJS if p != proj}  # e.g. q and v sharing a fused weight
     red = reduce_rank(model, f"blocks.{layer}.attn.{proj}.head.{head}", "largest", 0.5)
     heads_after = a.heads(model, layer, proj)
     others = [h for h in range(heads_before.shape[0]) if h != head]
     assert torch.equal(heads_after[others], heads_before[others])
+    assert all(torch.equal(a.heads(model, layer, p), w) for p, w in others_before.items())
     assert torch.linalg.matrix_rank(heads_after[head]).item() == red.items[0].kept == a.d_head // 2
     name = a.param_name(layer, proj)
     assert red.items[0].location == a.location(layer, proj, head)

@@ -23,7 +23,8 @@ residual stream), whatever the family stores::
     out = sum_h z_h @ W_O[l, h]  W_O[l, h]:                       (d_head, d_model)
 
 GPT-2's Conv1D weights are stored that way; Llama-style ``nn.Linear`` weights (out, in) are
-transposed by the adapter. Layers are 0-based indices of the HF module list; on
+transposed by the adapter, and GPT-NeoX's (Pythia's) fused ``query_key_value`` is split per
+head and transposed. Layers are 0-based indices of the HF module list; on
 grouped-query models k and v heads are the K/V heads (:mod:`.adapters`).
 
 Modules: :mod:`.config` (which model), :mod:`.models` (loading, compact vocabulary),
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .adapters import FUSED, HEAD_PROJECTIONS, AttentionAdapter, GPT2Adapter, LlamaAdapter, adapter_for
+    from .adapters import FUSED, HEAD_PROJECTIONS, AttentionAdapter, GPT2Adapter, GPTNeoXAdapter, LlamaAdapter, adapter_for
     from .blimp import BlimpResult, blimp_accuracy, read_blimp_pairs, score_blimp, write_blimp
     from .config import TINY, ModelConfig, TinyModel
     from .export import Export, check_exportable, export_hf
@@ -60,7 +61,8 @@ if TYPE_CHECKING:
     from .weightfiles import check_gguf, check_weight_folder
 
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(("FUSED", "HEAD_PROJECTIONS", "AttentionAdapter", "GPT2Adapter", "LlamaAdapter", "adapter_for"), ".adapters"),
+    **dict.fromkeys(("FUSED", "HEAD_PROJECTIONS", "AttentionAdapter", "GPT2Adapter", "GPTNeoXAdapter", "LlamaAdapter", "adapter_for"),
+                   ".adapters"),
     **dict.fromkeys(("BlimpResult", "blimp_accuracy", "read_blimp_pairs", "score_blimp", "write_blimp"), ".blimp"),
     **dict.fromkeys(("TINY", "ModelConfig", "TinyModel"), ".config"),
     **dict.fromkeys(("Export", "check_exportable", "export_hf"), ".export"),
@@ -78,8 +80,9 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
-    "AttentionAdapter", "AttentionSpectra", "BlimpResult", "Export", "FUSED", "GPT2Adapter", "GPT2_VOCAB", "HEAD_PROJECTIONS",
-    "LlamaAdapter", "LoadedModel", "ModelConfig", "RankReducer", "ReducedMatrix", "Reduction", "TINY", "Target", "TinyModel", "adapter_for",
+    "AttentionAdapter", "AttentionSpectra", "BlimpResult", "Export", "FUSED", "GPT2Adapter", "GPT2_VOCAB", "GPTNeoXAdapter",
+    "HEAD_PROJECTIONS", "LlamaAdapter", "LoadedModel", "ModelConfig", "RankReducer", "ReducedMatrix", "Reduction", "TINY", "Target",
+    "TinyModel", "adapter_for",
     "attention_spectra", "blimp_accuracy", "build", "check_exportable", "check_gguf", "check_model", "check_weight_folder",
     "compact_model", "export_hf", "gpt2_bpe", "head_singular_values", "hub_unreachable", "kept_rank", "load_pretrained",
     "load_tokenizer", "local_files_only", "low_rank", "missing_lm_packages", "parse_selector", "prefix_token_id",

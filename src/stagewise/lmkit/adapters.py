@@ -9,8 +9,9 @@ The one orientation of every per-head weight in :mod:`stagewise.lmkit` (Transfor
 where z_h is head h's attention-weighted values. The whole matrix of a projection is the heads
 side by side in the same orientation: ``matrix(model, l, "q")`` is (d_model, H * d_head) with
 head h in columns ``h * d_head : (h + 1) * d_head``; ``matrix(model, l, "o")`` is
-(H * d_head, d_model) with head h in those rows. GPT-2 also has ``"qkv"``: the fused
-``attn.c_attn`` weight (d_model, 3 * d_model) = [Q | K | V] exactly as stored.
+(H * d_head, d_model) with head h in those rows. The families with a fused input projection
+(GPT-2, GPT-NeoX) also have ``"qkv"``: that weight as one (d_model, 3 * d_model) matrix
+[Q | K | V], so that its first d_model columns are ``matrix(model, l, "q")``.
 
 Families (one small adapter each, chosen by :func:`adapter_for`):
 
@@ -22,12 +23,26 @@ Families (one small adapter each, chosen by :func:`adapter_for`):
   matrix here is the transposed weight. Grouped-query attention: k and v have
   ``n_kv_heads`` heads and query head h reads K/V head ``h // (n_heads // n_kv_heads)``
   (:attr:`AttentionAdapter.kv_head_of`).
+* ``gpt_neox`` (GPTNeoXForCausalLM, GPTNeoXModel; Pythia): ``gpt_neox.layers[l].attention``
+  has one fused nn.Linear ``query_key_value``, weight W (3 * d_model, d_model), whose rows are
+  grouped by head and, within a head, by projection (transformers' ``view(..., H, 3 * d_head)``
+  then ``chunk(3)``)::
+
+      W.view(H, 3, d_head, d_model)[h, t]  = head h of projection t (0 q, 1 k, 2 v), (d_head, d_model)
+      W_Q[l, h] = W.view(H, 3, d_head, d_model)[h, 0].T                         (d_model, d_head)
+
+  ``"qkv"`` is W regrouped to [Q | K | V] and transposed (a permutation of its entries: the
+  same singular values, and a rank reduction of it is that of W, permuted back). ``dense`` is
+  the output nn.Linear, (d_model, H * d_head). Rotary embeddings on the first ``rotary_pct``
+  of each head's dims and ``use_parallel_residual`` act on activations and leave these
+  matrices as they are.
 
 Layers are 0-based indices into the HF module list. Heads of k and v index the K/V heads
 (0..n_kv_heads-1). Biases are never read or written: every getter returns a weight only, and
 every setter writes the weight in place (under ``torch.no_grad()``, keeping the parameter
-object, its dtype and device) and leaves the bias as it was. Getters return fresh tensors
-(clones) in the parameter's dtype and device, never views of the parameters.
+object, its dtype and device) and leaves the bias as it was (GPT-NeoX's fused
+``query_key_value.bias`` included). Getters return fresh tensors (clones) in the parameter's
+dtype and device, never views of the parameters.
 """
 
 from __future__ import annotations
@@ -43,9 +58,10 @@ HEAD_PROJECTIONS = ("q", "k", "v", "o")
 """Projections that split into heads (every family)."""
 
 FUSED = "qkv"
-"""GPT-2's fused input projection (attn.c_attn); it has no heads of its own."""
+"""The fused input projection (GPT-2's attn.c_attn, GPT-NeoX's query_key_value); it has no heads of its own."""
 
-SUPPORTED = "gpt2 (GPT2LMHeadModel, GPT2Model), llama (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, SmolLM2)"
+SUPPORTED = ("gpt2 (GPT2LMHeadModel, GPT2Model), llama (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, SmolLM2), "
+             "gpt_neox (GPTNeoXForCausalLM, GPTNeoXModel, Pythia)")
 
 
 @dataclass(frozen=True)
@@ -85,8 +101,20 @@ class AttentionAdapter:
         raise NotImplementedError
 
     def _view(self, model, layer: int, proj: str) -> torch.Tensor:
-        """A view of the weight sharing its storage, in "x @ W" orientation."""
+        """The matrix in "x @ W" orientation: a view sharing the weight's storage, which the
+        default :meth:`_write` copies into (a family whose layout gives no such view returns a
+        gathered copy and overrides :meth:`_write`)."""
         raise NotImplementedError
+
+    def _write(self, model, layer: int, proj: str, value: torch.Tensor, head: int | None = None) -> None:
+        """Copy ``value`` (the whole matrix, or head ``head`` of shape :meth:`head_shape`) into the
+        stored weight in place (cast to its dtype and device); shapes are checked by the caller."""
+        view = self._view(model, layer, proj)
+        if head is not None:
+            cols = slice(head * self.d_head, (head + 1) * self.d_head)
+            view = view[cols, :] if proj == "o" else view[:, cols]  # rows (o) or columns of head h
+        with torch.no_grad():
+            view.copy_(value)
 
     def param_name(self, layer: int, proj: str) -> str:
         """HF parameter name holding the matrix, e.g. ``transformer.h.1.attn.c_attn.weight``."""
@@ -130,11 +158,9 @@ class AttentionAdapter:
     def set_matrix(self, model, layer: int, proj: str, value: torch.Tensor) -> None:
         """Write the whole matrix in place (cast to the parameter's dtype and device)."""
         self._check(layer, proj)
-        view = self._view(model, layer, proj)
-        if tuple(value.shape) != tuple(view.shape):
-            raise ValueError(f"{self.param_name(layer, proj)} ({proj}): expected shape {tuple(view.shape)}, got {tuple(value.shape)}")
-        with torch.no_grad():
-            view.copy_(value)
+        if tuple(value.shape) != self.matrix_shape(proj):
+            raise ValueError(f"{self.param_name(layer, proj)} ({proj}): expected shape {self.matrix_shape(proj)}, got {tuple(value.shape)}")
+        self._write(model, layer, proj, value)
 
     def split_heads(self, proj: str, m: torch.Tensor) -> torch.Tensor:
         """Whole matrix -> heads: (d_model, H*d_head) -> (H, d_model, d_head); o: (H*d_head, d_model) -> (H, d_head, d_model)."""
@@ -166,13 +192,7 @@ class AttentionAdapter:
         self._check_head(proj, head)
         if tuple(value.shape) != self.head_shape(proj):
             raise ValueError(f"{proj} head {head}: expected shape {self.head_shape(proj)}, got {tuple(value.shape)}")
-        view = self._view(model, layer, proj)
-        cols = slice(head * self.d_head, (head + 1) * self.d_head)
-        with torch.no_grad():
-            if proj == "o":
-                view[cols, :].copy_(value)  # rows of head h
-            else:
-                view[:, cols].copy_(value)  # columns of head h
+        self._write(model, layer, proj, value, head)
 
     def stacked_heads(self, model, proj: str) -> torch.Tensor:
         """Heads of every layer: (L, H, d_model, d_head), o: (L, H, d_head, d_model)."""
@@ -279,11 +299,88 @@ class LlamaAdapter(AttentionAdapter):
         return f"{name}[:, {lo}:{hi}]" if proj == "o" else f"{name}[{lo}:{hi}, :]"
 
 
+@dataclass(frozen=True)
+class GPTNeoXAdapter(AttentionAdapter):
+    """GPT-NeoX (Pythia): fused nn.Linear query_key_value (3 d_model, d_model), rows per head
+    [q_h; k_h; v_h], and nn.Linear dense (d_model, H d_head); both weights stored (out, in)."""
+
+    family: ClassVar[str] = "gpt_neox"
+    projections: ClassVar[tuple[str, ...]] = (*HEAD_PROJECTIONS, FUSED)
+    _PART: ClassVar[dict[str, int]] = {"q": 0, "k": 1, "v": 2}
+
+    @classmethod
+    def from_model(cls, model) -> "GPTNeoXAdapter":
+        base, cfg = model.base_model, model.config
+        adapter = cls(len(base.layers), cfg.num_attention_heads, cfg.num_attention_heads, cfg.hidden_size,
+                      base.layers[0].attention.head_size, _prefix(model))
+        stored = {"qkv": (3 * adapter.n_heads * adapter.d_head, adapter.d_model), "o": (adapter.d_model, adapter.n_heads * adapter.d_head)}
+        for layer in range(adapter.n_layers):  # the stored (out, in) weights; every view below follows from them
+            for proj, shape in stored.items():
+                got = tuple(adapter._weight(model, layer, proj).shape)
+                if got != shape:
+                    raise UserError(f"{type(model).__name__}: {adapter.param_name(layer, proj)} has shape {got}, "
+                                    f"expected {shape} for a {adapter.family} model")
+        return adapter
+
+    def _layer(self, model, layer):
+        return model.base_model.layers[layer].attention
+
+    def _weight(self, model, layer: int, proj: str) -> torch.Tensor:
+        """The stored parameter: query_key_value.weight (3 H d_head, d_model) or dense.weight (d_model, H d_head)."""
+        attn = self._layer(model, layer)
+        return attn.dense.weight if proj == "o" else attn.query_key_value.weight
+
+    def _parts(self, model, layer: int) -> torch.Tensor:
+        """(H, 3, d_head, d_model) view of query_key_value.weight: [h, t] is head h of q, k, v (t = 0, 1, 2)."""
+        return self._weight(model, layer, FUSED).view(self.n_heads, 3, self.d_head, self.d_model)  # (H, 3, d_head, d_model)
+
+    def _view(self, model, layer, proj):
+        if proj == "o":
+            return self._weight(model, layer, proj).T  # (H*d_head, d_model) view
+        parts = self._parts(model, layer)  # (H, 3, d_head, d_model)
+        if proj == FUSED:  # gathered copy: [Q | K | V]
+            return parts.transpose(0, 1).reshape(3 * self.d_model, self.d_model).T  # (d_model, 3 d_model)
+        return parts[:, self._PART[proj]].reshape(self.n_heads * self.d_head, self.d_model).T  # (d_model, H*d_head) copy
+
+    def _write(self, model, layer, proj, value, head=None):
+        if proj == "o":
+            super()._write(model, layer, proj, value, head)
+            return
+        parts = self._parts(model, layer)  # (H, 3, d_head, d_model) view
+        if proj == FUSED:
+            target, rows = parts.transpose(0, 1), value.T.reshape(3, self.n_heads, self.d_head, self.d_model)  # (3, H, d_head, d_model)
+        elif head is None:
+            target, rows = parts[:, self._PART[proj]], value.T.reshape(self.n_heads, self.d_head, self.d_model)  # (H, d_head, d_model)
+        else:
+            target, rows = parts[head, self._PART[proj]], value.T  # (d_head, d_model)
+        with torch.no_grad():
+            target.copy_(rows)
+
+    def param_name(self, layer, proj):
+        self._check(layer, proj)
+        module = "dense" if proj == "o" else "query_key_value"
+        return f"{self.prefix}layers.{layer}.attention.{module}.weight"
+
+    def location(self, layer, proj, head=None):
+        name = self.param_name(layer, proj)
+        if head is None:
+            if proj in ("o", FUSED):
+                return name
+            return f"{name}.view({self.n_heads}, 3, {self.d_head}, {self.d_model})[:, {self._PART[proj]}]"
+        self._check_head(proj, head)
+        if proj == "o":
+            lo = head * self.d_head
+            return f"{name}[:, {lo}:{lo + self.d_head}]"
+        lo = (3 * head + self._PART[proj]) * self.d_head
+        return f"{name}[{lo}:{lo + self.d_head}, :]"
+
+
 _FAMILIES: dict[str, type[AttentionAdapter]] = {
     "gpt2": GPT2Adapter,
     "llama": LlamaAdapter,
     "mistral": LlamaAdapter,
     "qwen2": LlamaAdapter,
+    "gpt_neox": GPTNeoXAdapter,
 }
 
 
@@ -306,7 +403,7 @@ def adapter_for(model) -> AttentionAdapter:
 
     Example::
 
-        adapter = adapter_for(model)                # GPT2Adapter or LlamaAdapter
+        adapter = adapter_for(model)                # GPT2Adapter, LlamaAdapter or GPTNeoXAdapter
         adapter.heads(model, 0, "q").shape          # (n_heads, d_model, d_head)
     """
     model_type = getattr(getattr(model, "config", None), "model_type", None)

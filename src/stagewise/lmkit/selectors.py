@@ -10,10 +10,11 @@ module list, ``transformer.h`` / ``model.layers``)::
 
 Examples: ``blocks.1.attn.q.head.0``, ``blocks.1-6.attn.{qkv,o}``, ``blocks.{0,3}.attn``,
 ``blocks.1-6.attn.{q,k}.head.0-3``. Without ``.head`` a projection means its whole matrix;
-``blocks.L.attn`` alone means q, k, v and o, each whole. ``qkv`` is GPT-2's fused c_attn
-(d_model x 3 d_model, truncated as one block as the paper's authors did); other families
-have no fused matrix. For k and v on grouped-query models the head index is the K/V head
-(0..n_kv_heads-1). Duplicate targets are merged; a whole matrix and some of its heads (or
+``blocks.L.attn`` alone means q, k, v and o, each whole. ``qkv`` is the fused input
+projection, d_model x 3 d_model, truncated as one block as the paper's authors did: GPT-2's
+c_attn, or GPT-NeoX's query_key_value (its rows regrouped to [Q | K | V], which changes no
+singular value); Llama-style families have no fused matrix. For k and v on grouped-query
+models the head index is the K/V head (0..n_kv_heads-1). Duplicate targets are merged; a whole matrix and some of its heads (or
 qkv and q/k/v of one layer) in one selection are ambiguous and rejected.
 
 :func:`parse_selector` turns a selectors string into sorted :class:`Target` values for one
@@ -200,8 +201,8 @@ def parse_selector(text: str, adapter: AttentionAdapter) -> tuple[Target, ...]:
             if proj not in _PROJ_ORDER:
                 raise UserError(f"selector {sel.text!r}: unknown projection {proj!r}; allowed: {', '.join(adapter.projections)}")
             if proj not in adapter.projections:
-                raise UserError(f"selector {sel.text!r}: {proj} is GPT-2's fused c_attn; this {family} model has "
-                                "separate projections, use {q,k,v}")
+                raise UserError(f"selector {sel.text!r}: {proj} is the fused input projection (GPT-2's c_attn, GPT-NeoX's "
+                                f"query_key_value); this {family} model has separate projections, use {{q,k,v}}")
             if not sel.per_head:
                 targets.update(Target(layer, proj) for layer in layers)
                 continue

@@ -10,7 +10,10 @@ qk is computed factored and never formed: with reduced QR factorizations W_Q = Q
 W_K = Q_k R_k, W_Q W_K^T = Q_q (R_q R_k^T) Q_k^T and Q_q, Q_k have orthonormal columns, so its
 nonzero singular values are those of the d_head x d_head matrix R_q R_k^T. It is the unscaled
 bilinear form of the attention scores: no 1/sqrt(d_head), no biases, no layer-norm gains, and
-on rotary (Llama-style) models no position-dependent rotation between the two factors.
+on rotary models no position-dependent rotation between the two factors (Llama-style: all of a
+head's dims; GPT-NeoX: its first ``rotary_pct`` share, the rest pass through), i.e. the scores'
+form at relative position 0. Every family gives the same per-head W_Q, W_K (:mod:`.adapters`),
+so GPT-2, Llama-style and GPT-NeoX (Pythia) models go through the same code.
 
 Everything is batched: all layers and heads of one projection are stacked to
 (L * H, rows, cols) and go through one float64 QR call; the singular values of each head are

@@ -190,3 +190,49 @@ def detect_stages(
         rank[stage] = (median, -hit.size)
     order = sorted(parsed, key=lambda stage: rank[stage])  # stable: criteria order on ties
     return StageReport(per_seed, mean, std, lo, hi, n_reached, n_seeds, order)
+
+
+@dataclass(frozen=True)
+class Order:
+    """When two conditions on logged metrics are first reached (:func:`order_of`), one seed.
+
+    ``first_step`` / ``then_step``: the reach step of each (None: never, within the records);
+    ``last_step``: the last logged step of the two metrics; ``lead``: ``then_step - first_step``
+    when both are reached, ``last_step + 1 - first_step`` (a lower bound) when only the first is,
+    None otherwise."""
+
+    first_step: float | None
+    then_step: float | None
+    last_step: float
+
+    @property
+    def lead(self) -> float | None:
+        if self.first_step is None:
+            return None
+        if self.then_step is None:
+            return self.last_step + 1 - self.first_step
+        return self.then_step - self.first_step
+
+    @property
+    def testable(self) -> bool:
+        """Whether any condition is reached (neither: the thresholds are beyond what the model attains)."""
+        return self.first_step is not None or self.then_step is not None
+
+
+def order_of(frame: pd.DataFrame, first: tuple[str, str, float], then: tuple[str, str, float], sustain: int = 1,
+             seed: int | None = None) -> Order:
+    """When ``first`` and ``then`` — each (metric, ">=" or "<=", threshold) — are reached in the
+    long-form metrics ``frame`` (one ``seed``; default: its only one): the first step from which the
+    condition holds at ``sustain`` logged points in a row (:func:`crossing_step`); ValueError naming
+    a metric the frame lacks."""
+    points = []
+    last = -math.inf
+    for metric, relation, threshold in (first, then):
+        rows = _metric_rows(frame, metric)
+        if seed is not None:
+            rows = rows[rows["seed"] == seed]
+        step = crossing_step(rows["step"].to_numpy(), rows["value"].to_numpy(), threshold,
+                             "above" if relation == ">=" else "below", sustain)
+        points.append(_nan_to_none(step))
+        last = max(last, float(rows["step"].max()) if len(rows) else -math.inf)
+    return Order(points[0], points[1], last)

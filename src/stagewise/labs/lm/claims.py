@@ -352,6 +352,40 @@ ARMS = {"harder type cue": cs.TYPE_PHASE_HARDER_CUE, "easier facts": cs.TYPE_PHA
 """The mechanism test's arms (:func:`arm_name`) and the claim each is judged by against the real runs."""
 
 
+# --- a researcher's order claims on probe metrics (issue 39) ---------------------------------------------------------
+def order_claims(config: Config, frame: pd.DataFrame) -> tuple[list[Claim], dict[str, Any]]:
+    """``probe_order_{id}`` for each declared ``order`` claim: the lead (steps) of ``then``'s
+    reach over ``first``'s (:func:`stagewise.measure.stages.order_of`, ``sustain`` records in a
+    row); > 0 holds. ``first`` never reached: None (fails); neither: not testable (the thresholds
+    are beyond what the model attains in this run); a metric the run did not record: not testable."""
+    from ...measure.stages import order_of
+
+    claims, facts = [], {}
+    for declared in config.order:
+        first, then = declared.condition("first"), declared.condition("then")
+        statement = f"{declared.first} is reached before {declared.then} (sustained over {declared.sustain} records)"
+        try:
+            order = order_of(frame, first, then, declared.sustain)
+        except ValueError as err:
+            claims.append(cs.PROBE_ORDER.not_testable(f"the run did not record it ({err})", case=declared.id,
+                                                      statement=statement))
+            continue
+        facts[declared.id] = {"first_step": order.first_step, "then_step": order.then_step, "last_step": order.last_step}
+        evidence = (f"{first[0]} reaches {first[1]} {first[2]:g} at step {_step(order.first_step)}, {then[0]} reaches "
+                    f"{then[1]} {then[2]:g} at step {_step(order.then_step)} (records to step {order.last_step:g})")
+        if not order.testable:
+            claims.append(cs.PROBE_ORDER.not_testable("neither threshold is reached in this run (beyond what the model "
+                                                      "attains here)", evidence, case=declared.id, statement=statement))
+            continue
+        claims.append(cs.PROBE_ORDER.result(order.lead, evidence, seeds=config.seed_list(), case=declared.id,
+                                            statement=statement))
+    return claims, facts
+
+
+def _step(value: float | None) -> str:
+    return "never" if value is None else f"{value:g}"
+
+
 def control_name(config: Config) -> str | None:
     """The control a run is (docs/lm.md "Controls"), or None."""
     names = [n for n, on in (("shuffled groups", config.task.shuffle_groups),
@@ -397,12 +431,11 @@ def across_runs(runs: Sequence[tuple[Config, Summary]]) -> list[Claim]:
         case = "over_seeds" if i == 1 else f"over_seeds_{i}"
         out += _mechanism_claims(members, case, label)
         members = [(c, s) for c, s in members if arm_name(c) is None]
-        for spec in CLAIMS:
-            if spec.aggregation is None or spec in cs.MECHANISM_CLAIMS:
-                continue
+        for spec, claim_id in _aggregated(members):
             by_condition: dict[str, dict[str, float | None]] = {}
             for config, summary in members:
-                claim = next((c for c in summary.claims if c.spec_id == spec.id), None)
+                claim = next((c for c in summary.claims if c.spec_id == spec.id and (claim_id is None or c.id == claim_id)),
+                             None)
                 if claim is None or claim.verdict == "not applicable":
                     continue
                 condition = by_condition.setdefault(control_name(config) or REAL, {})
@@ -413,8 +446,20 @@ def across_runs(runs: Sequence[tuple[Config, Summary]]) -> list[Claim]:
             if REAL not in by_condition:
                 continue
             real = by_condition.pop(REAL)
-            out.append(judge_over_seeds(spec, real, by_condition, case=case, label=label))
+            out.append(judge_over_seeds(spec, real, by_condition, case=case if claim_id is None else f"{claim_id}_{case}",
+                                        label=label))
     return out
+
+
+def _aggregated(members: Sequence[tuple[Config, Summary]]) -> list[tuple[Any, str | None]]:
+    """(spec, claim id or None) of every claim judged over seeds: the declared claims with an
+    aggregation (the mechanism claims apart), and each case of the researcher's order claims
+    (``probe_order_{id}``) the runs hold."""
+    out: list[tuple[Any, str | None]] = [(spec, None) for spec in CLAIMS
+                                         if spec.aggregation is not None and spec not in cs.MECHANISM_CLAIMS
+                                         and spec is not cs.PROBE_ORDER]
+    cases = dict.fromkeys(c.id for _, summary in members for c in summary.claims if c.spec_id == cs.PROBE_ORDER.id)
+    return out + [(cs.PROBE_ORDER, cid) for cid in cases]
 
 
 def progress_share(summary: Summary) -> float | None:

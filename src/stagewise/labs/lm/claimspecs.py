@@ -15,7 +15,7 @@ judged in :mod:`stagewise.labs.lm.claims`.
 
 from __future__ import annotations
 
-from ...report.claims import ClaimSpec, paper, reviewer
+from ...report.claims import ClaimSpec, own, paper, reviewer
 
 MIN_SEEDS = 6
 """Finished seeds an over-seeds verdict of these claims needs: the fewest whose exact median interval reaches 95 %
@@ -232,7 +232,21 @@ SPECTRAL_SMALL_DIRECTIONS_EARLY = ClaimSpec(
     aggregation="median", min_seeds=MIN_SEEDS,  # per seed rho_early - rho_late (paired within the seed); claims.py
 )
 
+# Issue 39: a researcher's own order claims on any two probe metrics, declared in the run's config (``order``:
+# id, first, then, sustain) before the run; each is a case of this family (``probe_order_{id}``).
+PROBE_ORDER = ClaimSpec(
+    id="probe_order", statement="probe metric A reaches its threshold before probe metric B reaches its own (the run's "
+    "declared order claim: config order[].first, order[].then; a threshold is reached at the first record from which it "
+    "holds at order[].sustain records in a row)",
+    source=own("issue 39: a researcher's declared order of two probe metrics (the run's config, before the run)"),
+    quantity="B's reach step minus A's reach step (B never reached: at least the steps from A's to one past the last "
+    "record; A never reached while B is: no value, a failing seed; neither: not testable)",
+    relation=">", threshold=0.0, unit="steps", over="run",
+    control="a control run the researcher declares (e.g. a training on shuffled words, task.name=none with the same "
+    "probes): the same order claim must fail or be not testable there; over seeds the exact interval of the median lead, "
+    "6 seeds at least", aggregation="median", min_seeds=MIN_SEEDS)
+
 CLAIMS: tuple[ClaimSpec, ...] = (*TYPE_CLAIMS, SYNTAX_BEFORE_SEMANTICS, SPECTRAL_SMALL_DIRECTIONS_EARLY,
-                                 *MECHANISM_CLAIMS)
+                                 *MECHANISM_CLAIMS, PROBE_ORDER)
 """Every declared claim; the spectral one is made by ``stagewise lm rank-curve ... --claim`` (claims.spectral_claim),
 the mechanism claims only over seeds (claims.across_runs: an arm against the real runs), not by a run's summary."""

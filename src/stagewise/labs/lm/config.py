@@ -4,13 +4,15 @@ code, [default] our choice."""
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config import MAX_SEED, MAX_STEPS, SOURCE_KINDS, ConfigModel, ProbeSource, RunBase, SourceKind, TrainBase
+from ...config import MAX_SEED, MAX_STEPS, ConfigModel, ProbeSource, RunBase, TrainBase
 from ...lmkit.config import ModelConfig
 
 TaskName = Literal["counterfact", "hotpotqa", "blimp", "sick"]
@@ -52,9 +54,10 @@ def check_task_config(task: Any) -> None:
 
 
 class TaskConfig(ConfigModel):
-    name: Literal["counterfact", "hotpotqa", "blimp", "sick", "mixture"] = Field(
+    name: Literal["counterfact", "hotpotqa", "blimp", "sick", "mixture", "none"] = Field(
         "counterfact", description="counterfact / hotpotqa [paper]; blimp (acceptability) / sick (entailment) [spec, the proposed\n"
-        "follow-up]; mixture: the tasks in task.mixture, interleaved")
+        "follow-up]; mixture: the tasks in task.mixture, interleaved; none: no lab task, only the probes of a model\n"
+        "trained elsewhere [ours, issue 39]")
     framing: Literal["answer", "lm"] = Field("answer", description="answer: predict the answer's one token after the prompt [paper];\n"
                                              "lm: plain next-token loss on the task's sentences (blimp, sick) [spec]")
     mixture: list[TaskName] = Field(default_factory=lambda: list(DEFAULT_MIXTURE), description="tasks of task.name=mixture")
@@ -94,6 +97,8 @@ class TaskConfig(ConfigModel):
              "prompts", "subject_repeat", "prompt_suffix")
 
     def tasks(self) -> list[TaskName]:
+        if self.name == "none":
+            return []
         return list(dict.fromkeys(self.mixture)) if self.name == "mixture" else [self.name]
 
     def limit_of(self, task: TaskName) -> int | None:
@@ -250,8 +255,79 @@ class SourceConfig(ProbeSource):
         return self
 
 
+PROBE_KINDS: tuple[str, ...] = ("questions", "text", "pairs")
+ORDER_CONDITION = re.compile(r"^\s*(?P<metric>[A-Za-z0-9_.\-]+)\s*(?P<relation>>=|<=)\s*(?P<threshold>[-+0-9.eE]+)\s*$")
+"""An order claim's condition: ``METRIC >= X`` or ``METRIC <= X`` (a probe metric, a number)."""
+
+
+class ProbeSetConfig(ConfigModel):
+    """One of a researcher's own probe sets (:mod:`stagewise.lmkit.probesets`), measured at every
+    record of a model trained elsewhere; its records are ``probe.{name}.{record}`` [ours, issue 39]."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="the set's name in the records (probe.NAME.*)")
+    kind: Literal["questions", "text", "pairs"] = Field(description="questions: a JSONL of {prompt, answer, group?, kind?}\n"
+                                                       "(loss, accuracy, category shares, per group); text: held-out plain\n"
+                                                       "text (loss per token, by frequency bucket); pairs: minimal pairs, BLiMP\n"
+                                                       "or Zorro (accuracy, per field and paradigm)")
+    path: Path | None = Field(None, description="the file (questions, text) or folder (pairs; null: data.root's blimp/)")
+    limit: int | None = Field(None, ge=1, description="questions: the first N rows; text: the first N tokens (null: 16384);\n"
+                              "pairs: the first N pairs per paradigm")
+    paradigms: list[str] | None = Field(None, description="pairs: the paradigms (file stems; null: all)")
+    window: int = Field(128, ge=1, le=1 << 20, description="text: tokens per window (each after the prefix token)")
+    buckets: int = Field(4, ge=1, le=64, description="text: token-frequency buckets (1: the most frequent)")
+    frequency: Path | None = Field(None, description="text: the reference text whose counts rank the tokens (e.g. the\n"
+                                   "training corpus; null: the probe text itself)")
+    categories: list[str] = Field(default_factory=list, description="questions: the category names a researcher's\n"
+                                  "categorize function returns (Tracker(categorizers={NAME: fn})), shares probe.NAME.share.C")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.kind != "questions" and self.categories:
+            raise ValueError(f"probes[{self.name}].categories: only for kind=questions (this is {self.kind})")
+        if self.kind != "pairs" and self.paradigms is not None:
+            raise ValueError(f"probes[{self.name}].paradigms: only for kind=pairs (this is {self.kind})")
+        if self.kind != "text" and (self.frequency is not None or self.window != 128 or self.buckets != 4):
+            raise ValueError(f"probes[{self.name}].window/buckets/frequency: only for kind=text (this is {self.kind})")
+        if self.kind != "pairs" and self.path is None:
+            raise ValueError(f"probes[{self.name}].path: give the {self.kind} file")
+        bad = next((c for c in self.categories if not re.match(r"^[A-Za-z0-9_-]{1,64}$", c)), None)
+        if bad is not None:
+            raise ValueError(f"probes[{self.name}].categories: {bad!r} is not a name (letters, digits, '_' and '-')")
+        return self
+
+
+class OrderClaimConfig(ConfigModel):
+    """A researcher's order claim on two probe metrics, declared before the run: ``first``
+    reaches its threshold before ``then`` reaches its own (claim ``probe_order_{id}``) [ours, issue 39]."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_]{1,64}$", description="the claim's case name (probe_order_ID)")
+    first: str = Field(description="METRIC >= X or METRIC <= X, e.g. 'probe.blimp.field.morphology.accuracy >= 0.6'")
+    then: str = Field(description="the condition that should be reached later, e.g. 'probe.facts.accuracy >= 0.2'")
+    sustain: int = Field(2, ge=1, le=1000, description="records in a row the condition must hold from its reach record")
+
+    @field_validator("first", "then")
+    @classmethod
+    def _condition(cls, value: str) -> str:
+        match = ORDER_CONDITION.match(value)
+        if match is None:
+            raise ValueError(f"{value!r}: write METRIC >= X or METRIC <= X (e.g. 'probe.blimp.accuracy >= 0.6')")
+        try:
+            number = float(match["threshold"])
+        except ValueError:
+            raise ValueError(f"{value!r}: {match['threshold']!r} is not a number") from None
+        if not math.isfinite(number):
+            raise ValueError(f"{value!r}: the threshold must be finite")
+        return value.strip()
+
+    def condition(self, which: str) -> tuple[str, str, float]:
+        """(metric, relation, threshold) of ``first`` or ``then``."""
+        match = ORDER_CONDITION.match(getattr(self, which))
+        assert match is not None
+        return match["metric"], match["relation"], float(match["threshold"])
+
+
 class Config(RunBase):
-    ADDED = ("baselines", "source")
+    ADDED = ("baselines", "source", "probes", "order")
     n_seeds: int = Field(1, ge=1, le=1, description="one model per run (sweep seeds to get several)")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="training/eval dtype; bfloat16 only on cuda")
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -261,9 +337,27 @@ class Config(RunBase):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     baselines: BaselineConfig = Field(default_factory=BaselineConfig)
     source: SourceConfig = Field(default_factory=SourceConfig)
+    probes: list[ProbeSetConfig] = Field(default_factory=list, description="a researcher's own probe sets, measured at every\n"
+                                         "record of a model trained elsewhere (source.kind != train) [ours, issue 39]")
+    order: list[OrderClaimConfig] = Field(default_factory=list, description="order claims on two probe metrics, judged from\n"
+                                          "the records (claim probe_order_ID) [ours, issue 39]")
 
     @model_validator(mode="after")
     def _check(self):
+        if self.probes and self.source.kind == "train":
+            raise ValueError("probes: a researcher's own probe sets are measured on a model trained elsewhere (a Tracker, "
+                             "the Trainer callback, a trajectory), not in the lab's own training (source.kind=train)")
+        if self.task.name == "none" and self.source.kind == "train":
+            raise ValueError("task.name=none: no lab task, only a tracked run's own probe sets; the lab's own training "
+                             "needs a task")
+        if self.task.name == "none" and not self.probes:
+            raise ValueError("task.name=none: give the probe sets to measure instead (probes: [{name, kind, path}, ...])")
+        names = [p.name for p in self.probes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"probes: the name {next(n for n in names if names.count(n) > 1)!r} repeats; one name per set")
+        ids = [o.id for o in self.order]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"order: the id {next(i for i in ids if ids.count(i) > 1)!r} repeats; one id per claim")
         if self.thresholds.type_rule == "user" and self.source.categorize is None:
             raise ValueError("thresholds.type_rule=user: the claims are judged by a tracked run's own category function "
                              "(Tracker(categorize=...), recorded as source.categorize)")

@@ -109,10 +109,36 @@ def spectra_figure(frame: pd.DataFrame, folder: Path) -> list[Path]:
     return save(fig, folder, "spectra")
 
 
+PROBE_LINES = {"questions": ("accuracy", "share.type_correct", "share.type_wrong"), "text": ("loss", "loss.bucket_"),
+               "pairs": ("accuracy", "field.")}
+"""What each kind of probe set plots: its records whose name is one of these or starts with one ending in '_' or '.'."""
+
+
+def probes_figure(config: Config, frame: pd.DataFrame, folder: Path) -> list[Path]:
+    """One panel per probe set of ``probes``: its main records over the steps (issue 39)."""
+    if not config.probes:
+        return []
+    fig, axes = panel_grid(len(config.probes))
+    for ax, p in zip(axes.flat, config.probes):
+        prefix = f"probe.{p.name}."
+        names = [m for m in dict.fromkeys(frame.loc[frame["metric"].str.startswith(prefix), "metric"])
+                 if any(m[len(prefix):] == w or (w[-1] in "_." and m[len(prefix):].startswith(w))
+                        for w in PROBE_LINES[p.kind])]
+        for name, color in zip(names, palette(len(names))):
+            rows = frame[frame["metric"] == name].sort_values("step")
+            ax.plot(rows["step"], rows["value"], marker="o", ms=2, lw=0.9, color=color, label=name[len(prefix):])
+        ax.set_xscale("symlog", linthresh=1)
+        label_axes(ax, STEP, "nats per token" if p.kind == "text" else "fraction")
+        ax.set_title(f"probe set {p.name} ({p.kind})")
+        legend_outside(ax)
+    return save(fig, folder, "probes")
+
+
 def make_figures(config: Config, frame: pd.DataFrame, tables: Tables, summary: Summary, folder: Path) -> list[Path]:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = loss_figure(config, frame, folder)
+    paths = loss_figure(config, frame, folder) if config.task.tasks() else []
+    paths += probes_figure(config, frame, folder)
     predictions = tables.get("predictions")
     if predictions is not None and len(predictions):
         paths += categories_figure(config, predictions, folder)

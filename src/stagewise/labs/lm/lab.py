@@ -297,7 +297,7 @@ across_runs = deferred("stagewise.labs.lm.claims", "across_runs")
 LAB = Lab(name=NAME, description=DESCRIPTION, Config=Config, presets=PRESETS, reproduce=REPRODUCE, check=check, run=run,
           summarize=summarize, make_figures=make_figures, estimate=estimate,
           probe=Probing(make=deferred("stagewise.labs.lm.track", "probe"),
-                        options=("name", "vocab_ids", "categorize", "spectra"),
+                        options=("name", "vocab_ids", "categorize", "categorizers", "spectra"),
                         overrides=deferred("stagewise.labs.lm.track", "probe_overrides"),
                         tracked={"baselines": {"kinds": []}},
                         series=Series(config=deferred("stagewise.labs.lm.track", "series_config"),

@@ -20,8 +20,8 @@ from ..contract import RunResult, Tables
 from . import claimspecs as cs
 from . import phases
 from .categories import CATEGORIES
-from .claims import (control_name, difference_claims, half_drop_claim, raw_lead, syntax_claim, type_before_fact,
-                     type_claims)
+from .claims import (control_name, difference_claims, half_drop_claim, order_claims, raw_lead, syntax_claim,
+                     type_before_fact, type_claims)
 from .config import Config
 from .phases import category_counts, epoch_number, rule_column
 from .twotask import stage_conditions as twotask_stages
@@ -121,7 +121,7 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
     extras = result.extras
     epoch_rows = frame[frame["metric"] == "epoch"]
     final_step = int(epoch_rows["step"].max()) if len(epoch_rows) else 0
-    at_end = frame[(frame["step"] == final_step) & frame["metric"].str.startswith(("train.", "eval.", "baseline."))
+    at_end = frame[(frame["step"] == final_step) & frame["metric"].str.startswith(("train.", "eval.", "baseline.", "probe."))
                     & ~frame["metric"].str.startswith("train.batch_loss")]
     final = {m: Stats.of([v]) for m, v in zip(at_end["metric"], at_end["value"])}
     details: dict[str, Any] = {"model": extras.get("model"), "examples": extras.get("examples"),
@@ -135,6 +135,9 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
     syntax, details["two_task"] = syntax_claim(config, frame)  # issue 27: held-out, above each task's prior
     if syntax is not None:
         claims.append(syntax)
+    if config.order:  # issue 39: the researcher's declared order claims on probe metrics
+        ordered, details["order"] = order_claims(config, frame)
+        claims += ordered
     stages = stage_detection(config, frame)
     if stages is not None:
         details["stage_detection"] = stages

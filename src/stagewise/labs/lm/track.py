@@ -62,22 +62,28 @@ class Probe:
     """
 
     def __init__(self, config: Config, loaded: LoadedModel, *, quiet: bool = True, data: Any = None,
-                 categorize: Callable[[Sequence[Any], Sequence[str]], Sequence[str]] | None = None):
+                 categorize: Callable[[Sequence[Any], Sequence[str]], Sequence[str]] | None = None,
+                 categorizers: Mapping[str, Callable[..., Sequence[str]]] | None = None):
         if loaded.tokenizer is None:
             raise UserError("the model has no tokenizer: give the probe the tokenizer its training used "
                             "(tokenizer=..., or the Trainer's processing_class)")
         self.config, self.loaded = config, loaded
         device = next(loaded.model.parameters()).device
-        tokenized, held = data if data is not None else read_probe_data(config, loaded.tokenizer, quiet=quiet)
-        self.prep: Prepared = prepare_for(config, tokenized, held, loaded, device)
+        self.sets = probe_sets(config, loaded, categorizers or {})  # the researcher's own sets, read and checked first
+        self.prep: Prepared | None = None
+        self._items: list[Any] = []
+        if config.task.name != "none":
+            tokenized, held = data if data is not None else read_probe_data(config, loaded.tokenizer, quiet=quiet)
+            self.prep = prepare_for(config, tokenized, held, loaded, device)
+            self._items = list(tokenized.items)
         self._heldout: Any = None
         self._spectra: Any = None
         self.categorize = categorize
-        self._items: list[Any] = list(tokenized.items)
         self._strings: list[str] = []
         if categorize is not None:
-            if config.task.framing != "answer":
-                raise UserError("categorize: a category rule judges answers; task.framing=lm has none")
+            if config.task.framing != "answer" or self.prep is None:
+                raise UserError("categorize: a category rule judges the lab task's answers; this run has none (task.framing=lm "
+                                "or task.name=none); a probe set's own categories: Tracker(categorizers={SET: fn})")
             from .categories import row_strings
 
             self._strings = row_strings(loaded.tokenizer, loaded.vocab_ids, loaded.vocab_size)
@@ -85,25 +91,38 @@ class Probe:
 
     def note(self, ctx: RunContext) -> None:
         """The facts a lab run notes (dropped multi-token answers, replaced answers, the type
-        rule's exclusions, the examples per task, the held-out split and priors)."""
+        rule's exclusions, the examples per task, the held-out split and priors), and the size
+        of each of the researcher's own probe sets."""
         from .twotask import note_heldout
 
+        if self.sets:
+            ctx.note("probe_sets", {s.name: {"kind": s.kind, "rows": len(s.pairs) if s.pairs is not None else len(s.ids)}
+                                    for s in self.sets})
+        if self.prep is None:
+            return
         self.prep.note(ctx)
         if self.prep.heldout is not None:
             note_heldout(ctx, self.prep.heldout)
 
     def record(self, ctx: RunContext, step: int, epoch: float) -> None:
-        """The records of one evaluation at ``step`` (``epoch``: the records' time coordinate)."""
-        from .train import record_epoch
+        """The records of one evaluation at ``step`` (``epoch``: the records' time coordinate):
+        the lab task's (unless ``task.name=none``), then every probe set's (``probe.SET.*``)."""
+        from ...lmkit.probesets import measure
+        from .train import log_values, record_epoch
         from .twotask import HeldoutEval
 
         prep, cfg = self.prep, self.config
-        if prep.heldout is not None and self._heldout is None:
-            self._heldout = HeldoutEval(cfg, prep.heldout, prep.device, prep.loaded.vocab_ids)
-        model = prep.loaded.model
+        model = self.loaded.model
         with torch.inference_mode():
-            record_epoch(cfg, model, prep.encoded, ctx, prep.device, epoch, step, prep.space, prep.loaded.vocab_ids, None,
-                         heldout=self._heldout, user_rule=self._user_rule if self.categorize is not None else None)
+            if prep is not None:
+                if prep.heldout is not None and self._heldout is None:
+                    self._heldout = HeldoutEval(cfg, prep.heldout, prep.device, prep.loaded.vocab_ids)
+                record_epoch(cfg, model, prep.encoded, ctx, prep.device, epoch, step, prep.space, prep.loaded.vocab_ids,
+                             None, heldout=self._heldout,
+                             user_rule=self._user_rule if self.categorize is not None else None)
+            values = {f"probe.{k}": torch.tensor(v, dtype=torch.float64) for k, v in measure(model, self.sets).items()}
+            if prep is None or values:
+                log_values(ctx, step, epoch, values)
             if cfg.source.spectra:
                 self._record_spectra(ctx, step, epoch)
 
@@ -111,8 +130,8 @@ class Probe:
         from ...lmkit.spectra import spectra_hook
 
         if self._spectra is None:
-            self._spectra = spectra_hook(self.prep.loaded.model)
-        metrics, table = self._spectra(self.prep.loaded.model)
+            self._spectra = spectra_hook(self.loaded.model)
+        metrics, table = self._spectra(self.loaded.model)
         ctx.log(step, {k: v.reshape(1).double() for k, v in metrics.items()})
         if table is not None:
             ctx.log_table("spectra", table.assign(epoch=epoch, step=step), part=step)
@@ -143,7 +162,66 @@ class Probe:
 
     def extras(self, steps: int | None = None) -> dict[str, Any]:
         """The run's facts for its summary (a lab run's RunResult extras)."""
-        return self.prep.extras(steps)
+        if self.prep is None:
+            return {"model": self.loaded.name, "examples": {}, "dropped": {}, "steps": steps,
+                    "vocab_rows": self.loaded.vocab_size, "probe_sets": [s.name for s in self.sets]}
+        return {**self.prep.extras(steps), "probe_sets": [s.name for s in self.sets]}
+
+
+def probe_sets(config: Config, loaded: LoadedModel, categorizers: Mapping[str, Callable[..., Sequence[str]]]) -> list[Any]:
+    """The config's own probe sets (``probes``) read and tokenized for ``loaded``'s tokenizer
+    (:func:`stagewise.lmkit.probesets.read_probe_set`): a pairs set without a path reads
+    ``data.root``'s ``blimp/``; a questions set's ``kind`` words are the lab's type lexicons;
+    ``categorizers`` maps a questions set to the researcher's category function (its declared
+    ``categories``). One UserError line for the first bad set, before any record."""
+    from ...lmkit.probesets import read_probe_set
+    from .prepare import _context_length
+
+    if not isinstance(categorizers, Mapping):
+        raise UserError(f"categorizers={short_repr(categorizers)}: a mapping of a questions set's name to its function")
+    known = {p.name: p for p in config.probes}
+    stray = next((n for n in categorizers if n not in known or known[n].kind != "questions"), None)
+    if stray is not None:
+        raise UserError(f"categorizers: {stray!r} is not a questions set of the config's probes "
+                        f"({', '.join(p.name for p in config.probes if p.kind == 'questions') or 'none'})")
+    context = _context_length(loaded.model)
+    out = []
+    for p in config.probes:
+        path = p.path
+        if path is None:  # pairs: the shared data's BLiMP folder
+            root = config.data.resolved_root()
+            if root is None:
+                raise UserError(f"probes[{p.name}]: give its path (a BLiMP or Zorro folder), or data.root holding blimp/")
+            path = root / "blimp"
+        fn = categorizers.get(p.name)
+        if fn is not None and not p.categories:
+            raise UserError(f"categorizers[{p.name!r}]: declare the names it returns in probes[{p.name}].categories")
+        out.append(read_probe_set(p.name, p.kind, path, loaded.tokenizer, limit=p.limit, paradigms=p.paradigms,
+                                  window=p.window, buckets=p.buckets, frequency=p.frequency, vocab_ids=loaded.vocab_ids,
+                                  kind_words=TypeLexicons(), context=context, categorize=fn, categories=p.categories))
+    return out
+
+
+class TypeLexicons(Mapping[str, frozenset[str]]):
+    """A questions row's ``kind`` -> the lab's type lexicon of that name (:data:`.categories.KIND_ORDER`:
+    country, city, language, occupation, ...), read when first asked; other kinds have none."""
+
+    def __getitem__(self, kind: str) -> frozenset[str]:
+        from .categories import KIND_ORDER, lexicon
+
+        if kind not in KIND_ORDER:
+            raise KeyError(kind)
+        return lexicon(kind)
+
+    def __iter__(self) -> Any:
+        from .categories import KIND_ORDER
+
+        return iter(KIND_ORDER)
+
+    def __len__(self) -> int:
+        from .categories import KIND_ORDER
+
+        return len(KIND_ORDER)
 
 
 def probe_overrides(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -166,7 +244,7 @@ def probe_overrides(options: Mapping[str, Any]) -> dict[str, Any]:
 def probe(config: Config, model: Any, tokenizer: Any, *, name: str | None = None,
           vocab_ids: torch.Tensor | None = None,
           categorize: Callable[[Sequence[Any], Sequence[str]], Sequence[str]] | None = None,
-          spectra: bool = False) -> Probe:
+          spectra: bool = False, categorizers: Mapping[str, Callable[..., Sequence[str]]] | None = None) -> Probe:
     """The lab's ``Lab.probe``: a :class:`Probe` of ``model`` (a Hugging Face causal LM) with
     ``tokenizer`` (left as it is; the probe pads with EOS on a copy when it has no pad token); ``vocab_ids`` (V',) when the model's
     rows are a subset of the tokenizer's ids (a compact vocabulary, e.g. the lab's own tiny runs);
@@ -187,7 +265,7 @@ def probe(config: Config, model: Any, tokenizer: Any, *, name: str | None = None
         tokenizer = copy.deepcopy(tokenizer)
         tokenizer.pad_token = tokenizer.eos_token
     label = name or str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
-    return Probe(config, LoadedModel(model, tokenizer, label, vocab_ids), categorize=categorize)
+    return Probe(config, LoadedModel(model, tokenizer, label, vocab_ids), categorize=categorize, categorizers=categorizers)
 
 
 def check_inputs(model: Any, tokenizer: Any, vocab_ids: Any) -> torch.Tensor | None:
@@ -370,9 +448,17 @@ def check_probe_sets(config: Config) -> None:
     when no example is usable (e.g. no answer is one token), before any folder is made."""
     from ...lmkit.models import load_tokenizer
 
+    from ...lmkit.probesets import read_probe_set
+
     tok = load_tokenizer(config.model.model_copy(update={"name": config.source.checkpoints[0]}))
     try:
-        read_probe_data(config, tok, quiet=True)
+        if config.task.name != "none":
+            read_probe_data(config, tok, quiet=True)
+        for p in config.probes:
+            root = config.data.resolved_root()
+            path = p.path if p.path is not None or root is None else root / "blimp"
+            read_probe_set(p.name, p.kind, path, tok, limit=p.limit, paradigms=p.paradigms, window=p.window,
+                           buckets=p.buckets, frequency=p.frequency)
     except UserError as err:
         raise UserError(*(f"probe sets in the tokenizer of source.checkpoints[0]: {m}" for m in err.messages)) from None
 
@@ -429,7 +515,7 @@ def run_trajectory(config: Config, ctx: RunContext) -> RunResult:
     resume = ctx.resume_state()
     start = int(resume.meta["index"]) + 1 if resume is not None else 0
     tok = load_tokenizer(config.model.model_copy(update={"name": str(saved[0].folder)}))
-    data = read_probe_data(config, tok)
+    data = read_probe_data(config, tok) if config.task.name != "none" else None
     last: Probe | None = None
     with ctx.progress(len(saved), "checkpoints", start=start) as advance:
         for index in range(start, len(saved)):
