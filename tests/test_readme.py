@@ -147,11 +147,27 @@ def inputs(args: list[str], made: list[str]) -> list[str]:
     return [p.split("@")[0].rstrip("/") for p in found if p]
 
 
+def python_outputs(block: Block) -> list[str]:
+    """The folders and files a Python block names as relative paths ("runs/mine-lm",
+    "mine/probes.yaml"): what it makes for the commands after it (a block that only reads a
+    path names it too; the run then fails on it, so the check stays honest)."""
+    if block.lang != "python":
+        return []
+    try:
+        tree = ast.parse(block.text)
+    except SyntaxError:  # an excerpt (with "..."), not a script: it makes nothing
+        return []
+    names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return sorted(n.rstrip("/") for n in names if re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+/?", n)
+                  and not n.startswith(("../", "/")))
+
+
 @pytest.mark.parametrize("page", pages(), ids=_name)
 def test_every_path_a_command_reads_was_made_before_or_ships(page):
     made: list[str] = []
     missing = []
     for block in blocks(page):
+        made.extend(python_outputs(block))
         for args in commands(block):
             for path in inputs(args, made):
                 shipped = (ROOT / path).exists() or path.startswith("../shared/")
@@ -170,7 +186,17 @@ def test_the_quick_examples_that_left_the_readme_are_still_run():
 @pytest.mark.slow  # each page's quick blocks for real (runs at preset size): 4-6 min for all pages on 2 busy cores
 @pytest.mark.parametrize("page", pages(), ids=_name)
 def test_quick_blocks_run_in_order_in_a_fresh_folder(page, cli, tmp_path, monkeypatch):
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    from lm_fixtures import SHARED_DATA
+
+    if any(b.quick and "../shared/data" in b.text for b in blocks(page)) and not SHARED_DATA.is_dir():
+        pytest.skip(f"{_name(page)} reads ../shared/data, absent here ({SHARED_DATA})")
+    repo = tmp_path / "repo"  # the repository's root as a user has it: examples/ inside, the shared data beside
+    repo.mkdir()
+    (repo / "examples").symlink_to(ROOT / "examples")
+    if SHARED_DATA.is_dir():
+        (tmp_path / "shared").mkdir()
+        (tmp_path / "shared" / "data").symlink_to(SHARED_DATA)
+    tmp_path = repo
     monkeypatch.chdir(tmp_path)
     ran = 0
     for block in (b for b in blocks(page) if b.quick):

@@ -290,7 +290,8 @@ def resolve(
     data: dict[str, Any] = current_names(cls, copy.deepcopy(preset or {}))
     if file is not None:
         file_data = current_names(cls, load_yaml(file))
-        validate(cls, deep_merge(data, file_data))  # unknown keys reported against the file
+        # unknown keys reported against the file (with ``extra`` over it: a rule across sections sees the forced values)
+        validate(cls, deep_merge(deep_merge(data, file_data), current_names(cls, extra or {})))
         data = deep_merge(data, file_data)
     errors: list[str] = []
     if sets:

@@ -172,6 +172,28 @@ def estimate(config: Config) -> Resources:
                                              f"{evaluations}; disk: {disk.describe()}")
 
 
+PROBE_PAIR_PARADIGMS = 70
+"""Paradigms a pairs probe set without a list is counted with (BLiMP has 67; Zorro 23)."""
+PROBE_GROUPS = 64
+"""Groups a questions probe set is counted with (each its own accuracy record)."""
+
+
+def probe_records(config: Config) -> tuple[int, str]:
+    """(records per evaluation of the researcher's own probe sets, the longest such name), an
+    upper bound: questions 5 + groups + categories; text 1 + buckets; pairs 1 + fields +
+    paradigms."""
+    count, longest = 0, ""
+    for p in config.probes:
+        if p.kind == "questions":
+            count += 5 + PROBE_GROUPS + len(p.categories)
+        elif p.kind == "text":
+            count += 1 + p.buckets
+        else:
+            count += 1 + 2 * (len(p.paradigms) if p.paradigms else PROBE_PAIR_PARADIGMS)
+        longest = max(longest, f"probe.{p.name}.paradigm.wh_vs_that_with_gap_long_distance.accuracy", key=len)
+    return count, longest
+
+
 def _records(config: Config) -> int:
     """The evaluations of a run that only evaluates saved models (:data:`PROBED`): one per model."""
     return len(config.source.checkpoints) if config.source.kind == "trajectory" else 1
@@ -234,10 +256,14 @@ def disk_budget(config: Config, weight_bytes: int | None = None, stats: DataStat
         spectra_lines = evaluations if config.source.spectra else 0
     spectra_names = PROJECTIONS * layers * heads * SV_STATS
     name = "blocks.00.attn.head.00.qk.effective_rank"  # the longest form of a spectra metric name
-    stream = (evaluations * _line(["train.type_correct_open." + max(tasks, key=len)] * eval_names, digits)
-              + logged * _line(["train.batch_loss." + max(tasks, key=len)] * train_names, digits)
+    longest = max(tasks, key=len, default="")
+    probe_names, probe_name = probe_records(config)
+    stream = (evaluations * _line(["train.type_correct_open." + longest] * eval_names, digits)
+              + evaluations * _line([probe_name] * probe_names, digits)
+              + logged * _line(["train.batch_loss." + longest] * train_names, digits)
               + spectra_lines * _line([name] * spectra_names, digits))
-    budget.add_metrics(stream, evaluations * eval_names + logged * train_names + spectra_lines * spectra_names)
+    budget.add_metrics(stream, evaluations * (eval_names + probe_names) + logged * train_names
+                       + spectra_lines * spectra_names)
 
     # checkpoints and snapshots
     tensors = 2 + 12 * layers + 2 if is_tiny(config.model) else 4 + 12 * layers

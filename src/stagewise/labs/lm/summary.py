@@ -123,6 +123,7 @@ def summarize(config: Config, frame: pd.DataFrame, tables: Tables, result: RunRe
     final_step = int(epoch_rows["step"].max()) if len(epoch_rows) else 0
     at_end = frame[(frame["step"] == final_step) & frame["metric"].str.startswith(("train.", "eval.", "baseline.", "probe."))
                     & ~frame["metric"].str.startswith("train.batch_loss")]
+    at_end = at_end[~at_end["metric"].str.contains(r"^probe\.[^.]+\.paradigm\.", regex=True)]  # per paradigm: in the metrics
     final = {m: Stats.of([v]) for m, v in zip(at_end["metric"], at_end["value"])}
     details: dict[str, Any] = {"model": extras.get("model"), "examples": extras.get("examples"),
                                "dropped_multi_token": extras.get("dropped", {}), "steps": extras.get("steps"),
