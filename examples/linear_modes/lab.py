@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stagewise.errors import UserError
 from stagewise.labs.contract import Lab, Probing, SummaryTable, deferred, reproduction
 from stagewise.report.claims import Summary
 
@@ -44,6 +45,9 @@ def check(config: Config) -> None:
     from .config import control_config
 
     resolve_device(config.device)
+    if config.source.kind not in ("train", "tracked"):
+        raise UserError(f"source.kind={config.source.kind}: this lab trains its networks or probes a training while it "
+                        "runs (tracked); it reads no saved checkpoints")
     for name in config.controls:
         control_config(config, name)
 

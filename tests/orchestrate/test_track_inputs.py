@@ -267,3 +267,48 @@ def test_sigterm_while_a_failure_is_recorded_is_ignored(prep, tmp_path, monkeypa
         raise RuntimeError("out of memory")
     assert sigterm_caught == []
     assert json.loads((tmp_path / "r" / "manifest.json").read_text())["status"] == "failed"
+
+
+TRACKED_LOOP = """
+import sys, time, torch
+from stagewise import Tracker
+sys.path.insert(0, sys.argv[2])
+from linear_modes.lab import LAB
+net = torch.nn.Sequential(torch.nn.Linear(3, 4, bias=False), torch.nn.Linear(4, 3, bias=False)).double()
+settings = {"data": {"singular_values": [3.0, 1.0], "d_in": 3, "d_out": 3}, "model": {"hidden": 4}}
+with Tracker(sys.argv[1], net, lab=LAB, overrides=settings, every=1) as tracker:
+    tracker.step(0, force=True)
+    print("ready", flush=True)
+    for step in range(1, 10**9):
+        time.sleep(0.001)
+        tracker.step(step)
+"""
+
+
+@pytest.mark.parametrize("second", [None, 0.2], ids=["one-sigterm", "second-sigterm-200ms-later"])
+def test_a_second_sigterm_ends_the_process_as_the_first_does(second, tmp_path):
+    """Round 4: a scheduler's second SIGTERM 100-500 ms after the first ended the process with -15
+    during its exit (the interpreter puts its own handlers back to the default at shutdown). Now
+    the run is recorded interrupted and the process ends by the first one's Interrupted (exit 1,
+    its traceback) however many SIGTERMs follow."""
+    import subprocess
+    import sys
+    import time
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", TRACKED_LOOP, str(out), str(examples)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    ready = proc.stdout.readline().strip()
+    assert ready == "ready", proc.stderr.read()[-1500:]
+    time.sleep(0.3)  # in the loop, probing every step
+    proc.send_signal(signal.SIGTERM)
+    if second is not None:
+        time.sleep(second)
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, (proc.returncode, err[-1500:])
+    assert err.strip().splitlines()[-1] == "stagewise.runs.stops.Interrupted: SIGTERM"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and "SIGTERM" in manifest["error"]

@@ -266,6 +266,8 @@ def encode_text(name: str, text: str, tokenizer: Any, *, window: int = DEFAULT_W
     if len(tokens) < 2:
         raise UserError(f"probe set {name}: the text has {len(tokens)} token(s); a held-out loss needs at least 2")
     source = tokens if frequency is None else torch.tensor(_encode(tokenizer, [frequency])[0], dtype=torch.long)
+    if len(source) == 0:
+        raise UserError(f"probe set {name}: the frequency reference text has no tokens; give the text whose counts rank them")
     bucket_of = frequency_buckets(source, len(tokenizer), buckets)  # (V,) 0 .. B-1
     n = -(-len(tokens) // window)
     padded = torch.zeros(n * window, dtype=torch.long)
@@ -286,10 +288,11 @@ def frequency_buckets(tokens: torch.Tensor, vocab: int, buckets: int) -> torch.T
     """(vocab,) the bucket (0 = the most frequent) of every token id: token types ranked by
     their count in ``tokens`` (ties by id), cut where the cumulative count passes b/B of all
     occurrences; an id that never occurs is in the last bucket."""
-    counts = torch.bincount(tokens, minlength=vocab)[:vocab].double()  # (V,)
+    counts = torch.bincount(tokens, minlength=vocab)[:vocab]  # (V,) int64
     order = torch.argsort(-counts, stable=True)  # (V,) most frequent first
-    cumulative = torch.cumsum(counts[order], 0) / counts.sum()  # (V,) in (0, 1]
-    ranked = torch.clamp(torch.floor((cumulative - counts[order] / counts.sum()) * buckets), 0, buckets - 1).long()
+    before = torch.cumsum(counts[order], 0) - counts[order]  # (V,) occurrences of the more frequent types
+    # integers: a type whose preceding mass is exactly b/B starts bucket b (float division put some in b - 1)
+    ranked = torch.clamp(before * buckets // counts.sum().clamp(min=1), 0, buckets - 1)  # (V,)
     out = torch.empty(vocab, dtype=torch.long)
     out[order] = ranked
     out[counts == 0] = buckets - 1

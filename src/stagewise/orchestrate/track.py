@@ -386,14 +386,19 @@ class Tracker:
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
         """Close (no error) or record ``err``; the block's SIGTERM handler is put back after."""
+        stopped = False
         try:
             if err is None:
                 self.close()
                 return
             raised = self.fail(err)
+            stopped = isinstance(err, Interrupted) and getattr(err, "signum", None) == signal.SIGTERM
         finally:
             for sig, handler in self._signals.items():
-                signal.signal(sig, handler)
+                # after a SIGTERM stop the process is ending with its Interrupted: a later SIGTERM (a scheduler's
+                # second one, 100 ms on) is ignored, so it cannot kill the process half-way through its exit (issue 39).
+                # SIG_IGN, not a Python handler: the interpreter resets its own handlers to the default at shutdown
+                signal.signal(sig, signal.SIG_IGN if stopped and sig == signal.SIGTERM else handler)
             self._signals = {}
         if raised is not err:
             raise raised from None

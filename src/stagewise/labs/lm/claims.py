@@ -446,8 +446,9 @@ def across_runs(runs: Sequence[tuple[Config, Summary]]) -> list[Claim]:
             if REAL not in by_condition:
                 continue
             real = by_condition.pop(REAL)
-            out.append(judge_over_seeds(spec, real, by_condition, case=case if claim_id is None else f"{claim_id}_{case}",
-                                        label=label))
+            # an order claim's case (probe_order_ID -> ID_over_seeds): the id is probe_order_ID_over_seeds
+            own = case if claim_id is None else f"{claim_id.removeprefix(spec.id + '_')}_{case}"
+            out.append(judge_over_seeds(spec, real, by_condition, case=own, label=label))
     return out
 
 

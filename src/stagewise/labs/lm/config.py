@@ -310,13 +310,13 @@ class OrderClaimConfig(ConfigModel):
     def _condition(cls, value: str) -> str:
         match = ORDER_CONDITION.match(value)
         if match is None:
-            raise ValueError(f"{value!r}: write METRIC >= X or METRIC <= X (e.g. 'probe.blimp.accuracy >= 0.6')")
+            raise ValueError("write METRIC >= X or METRIC <= X (e.g. 'probe.blimp.accuracy >= 0.6')")
         try:
             number = float(match["threshold"])
         except ValueError:
-            raise ValueError(f"{value!r}: {match['threshold']!r} is not a number") from None
+            raise ValueError(f"{match['threshold']!r} is not a number") from None
         if not math.isfinite(number):
-            raise ValueError(f"{value!r}: the threshold must be finite")
+            raise ValueError("the threshold must be finite")
         return value.strip()
 
     def condition(self, which: str) -> tuple[str, str, float]:
