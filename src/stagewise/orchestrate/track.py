@@ -8,7 +8,7 @@ writes the summary, the claims and the figures exactly as a lab run's end does, 
 ``stagewise show``, ``stages`` and ``report`` read it unchanged. The Hugging Face Trainer's
 callback is :class:`stagewise.orchestrate.trackhf.StagewiseCallback`.
 
-Probing never changes the training: it runs without gradients in eval mode, then restores
+Probing never changes the training: it runs without gradients (the lab's probe puts the model in eval mode), then restores
 every module's train/eval flag and the torch RNG states (CPU and every CUDA device), so a
 training with probes gives the same weights, bit for bit, as one without.
 

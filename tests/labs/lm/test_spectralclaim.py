@@ -194,3 +194,24 @@ def test_rank_curve_keep_random_has_one_row_per_draw(cli, runs, tmp_path):
     full = table[table["p"] == 1.0]
     assert full["semantic-correct"].nunique() == 1  # k = r: every draw is the unreduced model
     assert "mean of 3 draws" in stdout
+
+
+@pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "llama"])
+def test_the_default_selector_names_the_weights_as_each_family_stores_them(family):
+    """GPT-2 and GPT-NeoX store q, k, v fused: the rank curve's default cuts that matrix and o;
+    Llama's separate q, k, v, o. Every target of the default parses against the model."""
+    from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    from stagewise.lmkit.adapters import adapter_for
+    from stagewise.lmkit.selectors import parse_selector
+    from stagewise.labs.lm.rankcurve import default_selector
+
+    model = {"gpt2": lambda: GPT2LMHeadModel(GPT2Config(vocab_size=64, n_layer=2, n_embd=32, n_head=4)),
+             "gpt_neox": lambda: GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=64, num_hidden_layers=2, hidden_size=32,
+                                                                  num_attention_heads=4, intermediate_size=64)),
+             "llama": lambda: LlamaForCausalLM(LlamaConfig(vocab_size=64, num_hidden_layers=2, hidden_size=32,
+                                                           num_attention_heads=4, intermediate_size=64))}[family]()
+    selector = default_selector(model)
+    assert selector == ("blocks.*.attn" if family == "llama" else "blocks.*.attn.{qkv,o}")
+    targets = parse_selector(selector, adapter_for(model))
+    assert len(targets) == 2 * (4 if family == "llama" else 2)

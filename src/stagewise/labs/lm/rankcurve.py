@@ -113,10 +113,13 @@ def restrict(encoded: Encoded, space: AnswerSpace, rows: torch.Tensor) -> tuple[
 
 def default_selector(model: Any) -> str:
     """The authors' selector where it exists (GPT-2 with >= 7 blocks), else every block's
-    attention (GPT-2: fused qkv and o; other families: q, k, v, o)."""
+    attention (GPT-2 and GPT-NeoX: the fused qkv and o, as the weights are stored; other
+    families: q, k, v, o)."""
     adapter = adapter_for(model)
     if adapter.family == "gpt2":
         return AUTHORS_SELECTOR if adapter.n_layers >= 7 else "blocks.*.attn.{qkv,o}"
+    if adapter.family == "gpt_neox":
+        return "blocks.*.attn.{qkv,o}"
     return "blocks.*.attn"
 
 
