@@ -190,7 +190,7 @@ def test_a_sharded_model_is_one_line_before_anything_is_made(shard, what, prep, 
     with pytest.raises(UserError) as err:
         Tracker(tmp_path / "r", shard(torch.nn.Linear(2, 2)), prep.loaded.tokenizer, lab="lm", preset="counterfact-tiny")
     text = one_line(err)
-    assert what in text and "not supported" in text and "stagewise lm trajectory" in text
+    assert what in text and "not supported" in text and "stagewise LAB trajectory" in text
     assert not (tmp_path / "r").exists()
     ranks.check_not_sharded(torch.nn.Linear(2, 2))  # a plain model passes
 

@@ -71,7 +71,7 @@ DEFAULT_TEXT_TOKENS = 16384
 """A text set's tokens when no limit is given (the first ones of the file)."""
 
 
-def metric_name(value: str) -> str:
+def _metric_name(value: str) -> str:
     """``value`` made a metric-name part: runs of other characters become '_' (``a b/c`` -> ``a_b_c``)."""
     return re.sub(r"[^A-Za-z0-9_-]+", "_", value).strip("_") or "_"
 
@@ -122,7 +122,12 @@ class ProbeSet:
 # ------------------------------------------------------------------ readers
 def read_questions(path: Path, limit: int | None = None) -> list[Question]:
     """The rows of a questions file (JSON lines of ``{"prompt", "answer", "group"?, "kind"?}``),
-    the first ``limit``; one UserError line naming the file, line and key of the first bad row."""
+    the first ``limit``; one UserError line naming the file, line and key of the first bad row.
+
+    Example::
+
+        rows = read_questions(Path("facts.jsonl"), limit=100)   # [Question(prompt=..., answer=..., group=..., kind=...), ...]
+    """
     rows = []
     for where, record in read_jsonl(Path(path), limit):
         prompt = get_key(record, "prompt", str, path, where)
@@ -142,7 +147,12 @@ def read_questions(path: Path, limit: int | None = None) -> list[Question]:
 def read_zorro_pairs(folder: Path, paradigms: Sequence[str] | None = None, limit: int | None = None) -> pd.DataFrame:
     """Zorro's minimal pairs (``<paradigm>.txt``: odd lines ungrammatical, even lines grammatical)
     in :func:`~stagewise.lmkit.blimp.read_blimp_pairs`'s columns; the field is the paradigm's
-    phenomenon (its name before the first '-')."""
+    phenomenon (its name before the first '-').
+
+    Example::
+
+        pairs = read_zorro_pairs(Path("../shared/data/zorro"), limit=50)   # paradigm, pair_id, field, ..., sentence_bad
+    """
     folder = Path(folder)
     check_folder(folder)
     available = sorted(p.stem for p in folder.glob("*.txt") if p.stem != "LICENSE")
@@ -166,7 +176,12 @@ def read_zorro_pairs(folder: Path, paradigms: Sequence[str] | None = None, limit
 
 
 def read_pairs(path: Path, paradigms: Sequence[str] | None = None, limit: int | None = None) -> pd.DataFrame:
-    """Minimal pairs from a BLiMP folder (``*.jsonl``) or a Zorro folder (``*.txt``)."""
+    """Minimal pairs from a BLiMP folder (``*.jsonl``) or a Zorro folder (``*.txt``).
+
+    Example::
+
+        pairs = read_pairs(Path("../shared/data/blimp"), ["anaphor_gender_agreement"], limit=20)
+    """
     folder = Path(path)
     check_folder(folder)
     if any(folder.glob("*.jsonl")):
@@ -211,7 +226,7 @@ def _encode(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
     return [list(x) for x in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
 
-def encode_questions(name: str, questions: Sequence[Question], tokenizer: Any, vocab_ids: torch.Tensor | None = None,
+def _encode_questions(name: str, questions: Sequence[Question], tokenizer: Any, vocab_ids: torch.Tensor | None = None,
                      kind_words: Mapping[str, frozenset[str]] | None = None, context: int | None = None) -> ProbeSet:
     """A questions set tokenized as ``[prefix, prompt, answer]`` rows, with the rows of the
     tokens that count as type-correct for each question (module docstring)."""
@@ -256,7 +271,7 @@ def _row_strings(tokenizer: Any, vocab_ids: torch.Tensor | None, n_rows: int) ->
     return list(tokenizer.convert_tokens_to_string([t]) if t is not None else "" for t in tokenizer.convert_ids_to_tokens(ids))
 
 
-def encode_text(name: str, text: str, tokenizer: Any, *, window: int = DEFAULT_WINDOW, limit: int | None = None,
+def _encode_text(name: str, text: str, tokenizer: Any, *, window: int = DEFAULT_WINDOW, limit: int | None = None,
                 frequency: str | None = None, buckets: int = DEFAULT_BUCKETS,
                 vocab_ids: torch.Tensor | None = None) -> ProbeSet:
     """A text set: its first ``limit`` tokens cut into windows of ``window`` tokens after the
@@ -287,7 +302,12 @@ def encode_text(name: str, text: str, tokenizer: Any, *, window: int = DEFAULT_W
 def frequency_buckets(tokens: torch.Tensor, vocab: int, buckets: int) -> torch.Tensor:
     """(vocab,) the bucket (0 = the most frequent) of every token id: token types ranked by
     their count in ``tokens`` (ties by id), cut where the cumulative count passes b/B of all
-    occurrences; an id that never occurs is in the last bucket."""
+    occurrences; an id that never occurs is in the last bucket.
+
+    Example::
+
+        frequency_buckets(torch.tensor([5, 5, 5, 2, 2, 7]), vocab=8, buckets=2)   # id 5 in bucket 0; 2, 7 and the unseen in 1
+    """
     counts = torch.bincount(tokens, minlength=vocab)[:vocab]  # (V,) int64
     order = torch.argsort(-counts, stable=True)  # (V,) most frequent first
     before = torch.cumsum(counts[order], 0) - counts[order]  # (V,) occurrences of the more frequent types
@@ -303,7 +323,12 @@ def frequency_buckets(tokens: torch.Tensor, vocab: int, buckets: int) -> torch.T
 def token_logprobs(model: Any, ids: torch.Tensor, lengths: torch.Tensor,
                    batch_tokens: int = BATCH_TOKENS) -> tuple[torch.Tensor, torch.Tensor]:
     """((N, L-1) log P(t_i | t_<i) at positions 1..L-1, 0 past each row's end; (N, L-1) the
-    model's top-1 row at each position), in batches of at most ``batch_tokens`` padded tokens."""
+    model's top-1 row at each position), in batches of at most ``batch_tokens`` padded tokens.
+
+    Example::
+
+        logp, top = token_logprobs(model, ids, lengths)   # (N, L-1) float64, (N, L-1) int64
+    """
     device = next(model.parameters()).device
     n, width = ids.shape
     logp = torch.zeros((n, max(width - 1, 0)), dtype=torch.float64)
@@ -322,7 +347,7 @@ def token_logprobs(model: Any, ids: torch.Tensor, lengths: torch.Tensor,
     return logp, top
 
 
-def measure_questions(model: Any, s: ProbeSet) -> dict[str, float]:
+def _measure_questions(model: Any, s: ProbeSet) -> dict[str, float]:
     """The records of a questions set (module docstring), names without the set's prefix."""
     assert s.answer_start is not None
     logp, top = token_logprobs(model, s.ids, s.lengths)
@@ -341,17 +366,17 @@ def measure_questions(model: Any, s: ProbeSet) -> dict[str, float]:
            "share.type_wrong": float((~typed & ~semantic).double().mean())}
     groups = [q.group for q in s.questions]
     if any(g is not None for g in groups):
-        frame = pd.DataFrame({"group": [metric_name(g) if g is not None else None for g in groups],
+        frame = pd.DataFrame({"group": [_metric_name(g) if g is not None else None for g in groups],
                               "right": semantic.numpy()}).dropna()
         out.update({f"group.{g}.accuracy": float(v) for g, v in frame.groupby("group")["right"].mean().items()})
     if s.categorize is not None:
-        names = user_categories(s, [s.row_strings[r] for r in predicted.tolist()])
+        names = _user_categories(s, [s.row_strings[r] for r in predicted.tolist()])
         counts = Counter(names)
         out.update({f"share.{c}": counts.get(c, 0) / n for c in s.categories})
     return out
 
 
-def user_categories(s: ProbeSet, predictions: Sequence[str]) -> list[str]:
+def _user_categories(s: ProbeSet, predictions: Sequence[str]) -> list[str]:
     """The researcher's ``categorize(questions, predictions)``, checked: one declared name per question."""
     assert s.categorize is not None
     got = s.categorize(s.questions, list(predictions))
@@ -368,7 +393,7 @@ def user_categories(s: ProbeSet, predictions: Sequence[str]) -> list[str]:
     return names
 
 
-def measure_text(model: Any, s: ProbeSet) -> dict[str, float]:
+def _measure_text(model: Any, s: ProbeSet) -> dict[str, float]:
     """The records of a text set (module docstring)."""
     assert s.frequency_bucket is not None
     logp, _ = token_logprobs(model, s.ids, s.lengths)
@@ -381,24 +406,29 @@ def measure_text(model: Any, s: ProbeSet) -> dict[str, float]:
     return out
 
 
-def measure_pairs(model: Any, s: ProbeSet) -> dict[str, float]:
+def _measure_pairs(model: Any, s: ProbeSet) -> dict[str, float]:
     """The records of a minimal-pair set: overall, per field and per paradigm accuracy."""
     assert s.pairs is not None
     scored = score_blimp(model, s.tokenizer, s.pairs)
     right = scored["correct"].astype(float)
     out = {"accuracy": float(right.mean())}
-    out.update({f"field.{metric_name(str(f))}.accuracy": float(v) for f, v in right.groupby(scored["field"]).mean().items()})
-    out.update({f"paradigm.{metric_name(str(p))}.accuracy": float(v)
+    out.update({f"field.{_metric_name(str(f))}.accuracy": float(v) for f, v in right.groupby(scored["field"]).mean().items()})
+    out.update({f"paradigm.{_metric_name(str(p))}.accuracy": float(v)
                 for p, v in right.groupby(scored["paradigm"]).mean().items()})
     return out
 
 
-MEASURES = {"questions": measure_questions, "text": measure_text, "pairs": measure_pairs}
+MEASURES = {"questions": _measure_questions, "text": _measure_text, "pairs": _measure_pairs}
 
 
 def measure(model: Any, sets: Sequence[ProbeSet]) -> dict[str, float]:
     """Every set's records, ``{set}.{record}``, in eval mode without gradients (the model's
-    mode is put back)."""
+    mode is put back).
+
+    Example::
+
+        records = measure(model, [read_probe_set("heldout", "text", Path("heldout.txt"), tok)])   # {"heldout.loss": ...}
+    """
     was_training = model.training
     model.eval()
     try:
@@ -418,7 +448,12 @@ def read_probe_set(name: str, kind: str, path: Path | None, tokenizer: Any, *, l
     """A probe set read from ``path`` and tokenized for ``tokenizer`` (module docstring); one
     UserError line for a bad name, kind, file or row. ``limit``: questions, the first rows;
     text, the first tokens; pairs, the first pairs per paradigm. ``context``: the model's
-    longest input (a longer question is one line; text windows must fit)."""
+    longest input (a longer question is one line; text windows must fit).
+
+    Example::
+
+        facts = read_probe_set("facts", "questions", Path("facts.jsonl"), tok, context=1024)
+    """
     if not isinstance(name, str) or not NAME.match(name):
         raise UserError(f"probe set name {short_repr(name)}: letters, digits, '_' and '-' (1 to 64 characters)")
     if kind not in KINDS:
@@ -426,7 +461,7 @@ def read_probe_set(name: str, kind: str, path: Path | None, tokenizer: Any, *, l
     if path is None:
         raise UserError(f"probe set {name}: give its path (a {'folder' if kind == 'pairs' else 'file'})")
     if kind == "questions":
-        s = encode_questions(name, read_questions(Path(path), limit), tokenizer, vocab_ids, kind_words, context)
+        s = _encode_questions(name, read_questions(Path(path), limit), tokenizer, vocab_ids, kind_words, context)
         if categorize is not None:
             if not callable(categorize):
                 raise UserError(f"probe set {name}: categorize={short_repr(categorize)}; give a function (questions, "
@@ -436,14 +471,14 @@ def read_probe_set(name: str, kind: str, path: Path | None, tokenizer: Any, *, l
                 raise UserError(f"probe set {name}: categories={list(categories)}: declare the names categorize returns "
                                 "(letters, digits, '_' and '-')")
             s = replace(s, categorize=categorize, categories=tuple(categories))
-            user_categories(s, [""] * len(s.questions))  # its shape checked once, before any record
+            _user_categories(s, [""] * len(s.questions))  # its shape checked once, before any record
         return s
     if kind == "text":
         if context is not None and window + 1 > context:
             raise UserError(f"probe set {name}: window={window} (+ the prefix token) is longer than the model's context "
                             f"{context}")
         reference = read_text(Path(frequency)) if frequency is not None else None
-        return encode_text(name, read_text(Path(path)), tokenizer, window=window, limit=limit, frequency=reference,
+        return _encode_text(name, read_text(Path(path)), tokenizer, window=window, limit=limit, frequency=reference,
                            buckets=buckets, vocab_ids=vocab_ids)
     if vocab_ids is not None:
         raise UserError(f"probe set {name}: minimal pairs are scored over the tokenizer's whole vocabulary; give a model "
@@ -454,4 +489,4 @@ def read_probe_set(name: str, kind: str, path: Path | None, tokenizer: Any, *, l
 
 
 __all__ = ["CATEGORIES", "FIELD_ALIASES", "KINDS", "ProbeSet", "Question", "frequency_buckets", "measure",
-           "read_pairs", "read_probe_set", "read_questions", "token_logprobs"]
+           "read_pairs", "read_probe_set", "read_questions", "read_zorro_pairs", "token_logprobs"]
