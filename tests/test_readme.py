@@ -18,6 +18,7 @@ import re
 import shlex
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,8 +202,11 @@ def test_quick_blocks_run_in_order_in_a_fresh_folder(page, cli, tmp_path, monkey
     ran = 0
     for block in (b for b in blocks(page) if b.quick):
         if block.lang == "python":
-            # run as a pasted script runs: under `if __name__ == "__main__":` too
-            exec(compile(block.text, f"{_name(page)}:{block.line}", "exec"), {"__name__": "__main__"})
+            # run as a pasted script runs: under `if __name__ == "__main__":` too, a library's warning shown, not
+            # an error (e.g. torch's DataLoader on a machine without an accelerator under the Trainer's defaults)
+            with warnings.catch_warnings():
+                warnings.simplefilter("default")
+                exec(compile(block.text, f"{_name(page)}:{block.line}", "exec"), {"__name__": "__main__"})
             ran += 1
             continue
         for args in commands(block):
