@@ -371,8 +371,8 @@ def order_claims(config: Config, frame: pd.DataFrame) -> tuple[list[Claim], dict
                                                       statement=statement))
             continue
         facts[declared.id] = {"first_step": order.first_step, "then_step": order.then_step, "last_step": order.last_step}
-        evidence = (f"{first[0]} reaches {first[1]} {first[2]:g} at step {_step(order.first_step)}, {then[0]} reaches "
-                    f"{then[1]} {then[2]:g} at step {_step(order.then_step)} (records to step {order.last_step:g})")
+        evidence = (f"{first[0]} {first[1]} {first[2]:g} {_reached(order.first_step, order.last_step)}; "
+                    f"{then[0]} {then[1]} {then[2]:g} {_reached(order.then_step, order.last_step)}")
         if not order.testable:
             claims.append(cs.PROBE_ORDER.not_testable("neither threshold is reached in this run (beyond what the model "
                                                       "attains here)", evidence, case=declared.id, statement=statement))
@@ -382,8 +382,8 @@ def order_claims(config: Config, frame: pd.DataFrame) -> tuple[list[Claim], dict
     return claims, facts
 
 
-def _step(value: float | None) -> str:
-    return "never" if value is None else f"{value:g}"
+def _reached(step: float | None, last: float) -> str:
+    return f"not reached by the last record (step {last:g})" if step is None else f"reached at step {step:g}"
 
 
 def control_name(config: Config) -> str | None:
