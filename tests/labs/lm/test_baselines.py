@@ -47,6 +47,64 @@ def test_padding_does_not_change_the_logits():
     torch.testing.assert_close(short, padded)
 
 
+SPARSE_TOL = 1e-6
+"""The embedding-bag features (issue 41) against the dense form they replaced: the same sums in another order (float32)."""
+
+
+def dense_features(model: Baseline, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The baselines' features as they were computed before issue 41: a (B, L, d) gather masked by
+    the real tokens and summed, then one gather per last token."""
+    real = torch.arange(ids.shape[1])[None, :] < lengths[:, None]  # (B, L)
+    e = model.embed[ids.clamp(max=model.n_rows)] * real[..., None]  # (B, L, d)
+    parts = [e.sum(1) / lengths[:, None].to(e.dtype)]
+    for j in range(model.last_k):
+        col = lengths - 1 - j
+        tok = torch.where(col >= 0, ids.gather(1, col.clamp(min=0)[:, None])[:, 0], torch.full_like(col, model.n_rows))
+        parts.append(model.embed[tok])
+    return torch.cat(parts, dim=1)
+
+
+@pytest.mark.parametrize("last_k", [0, 2, 5])
+def test_the_embedding_bag_features_and_gradients_equal_the_dense_form(last_k):
+    """Values and gradients (embedding table, output matrix) of the sparse features equal the
+    dense form's to float tolerance, on prompts shorter and longer than k, with padding that
+    holds real token ids (the model's pad row) and ids past the table."""
+    gen = torch.Generator().manual_seed(last_k)
+    model = Baseline(n_rows=50, d=8, last_k=last_k, generator=gen)
+    lengths = torch.tensor([1, 3, 7, 12, 2])
+    ids = torch.randint(0, 50, (5, 12), generator=gen)
+    ids[0, 1:] = 60  # past the table: clamped, then masked
+    target = torch.randint(0, 50, (5,), generator=gen)
+    grads = []
+    for features in (model.features, lambda i, n: dense_features(model, i, n)):
+        model.zero_grad(set_to_none=True)
+        f = features(ids, lengths)
+        torch.nn.functional.cross_entropy(f @ model.out.T + model.bias, target).backward()
+        grads.append((f.detach(), model.embed.grad.clone(), model.out.grad.clone()))
+    for sparse, dense in zip(*grads):
+        torch.testing.assert_close(sparse, dense, rtol=SPARSE_TOL, atol=SPARSE_TOL)
+
+
+def test_the_fused_optimizer_follows_the_per_tensor_one():
+    """The baselines' fused AdamW (issue 41) gives the per-tensor AdamW's trajectory over 20
+    steps to float tolerance, and its state restores exactly as before."""
+    enc = _encoded([[1, 2, 3], [4, 5], [6], [7, 8, 9, 1]], [1, 2, 3, 4])
+
+    def make(fused: bool) -> Baselines:
+        return Baselines(["bow", "bow-last"], 2, 8, 12, seed=3, top_k=5,
+                         make_optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2, fused=fused or None),
+                         targets=enc.targets, record_train_pass=False)
+
+    fused, plain = make(True), make(False)
+    for step in range(20):
+        rows = torch.tensor([step % 4, (step + 1) % 4])
+        fused.step(enc, rows, 1e-2)
+        plain.step(enc, rows, 1e-2)
+    for (kf, vf), (kp, vp) in zip(sorted(fused.state().items()), sorted(plain.state().items())):
+        assert kf == kp
+        torch.testing.assert_close(vf.double(), vp.double(), rtol=1e-5, atol=1e-6)
+
+
 def _space(n_rows: int, answers: list[str], groups: list[str]):
     rows = [f" w{i}" for i in range(n_rows)]
     return answer_space(answers, groups, rows)

@@ -84,15 +84,18 @@ class Baseline(torch.nn.Module):
         self.bias = torch.nn.Parameter(torch.zeros(n_rows))  # (V',)
 
     def features(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """(B, (k+1) d) features of right-padded prompts ``ids`` (B, L) with ``lengths`` (B,)."""
+        """(B, (k+1) d) features of right-padded prompts ``ids`` (B, L) with ``lengths`` (B,).
+
+        The bag is one ``embedding_bag`` (mean) with the padding as its ``padding_idx`` (row V',
+        left out of each mean and of the gradient): a gather and a scatter of the prompts' rows,
+        never a dense (B, L, d) product or a dense pass over the table (issue 41)."""
         real = torch.arange(ids.shape[1], device=ids.device)[None, :] < lengths[:, None]  # (B, L)
-        e = self.embed[ids.clamp(max=self.n_rows)] * real[..., None]  # (B, L, d), pads zeroed
-        parts = [e.sum(1) / lengths[:, None].to(e.dtype)]  # (B, d) the mean bag of words
-        for j in range(self.last_k):  # the j-th token from the end, or "no token"
-            col = lengths - 1 - j  # (B,)
-            tok = torch.where(col >= 0, ids.gather(1, col.clamp(min=0)[:, None])[:, 0],
-                              torch.full_like(col, self.n_rows))  # (B,)
-            parts.append(self.embed[tok])  # (B, d)
+        bags = torch.where(real, ids.clamp(max=self.n_rows), self.n_rows)  # (B, L): padding -> row V'
+        parts = [F.embedding_bag(bags, self.embed, mode="mean", padding_idx=self.n_rows)]  # (B, d) the mean bag of words
+        if self.last_k:  # the j-th token from the end, or "no token", for j < k: one gather
+            col = lengths[:, None] - 1 - torch.arange(self.last_k, device=ids.device)[None, :]  # (B, k)
+            tok = torch.where(col >= 0, ids.gather(1, col.clamp(min=0)), self.n_rows)  # (B, k)
+            parts.append(F.embedding(tok, self.embed).flatten(1))  # (B, k, d) -> (B, k d)
         return torch.cat(parts, dim=1)  # (B, (k+1) d)
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

@@ -54,13 +54,15 @@ def learning_rate(cfg: Config, epoch: int, step: int, total_steps: int) -> float
     return schedules.constant(step, t.lr)
 
 
-def make_optimizer(cfg: Config, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+def make_optimizer(cfg: Config, params: list[torch.nn.Parameter], *, fused: bool = False) -> torch.optim.Optimizer:
+    """The run's optimizer (``train.optimizer``) over ``params``; ``fused``: Adam and AdamW as one
+    fused kernel (the baselines' small models, where the per-tensor steps cost more than their
+    arithmetic; the same update to float round-off)."""
     t = cfg.train
     if t.optimizer == "sgd":
         return torch.optim.SGD(params, lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
-    if t.optimizer == "adam":
-        return torch.optim.Adam(params, lr=t.lr, betas=t.betas, eps=t.adam_eps, weight_decay=t.weight_decay)
-    return torch.optim.AdamW(params, lr=t.lr, betas=t.betas, eps=t.adam_eps, weight_decay=t.weight_decay)
+    kind = torch.optim.Adam if t.optimizer == "adam" else torch.optim.AdamW
+    return kind(params, lr=t.lr, betas=t.betas, eps=t.adam_eps, weight_decay=t.weight_decay, fused=fused or None)
 
 
 # ------------------------------------------------------------------ evaluation
@@ -271,7 +273,7 @@ class FineTuneLoop:
         # train.record=train-before-step: the epoch's training-pass scores of every example, filled batch by batch
         self.recorder = TrainPassRecorder(enc.targets, min(cfg.train.top_k, model.get_input_embeddings().weight.shape[0])) \
             if cfg.train.record == "train-before-step" and cfg.task.framing == "answer" else None
-        self.baselines = make_baselines(cfg, model, enc, lambda params: make_optimizer(cfg, params))
+        self.baselines = make_baselines(cfg, model, enc, lambda params: make_optimizer(cfg, params, fused=True))
 
     def restore(self, checkpoint) -> int:
         unpack_state(checkpoint.tensors, self.model, self.opt)
