@@ -525,3 +525,22 @@ def test_evaluations_inside_epochs_at_fractional_epochs(tmp_path, monkeypatch):
     monkeypatch.undo()
     execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / "r", raise_on_failure=True)
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "r" / "tables" / "predictions.parquet"), pred, check_exact=True)
+
+
+def test_the_baselines_beside_the_model_give_the_numbers_of_one_after_the_other(tmp_path, monkeypatch):
+    """Issue 41: the baselines' step runs on a thread of its own beside the transformer's (a free
+    core) and is joined before the step ends: every record, the model's and the baselines', equals
+    a run with the baselines stepped after the model, exactly."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from stagewise.labs.lm import train
+
+    overrides = {**SMALL, "train": {**SMALL["train"], "epochs": 2, "snapshot_epochs": [], "threads": 1}}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        for name, made in (("beside", lambda baselines, device: pool if baselines else None),
+                           ("after", lambda baselines, device: None)):
+            monkeypatch.setattr(train, "beside_pool", made)
+            execute_spec(RunSpec(lab="lm", overrides=overrides), tmp_path / name, raise_on_failure=True)
+    for table in ("metrics.parquet", "tables/predictions.parquet", "tables/baseline_predictions.parquet"):
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "beside" / table), pd.read_parquet(tmp_path / "after" / table),
+                                      check_exact=True)

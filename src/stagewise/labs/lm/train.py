@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import numpy as np
@@ -274,6 +276,7 @@ class FineTuneLoop:
         self.recorder = TrainPassRecorder(enc.targets, min(cfg.train.top_k, model.get_input_embeddings().weight.shape[0])) \
             if cfg.train.record == "train-before-step" and cfg.task.framing == "answer" else None
         self.baselines = make_baselines(cfg, model, enc, lambda params: make_optimizer(cfg, params, fused=True))
+        self.beside = beside_pool(self.baselines is not None, device)  # the baselines' step on a core of its own
 
     def restore(self, checkpoint) -> int:
         unpack_state(checkpoint.tensors, self.model, self.opt)
@@ -328,6 +331,13 @@ class FineTuneLoop:
         for group in self.opt.param_groups:
             group["lr"] = lr
         rows = self.batches[self.batch]
+        beside = None
+        if self.baselines is not None:  # the same batch, at the same point of the schedule; joined before this step ends
+            rates = (lr * (cfg.baselines.lr or cfg.train.lr) / cfg.train.lr, lr / cfg.train.lr)
+            if self.beside is not None:
+                beside = self.beside.submit(self.baselines.step, enc, rows, *rates)
+            else:
+                self.baselines.step(enc, rows, *rates)
         loss = batch_loss(model, enc, rows, cfg, self.device, self.per_task,
                           self.recorder.add if self.recorder is not None else None)
         guard = {f"training loss in epoch {self.epoch}": loss.detach().reshape(1)}
@@ -336,8 +346,8 @@ class FineTuneLoop:
         if cfg.train.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
         self.opt.step()
-        if self.baselines is not None:  # the same batch, at the same point of the schedule
-            self.baselines.step(enc, rows, lr * (cfg.baselines.lr or cfg.train.lr) / cfg.train.lr, lr / cfg.train.lr)
+        if beside is not None:
+            beside.result()  # the baselines' update done (its error raised here): the step's state is whole
         self.updates, self.batch = self.updates + 1, self.batch + 1
         if not log:
             return StepOutput(guard=guard)
@@ -384,6 +394,26 @@ class FineTuneLoop:
         if epoch in cfg.train.snapshot_epochs or epoch == cfg.train.epochs:
             snapshot(self.ctx, self.model, self.vocab_ids, epoch, step)
         self.epoch, self.batch = epoch + 1, 0
+
+
+def beside_pool(baselines: bool, device: torch.device) -> ThreadPoolExecutor | None:
+    """A one-thread pool that runs the baselines' step beside the transformer's (issue 41) when a
+    core is free for it: the baselines on the CPU while the model trains on a GPU, or the torch
+    threads fewer than the cores this process may use. Their models, batches and optimizers are
+    their own and each step is joined before the step ends, so the numbers are those of running
+    one after the other (tested); None: one after the other."""
+    if not baselines:
+        return None
+    global _BESIDE
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if device.type == "cpu" and torch.get_num_threads() + 1 > cores:
+        return None
+    if _BESIDE is None:  # one worker thread for the process, made once
+        _BESIDE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stagewise-baselines")
+    return _BESIDE
+
+
+_BESIDE: ThreadPoolExecutor | None = None
 
 
 def snapshot(ctx: RunContext, model: Any, vocab_ids: torch.Tensor | None, epoch: int, step: int) -> None:
