@@ -416,6 +416,16 @@ def beside_pool(baselines: bool, device: torch.device) -> ThreadPoolExecutor | N
 _BESIDE: ThreadPoolExecutor | None = None
 
 
+def _forget_beside() -> None:
+    """In a forked child the pool's thread is gone: the child makes its own when it needs one."""
+    global _BESIDE
+    _BESIDE = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_beside)
+
+
 def snapshot(ctx: RunContext, model: Any, vocab_ids: torch.Tensor | None, epoch: int, step: int) -> None:
     """Keep the weights of ``epoch`` (and the compact vocabulary's ids) in snapshots/."""
     kept = weights(model) if vocab_ids is None else {**weights(model), "vocab_ids": vocab_ids}
