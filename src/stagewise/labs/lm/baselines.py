@@ -25,6 +25,11 @@ flipped between 1e-3 and 1e-2), so ``baselines.lr_grid`` trains every kind at ea
 declared grid in the same run: the records of ``bow-last2`` at 0.01 carry ``bow-last2@lr0.01``,
 and the schedule's factor multiplies every rate alike. Each (kind, rate) is its own small model
 and optimizer (a few milliseconds a step next to the transformer's forward and backward pass).
+
+Cost (issue 41): the bag is one ``embedding_bag``, the optimizer fused (``make_optimizer(...,
+fused=True)``), and on a free core the training loop runs their step beside the transformer's
+(:func:`.train.beside_pool`): what is left is their output layer, the arithmetic of a softmax
+over every answer row (docs/benchmarks.md).
 """
 
 from __future__ import annotations
