@@ -174,6 +174,7 @@ def test_run_records_every_epoch_and_notes_dropped(small_run, lm_data_root):
     assert sorted(pred["epoch"].unique()) == [0, 1, 2, 3, 4]
     n = manifest["notes"]["examples"]["counterfact"]
     assert n == 36 and manifest["notes"]["dropped_multi_token"] == {"counterfact": 3}  # the fixture's 2-token answer
+    assert manifest["notes"]["threads"] == 1  # train.threads=auto on a tiny model: recorded (issue 41)
     assert (pred.groupby("epoch").size() == n).all()
     # top-1 is the answer exactly when rank == 1; probabilities sorted; top ids are tokenizer ids
     tok = gpt2_bpe()

@@ -198,8 +198,10 @@ def run(config: Config, ctx: RunContext) -> RunResult:
 
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32  # restored after the run
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = config.train.tf32
+    threads = _threads(config)
+    ctx.note("threads", threads)  # the torch threads this run trained with: --set train.threads=N repeats it bit for bit
     try:
-        with training_threads(_threads(config)):
+        with training_threads(threads):
             steps = train(config, prep.loaded.model, prep.encoded, ctx, prep.device, space=prep.space,
                           vocab_ids=prep.loaded.vocab_ids, spectra=spectra, heldout=heldout)
     finally:
@@ -227,8 +229,11 @@ def _threads(config: Config) -> int:
 
 
 def _auto_threads(config: Config) -> int:
-    """train.threads=auto: 1 for tiny models (small matrices; a second thread was several
-    times slower on a busy 2-core machine), every available core for real models."""
+    """train.threads=auto: 1 for tiny models, every available core for real models. Measured on
+    counterfact-tiny (docs/benchmarks.md, issue 41): with the baselines on the second core, 1
+    thread takes 2.25 s an epoch on a quiet 2-core machine against 1.65 s at 2 threads, and
+    3.53 s on a busy one against 5.60 s; the rule keeps the one that never loses by much and
+    gives every machine the same thread count (the same sums, bit for bit)."""
     from ...config import available_cores
     from ...lmkit.models import is_tiny
 
