@@ -455,6 +455,9 @@ def record_epoch(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device:
     else:
         if space is None:
             raise ValueError("the answer framing needs its answer space")
+        pool = beside_pool(baselines is not None, device)  # the baselines' evaluation beside the model's (a free core)
+        pending = pool.submit(baselines.evaluate, enc, space, cfg.train.eval_batch_size) \
+            if pool is not None and baselines is not None else None
         if recorder is not None:
             ev = recorder.evaluation(space)
             recorder.clear()
@@ -466,7 +469,7 @@ def record_epoch(cfg: Config, model: Any, enc: Encoded, ctx: RunContext, device:
         ctx.log_table("predictions", prediction_records(enc, ev, epoch, vocab_ids, space), part=step)
         values = answer_metrics(enc, ev)
         if baselines is not None:
-            scored = baselines.evaluate(enc, space, cfg.train.eval_batch_size)
+            scored = pending.result() if pending is not None else baselines.evaluate(enc, space, cfg.train.eval_batch_size)
             ctx.log_table("baseline_predictions", baseline_records(enc, scored, epoch, vocab_ids), part=step)
             values.update(baseline_metrics(scored))
         if heldout is not None:
