@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -55,6 +55,26 @@ def best_epoch(epoch: Callable[[], None], repeats: int) -> float:
     return min(times)
 
 
+def training_epoch(cfg: Config, model: Any, enc: Any, opt: torch.optim.Optimizer, batches: list[torch.Tensor],
+                   device: torch.device, baselines: Any = None, pool: Any = None) -> Callable[[], None]:
+    """One training epoch as the lab's loop runs it: the transformer's forward, backward and step
+    over ``batches``, with ``baselines`` stepped beside it on ``pool`` (a free core) or after it."""
+
+    def epoch() -> None:
+        model.train()
+        for rows in batches:
+            job = pool.submit(baselines.step, enc, rows, cfg.train.lr) if pool is not None and baselines is not None else None
+            loss = batch_loss(model, enc, rows, cfg, device)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if job is not None:
+                job.result()
+            elif baselines is not None:
+                baselines.step(enc, rows, cfg.train.lr)
+    return epoch
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="../shared/data")
@@ -68,12 +88,7 @@ def main() -> None:
     batches = list(dataset_batches(len(enc), cfg.train.batch_size))
     opt = make_optimizer(cfg, list(model.parameters()))
 
-    def bare() -> None:
-        for rows in batches:
-            loss = batch_loss(model, enc, rows, cfg, prep.device)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+    bare = training_epoch(cfg, model, enc, opt, batches, prep.device)
 
     def baselines(fused: bool) -> Callable[[], None]:
         made = make_baselines(cfg, model, enc, lambda params: make_optimizer(cfg, params, fused=fused))
@@ -90,20 +105,7 @@ def main() -> None:
 
         made = make_baselines(cfg, model, enc, lambda params: make_optimizer(cfg, params, fused=True))
         assert made is not None
-        worker = beside_pool(True, prep.device) if pool else None
-
-        def epoch() -> None:
-            for rows in batches:
-                job = worker.submit(made.step, enc, rows, cfg.train.lr) if worker is not None else None
-                loss = batch_loss(model, enc, rows, cfg, prep.device)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                if job is not None:
-                    job.result()
-                else:
-                    made.step(enc, rows, cfg.train.lr)
-        return epoch
+        return training_epoch(cfg, model, enc, opt, batches, prep.device, made, beside_pool(True, prep.device) if pool else None)
 
     bare_s = best_epoch(bare, args.repeats)
     after_s = best_epoch(together(False), args.repeats)

@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
 
 import torch
 from safetensors.torch import save_file
@@ -39,19 +38,11 @@ from stagewise.labs.lm.batching import dataset_batches
 from stagewise.labs.lm.config import Config
 from stagewise.labs.lm.lab import PRESETS
 from stagewise.labs.lm.prepare import prepare
-from stagewise.labs.lm.train import batch_loss, beside_pool, evaluate_answers, make_optimizer, pack_state, record_epoch
+from stagewise.labs.lm.train import beside_pool, evaluate_answers, make_optimizer, pack_state, record_epoch
 from stagewise.runs import MemoryContext
 
-
-def best(run: Callable[[], None], repeats: int) -> float:
-    """The fastest of ``repeats`` timed calls after one untimed."""
-    run()
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - began)
-    return min(times)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared timing and epoch helpers
+from bench_lm_baselines import best_epoch, training_epoch  # noqa: E402
 
 
 def run_slope(data: str, threads: int) -> float:
@@ -85,26 +76,8 @@ def main() -> None:
     assert baselines is not None and space is not None
     pool = beside_pool(True, prep.device)
 
-    def bare() -> None:
-        model.train()
-        for rows in batches:
-            loss = batch_loss(model, enc, rows, cfg, prep.device)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-
-    def with_baselines() -> None:
-        model.train()
-        for rows in batches:
-            job = pool.submit(baselines.step, enc, rows, cfg.train.lr) if pool is not None else None
-            loss = batch_loss(model, enc, rows, cfg, prep.device)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            if job is not None:
-                job.result()
-            else:
-                baselines.step(enc, rows, cfg.train.lr)
+    bare = training_epoch(cfg, model, enc, opt, batches, prep.device)
+    with_baselines = training_epoch(cfg, model, enc, opt, batches, prep.device, baselines, pool)
 
     def evaluation() -> None:
         """As ``record_epoch`` runs it: the baselines' evaluation beside the model's on a free core."""
@@ -125,14 +98,14 @@ def main() -> None:
             state = {**pack_state(model, opt), **baselines.state()}
             save_file({k: v.contiguous() for k, v in state.items()}, str(Path(tmp) / "ckpt.safetensors"))
 
-    bare_s = best(bare, args.repeats)
+    bare_s = best_epoch(bare, args.repeats)
     rows = [("bare transformer epoch (forward, backward, AdamW)", bare_s),
             (f"+ baselines ({'beside it on a free core' if pool is not None else 'after it: no free core'})",
-             best(with_baselines, args.repeats) - bare_s)]
-    eval_s = best(evaluation, args.repeats)
+             best_epoch(with_baselines, args.repeats) - bare_s)]
+    eval_s = best_epoch(evaluation, args.repeats)
     rows += [("+ evaluation (every example, the model's and the baselines')", eval_s),
-             ("+ records (tables, counts; beyond the evaluation)", best(records, args.repeats) - eval_s),
-             (f"+ checkpoint (one; the preset writes one every {cfg.train.checkpoint_every} epochs)", best(checkpoint, args.repeats))]
+             ("+ records (tables, counts; beyond the evaluation)", best_epoch(records, args.repeats) - eval_s),
+             (f"+ checkpoint (one; the preset writes one every {cfg.train.checkpoint_every} epochs)", best_epoch(checkpoint, args.repeats))]
     slope = run_slope(data, args.threads)
     print(f"counterfact-tiny ({len(enc)} examples, {len(batches)} batches), {args.threads} thread(s), best of {args.repeats}:")
     print("| part of an epoch | seconds | x the bare epoch |\n|---|---:|---:|")
