@@ -100,6 +100,7 @@ class ProbeSet:
         answer_start: (N,) questions: the position of the answer's first token.
         frequency_bucket: text: (N, L) bucket index (0-based) of each token, -1 at the prefix and padding.
         questions: the question rows; ``pairs``: the minimal pairs (a frame of :mod:`.blimp`'s columns).
+        type_keys: questions: (K,) sorted ``i * V' + r`` for every row r that is type-correct for question i.
         categorize: questions: ``(questions, predictions) -> names`` and its declared names.
     """
 
@@ -111,7 +112,7 @@ class ProbeSet:
     frequency_bucket: torch.Tensor | None = None
     buckets: int = 0
     questions: list[Question] = field(default_factory=list)
-    type_rows: list[frozenset[int]] = field(default_factory=list)
+    type_keys: torch.Tensor | None = None
     pairs: pd.DataFrame | None = None
     tokenizer: Any = None
     row_strings: list[str] = field(default_factory=list)
@@ -256,14 +257,14 @@ def _encode_questions(name: str, questions: Sequence[Question], tokenizer: Any, 
     normalized = [s.strip().lower() for s in strings]  # (V',) once per set
     lexicon_rows = {k: {i for i, s in enumerate(normalized) if s in words[k]}  # one pass over the rows per kind
                     for k in dict.fromkeys(q.kind for q in questions if q.kind) if k in words}
-    type_rows = []
-    for q, row in zip(questions, first.tolist()):
+    keys: list[int] = []  # question i's type-correct rows r as i * V' + r: membership is one isin per record
+    for i, (q, row) in enumerate(zip(questions, first.tolist())):
         rows = set(by_group[q.kind or q.group or ""]) if (q.kind or q.group) else set()
         rows |= lexicon_rows.get(q.kind or "", set())
         rows.discard(row)
-        type_rows.append(frozenset(rows))
+        keys.extend(i * n_rows + r for r in rows)
     return ProbeSet(name, "questions", ids, lengths, answer_start=torch.tensor(starts), questions=list(questions),
-                    type_rows=type_rows, tokenizer=tokenizer, row_strings=strings)
+                    type_keys=torch.tensor(sorted(keys), dtype=torch.long), tokenizer=tokenizer, row_strings=strings)
 
 
 def _row_strings(tokenizer: Any, vocab_ids: torch.Tensor | None, n_rows: int) -> list[str]:
@@ -359,7 +360,8 @@ def _measure_questions(model: Any, s: ProbeSet) -> dict[str, float]:
     predicted = top[torch.arange(n), first]  # (N,) top-1 rows
     target = s.ids[torch.arange(n), s.answer_start]  # (N,)
     semantic = predicted == target
-    typed = torch.tensor([p in rows for p, rows in zip(predicted.tolist(), s.type_rows)])
+    assert s.type_keys is not None
+    typed = torch.isin(torch.arange(n) * len(s.row_strings) + predicted, s.type_keys)  # (N,) top-1 among its type's rows
     out = {"loss": float(nll.mean()), "accuracy": float(semantic.double().mean()),
            "share.semantic_correct": float(semantic.double().mean()),
            "share.type_correct": float((typed & ~semantic).double().mean()),

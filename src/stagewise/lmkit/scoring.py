@@ -107,7 +107,14 @@ def with_prefix(token_ids: Sequence[Sequence[int]], prefix_id: int) -> tuple[np.
     return flat, lengths + needs
 
 
-def _max_positions(model) -> int | None:
+def max_positions(model) -> int | None:
+    """The longest input ``model`` takes (its config's ``n_positions`` or
+    ``max_position_embeddings``), None when its config says none.
+
+    Example::
+
+        max_positions(GPT2LMHeadModel(GPT2Config(n_positions=64)))   # 64
+    """
     config = getattr(model, "config", None)
     for name in ("n_positions", "max_position_embeddings"):
         value = getattr(config, name, None)
@@ -117,7 +124,7 @@ def _max_positions(model) -> int | None:
 
 
 def _check_inputs(model, flat: np.ndarray, lengths: np.ndarray) -> None:
-    limit = _max_positions(model)
+    limit = max_positions(model)
     if limit is not None and lengths.size and lengths.max() > limit:
         i = int(lengths.argmax())
         raise UserError(f"text {i} has {int(lengths[i])} tokens with the prefix; the model takes at most "

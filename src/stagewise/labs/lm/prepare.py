@@ -16,7 +16,7 @@ from ...engine import resolve_device, resolve_dtype
 from ...errors import UserError
 from ...lmkit.models import LoadedModel, build, load_tokenizer
 from ...lmkit.readers import LOCAL_DATA_HINT
-from ...lmkit.scoring import prefix_token_id
+from ...lmkit.scoring import max_positions, prefix_token_id
 from .categories import type_space
 from .controls import frequency_matched
 from .batching import Encoded, to_rows, tokenize
@@ -179,7 +179,7 @@ def tokenize_data(cfg: Config, tok: Any, *, quiet: bool = False) -> Tokenized:
 def encode(cfg: Config, data: Tokenized, loaded: LoadedModel) -> tuple[Encoded, AnswerSpace | None]:
     """The dataset in the model's rows and the answer space (groups shuffled for the control)."""
     tok = loaded.tokenizer
-    limit = _context_length(loaded.model)
+    limit = max_positions(loaded.model)
     if limit is not None and int(data.lengths.max()) > limit:
         raise UserError(f"the longest prompt has {int(data.lengths.max())} tokens; the model's context is {limit} "
                         f"(raise model.tiny.n_positions or use task.limit)")
@@ -234,12 +234,3 @@ def prepare(cfg: Config, *, quiet: bool = False) -> Prepared:
     used = data.used_ids() if held is None else torch.cat([data.used_ids(), held.used_ids()])  # held-out words in the vocabulary
     loaded = build(cfg.model, seed=cfg.seed, dtype=dtype, used_ids=used if cfg.model.compact_vocab else None, tokenizer=tok)
     return prepare_for(cfg, data, held, loaded, device)
-
-
-def _context_length(model: Any) -> int | None:
-    config = model.config
-    for name in ("n_positions", "max_position_embeddings"):
-        value = getattr(config, name, None)
-        if isinstance(value, int):
-            return value
-    return None

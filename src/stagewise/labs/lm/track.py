@@ -35,6 +35,7 @@ import torch
 from ...config import MAX_RECORD_STEP, whole_number
 from ...errors import UserError, short_repr
 from ...lmkit.models import LoadedModel
+from ...lmkit.scoring import max_positions
 from ...lmkit.weightfiles import check_weight_folder
 from ..contract import RunContext, RunResult, part_key
 from .config import Config
@@ -63,13 +64,16 @@ class Probe:
 
     def __init__(self, config: Config, loaded: LoadedModel, *, quiet: bool = True, data: Any = None,
                  categorize: Callable[[Sequence[Any], Sequence[str]], Sequence[str]] | None = None,
-                 categorizers: Mapping[str, Callable[..., Sequence[str]]] | None = None):
+                 categorizers: Mapping[str, Callable[..., Sequence[str]]] | None = None, sets: list[Any] | None = None):
         if loaded.tokenizer is None:
             raise UserError("the model has no tokenizer: give the probe the tokenizer its training used "
                             "(tokenizer=..., or the Trainer's processing_class)")
         self.config, self.loaded = config, loaded
         device = next(loaded.model.parameters()).device
-        self.sets = probe_sets(config, loaded, categorizers or {})  # the researcher's own sets, read and checked first
+        # the researcher's own sets, read and checked first (``sets``: read before, for the same tokenizer and context)
+        self.sets = sets if sets is not None else probe_sets(config, loaded.tokenizer, vocab_ids=loaded.vocab_ids,
+                                                               context=max_positions(loaded.model),
+                                                               categorizers=categorizers or {})
         self.prep: Prepared | None = None
         self._items: list[Any] = []
         if config.task.name != "none":
@@ -168,15 +172,17 @@ class Probe:
         return {**self.prep.extras(steps), "probe_sets": [s.name for s in self.sets]}
 
 
-def probe_sets(config: Config, loaded: LoadedModel, categorizers: Mapping[str, Callable[..., Sequence[str]]]) -> list[Any]:
-    """The config's own probe sets (``probes``) read and tokenized for ``loaded``'s tokenizer
-    (:func:`stagewise.lmkit.probesets.read_probe_set`): a pairs set without a path reads
-    ``data.root``'s ``blimp/``; a questions set's ``kind`` words are the lab's type lexicons;
-    ``categorizers`` maps a questions set to the researcher's category function (its declared
-    ``categories``). One UserError line for the first bad set, before any record."""
+def probe_sets(config: Config, tokenizer: Any, *, vocab_ids: torch.Tensor | None = None, context: int | None = None,
+               categorizers: Mapping[str, Callable[..., Sequence[str]]] | None = None) -> list[Any]:
+    """The config's own probe sets (``probes``) read and tokenized for ``tokenizer``
+    (:func:`stagewise.lmkit.probesets.read_probe_set`; ``vocab_ids`` a compact model's rows,
+    ``context`` its longest input): a pairs set without a path reads ``data.root``'s ``blimp/``;
+    a questions set's ``kind`` words are the lab's type lexicons; ``categorizers`` maps a
+    questions set to the researcher's category function (its declared ``categories``). One
+    UserError line for the first bad set, before any record."""
     from ...lmkit.probesets import read_probe_set
-    from .prepare import _context_length
 
+    categorizers = {} if categorizers is None else categorizers
     if not isinstance(categorizers, Mapping):
         raise UserError(f"categorizers={short_repr(categorizers)}: a mapping of a questions set's name to its function")
     known = {p.name: p for p in config.probes}
@@ -184,7 +190,6 @@ def probe_sets(config: Config, loaded: LoadedModel, categorizers: Mapping[str, C
     if stray is not None:
         raise UserError(f"categorizers: {stray!r} is not a questions set of the config's probes "
                         f"({', '.join(p.name for p in config.probes if p.kind == 'questions') or 'none'})")
-    context = _context_length(loaded.model)
     out = []
     for p in config.probes:
         path = p.path
@@ -196,8 +201,8 @@ def probe_sets(config: Config, loaded: LoadedModel, categorizers: Mapping[str, C
         fn = categorizers.get(p.name)
         if fn is not None and not p.categories:
             raise UserError(f"categorizers[{p.name!r}]: declare the names it returns in probes[{p.name}].categories")
-        out.append(read_probe_set(p.name, p.kind, path, loaded.tokenizer, limit=p.limit, paradigms=p.paradigms,
-                                  window=p.window, buckets=p.buckets, frequency=p.frequency, vocab_ids=loaded.vocab_ids,
+        out.append(read_probe_set(p.name, p.kind, path, tokenizer, limit=p.limit, paradigms=p.paradigms,
+                                  window=p.window, buckets=p.buckets, frequency=p.frequency, vocab_ids=vocab_ids,
                                   kind_words=TypeLexicons(), context=context, categorize=fn, categories=p.categories))
     return out
 
@@ -448,17 +453,11 @@ def check_probe_sets(config: Config) -> None:
     when no example is usable (e.g. no answer is one token), before any folder is made."""
     from ...lmkit.models import load_tokenizer
 
-    from ...lmkit.probesets import read_probe_set
-
     tok = load_tokenizer(config.model.model_copy(update={"name": config.source.checkpoints[0]}))
     try:
         if config.task.name != "none":
             read_probe_data(config, tok, quiet=True)
-        for p in config.probes:
-            root = config.data.resolved_root()
-            path = p.path if p.path is not None or root is None else root / "blimp"
-            read_probe_set(p.name, p.kind, path, tok, limit=p.limit, paradigms=p.paradigms, window=p.window,
-                           buckets=p.buckets, frequency=p.frequency)
+        probe_sets(config, tok)
     except UserError as err:
         raise UserError(*(f"probe sets in the tokenizer of source.checkpoints[0]: {m}" for m in err.messages)) from None
 
@@ -516,6 +515,7 @@ def run_trajectory(config: Config, ctx: RunContext) -> RunResult:
     start = int(resume.meta["index"]) + 1 if resume is not None else 0
     tok = load_tokenizer(config.model.model_copy(update={"name": str(saved[0].folder)}))
     data = read_probe_data(config, tok) if config.task.name != "none" else None
+    sets: list[Any] | None = None  # the own probe sets, read with the first model evaluated (one architecture)
     last: Probe | None = None
     with ctx.progress(len(saved), "checkpoints", start=start) as advance:
         for index in range(start, len(saved)):
@@ -526,12 +526,13 @@ def run_trajectory(config: Config, ctx: RunContext) -> RunResult:
                 fold(ctx, step, *part)
             else:
                 last = None  # one model in memory at a time
-                last = Probe(config, _load(config, str(saved[index].folder), tok), data=data)
+                last = Probe(config, _load(config, str(saved[index].folder), tok), data=data, sets=sets)
+                sets = last.sets
                 last.record(ctx, step, epoch)
             ctx.save_checkpoint(index + 1, {"trajectory.index": torch.tensor([index])}, {"index": index, "step": step})
             advance()
     if last is None:  # every checkpoint folded or resumed: the facts come from the first one (same data, same vocabulary)
-        last = Probe(config, _load(config, str(saved[0].folder), tok), data=data)
+        last = Probe(config, _load(config, str(saved[0].folder), tok), data=data, sets=sets)
     last.note(ctx)
     return RunResult({**last.extras(points[-1][0]), "checkpoints": len(saved)})
 
