@@ -23,8 +23,10 @@ FEATURE_COPIES = 2  # (N + T, L, 2d) float64 arrays per problem: stored once, pl
 STEP_COPIES = 10  # score-sized (N, C) float64 arrays per problem and pass (value_grad, certificate)
 BATCH_BYTES = 4 << 30  # problems are solved in batches of at most this floors_bytes (at least one problem a batch):
 # the floors do not depend on the batching (tests/labs/disentangled/test_floors.py), only the peak memory does
-CPU_BATCH = 1  # problems per batch on the CPU: a batch iterates until its slowest member converges, with the dual QPs
-# padded to its largest hinge set. Measured (2 cores, zeta = 2, 4 seeds of the default size): 170 s batched, 23.5 s one by one
+CPU_BATCH = 1  # members per batch on the CPU (each with all its starts, sharing its prompts; members converge one by
+# one, the others go on without them). Before that per-member convergence a batch iterated until its slowest member
+# converged: 170 s batched vs 23.5 s one by one (2 cores, zeta = 2, 4 seeds of the default size). Batches run on the
+# available cores side by side (floor_tables.floor_workers)
 CERTIFICATE_COPIES = 4  # (P, MAX_NEAR) float64 arrays of the certificate's dense columns (einsum, scaled copy, lstsq's)
 MAX_WEIGHTS = 200_000  # P (weights per problem) at most: the certificate's least squares on (P, |Z|) columns costs
 # O(P |Z|^2) per Newton iteration (measured 6 s a solve at P = 180,000: d = 300, N = 100), up to MAX_ITER iterations
@@ -103,13 +105,13 @@ def floor_reason(config: Config, member: Member) -> str | None:
 def batches(config: Config, members: list[Member], per_member: int = 1) -> list[list[Member]]:
     """``members`` (the problems in order: each unique member ``per_member`` times in a row, once
     per start) cut into consecutive batches of at most BATCH_BYTES of :func:`floors_bytes` each
-    (one problem at least), and at most CPU_BATCH problems on the CPU. A batch of at least
-    ``per_member`` problems holds whole members (a multiple of ``per_member``), so a member's
-    starts share its stored prompts."""
+    (one problem at least). A batch of at least ``per_member`` problems holds whole members (a
+    multiple of ``per_member``), so a member's starts share its stored prompts; on the CPU a
+    batch is at most CPU_BATCH members with their starts."""
     per = floors_bytes(config, members[:1]) if members else 0
     size = max(1, BATCH_BYTES // max(1, per))
     if resolve_device(config.device).type == "cpu":
-        size = min(size, CPU_BATCH)
+        size = min(size, CPU_BATCH * per_member)
     if size >= per_member > 1:
         size -= size % per_member
     return [members[i:i + size] for i in range(0, len(members), size)]

@@ -107,6 +107,22 @@ class _Problem:
         self.split = config.model.output == "split" or batch.ctx.shape[1] == 1
         self.live = self._nonzero_features()  # (S, U, N, C)
 
+    def take(self, keep: torch.Tensor) -> "_Problem":
+        """The same problems restricted to the members ``keep`` (sorted indices, (S',)): a member
+        that has converged stops costing anything (no member waits for another). Their datasets'
+        features are shared when every kept dataset keeps the same number of members (a member's
+        starts, the CPU's batches); otherwise each kept member gets its dataset's rows (a copy)."""
+        batch = self.batch
+        data = torch.div(keep, batch.per_data, rounding_mode="floor")  # (S',) dataset of each kept member
+        datasets, counts = torch.unique_consecutive(data, return_counts=True)
+        uniform = bool((counts == counts[0]).all())
+        rows, per = (datasets, int(counts[0])) if uniform else (data, 1)
+        sub = Batch(batch.ctx[rows], batch.query[rows], batch.labels[keep], batch.target[keep], batch.kind[keep], per)
+        problem = _Problem.__new__(_Problem)
+        problem.config, problem.batch, problem.l2, problem.split = self.config, sub, self.l2[keep], self.split
+        problem.live = self.live[keep]
+        return problem
+
     def _nonzero_features(self) -> torch.Tensor:
         """(S, U, N, C): the scores that move with X (context and query features of the unit nonzero)."""
         batch = self.batch
@@ -206,47 +222,58 @@ class _Kinks:
         return (coef[m, :n, None] * torch.einsum("abk,abl->abkl", self.ctx[m, :n], self.query[m, :n]).flatten(1)).T
 
 
-def _box_qp(q: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def _box_qp(q: torch.Tensor, b: torch.Tensor, valid: torch.Tensor, start: torch.Tensor | None = None) -> torch.Tensor:
     """argmin theta^T q theta / 2 + b^T theta over [0, 1]^A, batched over members (q PSD,
-    (S, A, A); padding fixed at 0): Bertsekas' projected Newton method. Each iteration fixes
+    (S, A, A); padding fixed at 0), from ``start`` (S, A) (clipped to the box; default 0):
+    Bertsekas' projected Newton method. Each iteration fixes
     the bound variables the gradient pushes outwards, takes the Newton step on the others
     (batched Cholesky, JITTER added to the scaled matrix) and backtracks along the projection
-    arc; it stops when the projected gradient is below QP_TOL of the scale (finite once the
-    bound set is right) or when no member's search found a decrease (the next iteration would
-    be the same computation: round-off can keep the gradient above QP_TOL)."""
+    arc. A member stops when its projected gradient is below QP_TOL of its scale (finite once
+    the bound set is right) or when its search found no decrease (its next iteration would be
+    the same computation: round-off can keep the gradient above QP_TOL); the others go on
+    without it, so no member waits for another and each member's iterates are those of its
+    own solve."""
     scale = q.diagonal(dim1=1, dim2=2).amax(-1).clamp_min(1e-300)  # (S,)
     q, b = q / scale[:, None, None], b / scale[:, None]
     eye = torch.eye(q.shape[-1], dtype=q.dtype, device=q.device)
-    value = lambda th: 0.5 * (th * (q @ th.unsqueeze(-1)).squeeze(-1)).sum(-1) + (b * th).sum(-1)  # noqa: E731  (S,)
-    theta = torch.zeros_like(b)
+    value = lambda qm, bm, th: 0.5 * (th * (qm @ th.unsqueeze(-1)).squeeze(-1)).sum(-1) + (bm * th).sum(-1)  # noqa: E731  (S',)
+    theta = torch.zeros_like(b) if start is None else start.clamp(0.0, 1.0) * valid
+    active = torch.nonzero(valid.any(-1)).flatten()  # (S',) members still iterating
     for _ in range(QP_ITER):
-        grad = (q @ theta.unsqueeze(-1)).squeeze(-1) + b  # (S, A)
-        projected = (theta - (theta - grad).clamp(0.0, 1.0)) * valid
-        if float(projected.abs().max()) <= QP_TOL:
+        if active.numel() == 0:
             break
-        fixed = ~valid | ((theta <= 0) & (grad > 0)) | ((theta >= 1) & (grad < 0))  # (S, A)
+        qa, ba, ok_a, th = q[active], b[active], valid[active], theta[active]  # (S', A, A), (S', A) ...
+        grad = (qa @ th.unsqueeze(-1)).squeeze(-1) + ba  # (S', A)
+        projected = ((th - (th - grad).clamp(0.0, 1.0)) * ok_a).abs().amax(-1)  # (S',)
+        going = projected > QP_TOL
+        fixed = ~ok_a | ((th <= 0) & (grad > 0)) | ((th >= 1) & (grad < 0))  # (S', A)
         free = (~fixed).to(q.dtype)
-        reduced = q * free.unsqueeze(-1) * free.unsqueeze(-2) + torch.diag_embed(1.0 - free) + JITTER * eye
-        step = torch.cholesky_solve((-grad * free).unsqueeze(-1), torch.linalg.cholesky(reduced)).squeeze(-1)  # (S, A)
-        t, current = torch.ones_like(scale), value(theta)
-        searching, new = valid.any(-1), theta.clone()
+        reduced = qa * free.unsqueeze(-1) * free.unsqueeze(-2) + torch.diag_embed(1.0 - free) + JITTER * eye
+        step = torch.cholesky_solve((-grad * free).unsqueeze(-1), torch.linalg.cholesky(reduced)).squeeze(-1)  # (S', A)
+        t, current = torch.ones_like(projected), value(qa, ba, th)
+        searching, new = going.clone(), th.clone()
         for _ in range(MAX_HALVINGS):
-            trial = (theta + t.unsqueeze(-1) * step).clamp(0.0, 1.0) * valid
-            ok = searching & (value(trial) <= current)
+            trial = (th + t.unsqueeze(-1) * step).clamp(0.0, 1.0) * ok_a
+            ok = searching & (value(qa, ba, trial) <= current)
             new = torch.where(ok.unsqueeze(-1), trial, new)
             searching = searching & ~ok
             if not bool(searching.any()):
                 break
             t = torch.where(searching, 0.5 * t, t)
-        if torch.equal(new, theta):  # no member moved: every further iteration would repeat this one exactly
-            break
-        theta = new
+        moved = (new != th).any(-1)  # a member that did not move would repeat this iteration exactly
+        theta[active] = new
+        active = active[going & moved]
     return theta
 
 
-def _newton_step(problem: _Problem, x: torch.Tensor, near: torch.Tensor) -> torch.Tensor:
-    """The SQP step v (S, B, k, k) at x with the kinks ``near`` (S, U, N, C) as hinges."""
-    fwd = problem.forward(x)
+def _newton_step(problem: _Problem, x: torch.Tensor, fwd: Forward, near: torch.Tensor,
+                 duals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(v (S, B, k, k), duals (S, U N C)): the SQP step at x (``fwd`` its forward) with the kinks
+    ``near`` (S, U, N, C) as hinges, and the hinges' dual theta on the (U, N, C) grid (0 off
+    the hinges). The dual QP starts from ``duals``, the previous step's: the hinge set changes
+    little between Newton iterations, and since H is positive definite the step depends on the
+    QP's solution only through G^T D theta, which every optimum of the (convex) QP shares, so
+    the start changes the step only within the QP's tolerance."""
     kinks = _Kinks(problem, near)
     coef = kinks.gather(problem.relu_coefficients(fwd))  # (S, A)
     grad = problem.grad(fwd, x, kinks, coef)  # grad J_S: the hinges' terms out
@@ -271,9 +298,13 @@ def _newton_step(problem: _Problem, x: torch.Tensor, near: torch.Tensor) -> torc
         phi_g = phi_g.reshape(S, R * N, -1)  # (S, RN, A) Phi G^T
         g_hinv_gt = (kinks.gram() - phi_g.transpose(1, 2) @ solve(phi_g)) / lam  # (S, A, A) G H^-1 G^T
         g_hinv_g = (kinks.apply(grad) - (phi_g.transpose(1, 2) @ solve(phi(grad).unsqueeze(-1))).squeeze(-1)) / lam.view(-1, 1)
-        theta = _box_qp(coef.unsqueeze(-1) * g_hinv_gt * coef.unsqueeze(1), coef * (g_hinv_g - scores), kinks.valid)
+        theta = _box_qp(coef.unsqueeze(-1) * g_hinv_gt * coef.unsqueeze(1), coef * (g_hinv_g - scores), kinks.valid,
+                        kinks.gather(duals.view_as(near)))
         grad = grad + kinks.adjoint(coef * theta)
-    return -(grad - phi_t(solve(phi(grad).unsqueeze(-1)).squeeze(-1))) / lam.unsqueeze(-1)
+        duals = torch.zeros_like(duals).scatter_(1, kinks.idx, theta * kinks.valid)  # idx: distinct positions, padding off the set
+    else:
+        duals = torch.zeros_like(duals)
+    return -(grad - phi_t(solve(phi(grad).unsqueeze(-1)).squeeze(-1))) / lam.unsqueeze(-1), duals
 
 
 def _rms_masks(problem: _Problem, fwd: Forward) -> tuple[torch.Tensor, torch.Tensor]:
@@ -335,13 +366,17 @@ def _line_search(problem: "_Problem", x: torch.Tensor, step: torch.Tensor, value
 
 
 def solve(config: Config, members: list[Member], time_limit: float | None = None,
-          on_iteration: Callable[[int], None] | None = None, starts: Sequence[str] | None = None) -> list[Solution]:
+          on_iteration: Callable[[int], None] | None = None, starts: Sequence[str] | None = None,
+          threads: int | None = None) -> list[Solution]:
     """The numerical floors of ``members`` (each its own problem; :func:`floor_tables` deduplicates),
     member i solved from start ``starts[i]`` (:func:`.floor_starts.start_weights`; default: each
     its own initial weights), in float64 whatever the run's dtype (the certificate's GRAD_TOL is
     a float64 tolerance). The iterations stop after MAX_ITER or ``time_limit`` seconds (default
     TIME_LIMIT_S; checked between iterations), the unconverged members marked ``timed_out`` in
-    the second case. ``on_iteration(i)`` is called before Newton iteration i (progress)."""
+    the second case. ``on_iteration(i)`` is called before Newton iteration i (progress; an
+    exception it raises, e.g. a stop request, ends the solve). ``threads``: torch threads
+    (default ``config.thread_count``). Each member iterates until it converges or stalls, the
+    others go on without it: its iterates are those of its own solve, whatever the batch."""
     deadline = time.perf_counter() + (TIME_LIMIT_S if time_limit is None else time_limit)
     timed_out = False
     config = config.model_copy(update={"model": config.model.model_copy(update={"dtype": "float64"})})
@@ -350,12 +385,13 @@ def solve(config: Config, members: list[Member], time_limit: float | None = None
     x = start_weights(config, members, starts or ["init"] * len(members), ens).to(device)  # (S, B, k, k)
     problem = _Problem(config, ens.train, ens.hyper["l2"])
     S = len(members)
-    expand = lambda t: t.view(-1, 1, 1, 1)  # noqa: E731  (S,) -> (S, 1, 1, 1)
-    with training_threads(config.thread_count(S)):
+    with training_threads(config.thread_count(S) if threads is None else threads):
         iters = torch.zeros(S, dtype=torch.long, device=device)
         stalls = torch.zeros(S, dtype=torch.long, device=device)
         residual, _ = certificate(problem, x)
         todo = ~(residual < SOLVE_TOL)
+        active, sub = torch.arange(S, device=device), problem  # the members still iterating and their problem
+        duals = torch.zeros(S, problem.live[0].numel(), dtype=x.dtype, device=device)  # (S, U N C) the hinges' last dual
         for iteration in range(MAX_ITER):
             if on_iteration is not None:
                 on_iteration(iteration)
@@ -364,16 +400,20 @@ def solve(config: Config, members: list[Member], time_limit: float | None = None
             if time.perf_counter() > deadline:
                 timed_out = True
                 break
-            fwd = problem.forward(x)
-            value = problem.value(fwd, x)
-            step = _newton_step(problem, x, _near_kinks(problem, fwd)) * expand(todo)
-            new_x = _line_search(problem, x, step, value, todo)
-            size = (new_x - x).abs().flatten(1).amax(-1) / x.abs().flatten(1).amax(-1).clamp_min(1.0)
-            x = new_x
-            iters = iters + todo.long()
-            stalls = torch.where(size < STEP_TOL, stalls + 1, 0)
-            residual, _ = certificate(problem, x)
-            todo = todo & ~(residual < SOLVE_TOL) & (stalls < STALL_ITER) & torch.isfinite(value)
+            keep = torch.nonzero(todo).flatten()  # (S',)
+            if not torch.equal(keep, active):  # a member finished: the rest iterate without it
+                active, sub = keep, problem.take(keep)
+            xs = x[active]  # (S', B, k, k)
+            fwd = sub.forward(xs)
+            value = sub.value(fwd, xs)
+            step, duals[active] = _newton_step(sub, xs, fwd, _near_kinks(sub, fwd), duals[active])
+            new_x = _line_search(sub, xs, step, value, torch.ones_like(active, dtype=torch.bool))
+            size = (new_x - xs).abs().flatten(1).amax(-1) / xs.abs().flatten(1).amax(-1).clamp_min(1.0)
+            x = x.index_copy(0, active, new_x)
+            iters[active] += 1
+            stalls[active] = torch.where(size < STEP_TOL, stalls[active] + 1, 0)
+            residual[active] = certificate(sub, new_x)[0]
+            todo[active] = ~(residual[active] < SOLVE_TOL) & (stalls[active] < STALL_ITER) & torch.isfinite(value)
         residual, zeros = certificate(problem, x)
         fwd = problem.forward(x)
         value = problem.value(fwd, x)
