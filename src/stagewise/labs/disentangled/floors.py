@@ -106,6 +106,7 @@ class _Problem:
         self.config, self.batch, self.l2 = config, batch, l2
         self.split = config.model.output == "split" or batch.ctx.shape[1] == 1
         self.live = self._nonzero_features()  # (S, U, N, C)
+        self._grams: torch.Tensor | None = None  # query_grams of each dataset
 
     def take(self, keep: torch.Tensor) -> "_Problem":
         """The same problems restricted to the members ``keep`` (sorted indices, (S',)): a member
@@ -120,8 +121,15 @@ class _Problem:
         sub = Batch(batch.ctx[rows], batch.query[rows], batch.labels[keep], batch.target[keep], batch.kind[keep], per)
         problem = _Problem.__new__(_Problem)
         problem.config, problem.batch, problem.l2, problem.split = self.config, sub, self.l2[keep], self.split
-        problem.live = self.live[keep]
+        problem.live, problem._grams = self.live[keep], None
         return problem
+
+    def query_grams(self) -> torch.Tensor:
+        """q_n . q_m per branch and dataset, (D, 1, B, N, N) (computed once: X does not change it)."""
+        if self._grams is None:
+            query = self.batch.query  # (D, B, N, k)
+            self._grams = (query @ query.transpose(-1, -2)).unsqueeze(1)  # (D, 1, B, N, N)
+        return self._grams
 
     def _nonzero_features(self) -> torch.Tensor:
         """(S, U, N, C): the scores that move with X (context and query features of the unit nonzero)."""
@@ -282,9 +290,11 @@ def _newton_step(problem: _Problem, x: torch.Tensor, fwd: Forward, near: torch.T
     query = problem.batch.query.repeat_interleave(problem.batch.per_data, dim=0)  # (S, B, N, k)
     lam = problem.l2.view(-1, 1, 1)
     inner = lam * torch.eye(R * N, dtype=x.dtype, device=x.device)  # (S, RN, RN): lambda I + Phi Phi^T
+    grams = problem.query_grams()  # (D, 1, B, N, N): one per dataset, broadcast over its members
     for b in range(B):
         w = rows[:, :, :, b].reshape(S, R * N, -1)  # (S, RN, k)
-        inner = inner + (w @ w.transpose(1, 2)) * (query[:, b] @ query[:, b].transpose(1, 2)).repeat(1, R, R)
+        gram = grams[:, :, b] if R == 1 else grams[:, :, b].repeat(1, 1, R, R)  # (D, 1, RN, RN)
+        inner = inner + ((w @ w.transpose(1, 2)).view(gram.shape[0], -1, R * N, R * N) * gram).view(S, R * N, R * N)
     chol = torch.linalg.cholesky(inner)
     phi = lambda u: torch.stack([torch.einsum("mrnk,mkl,mnl->mrn", rows[:, :, :, b], u[:, b], query[:, b])  # noqa: E731
                                  for b in range(B)]).sum(0).reshape(S, R * N)  # Phi u: (S, B, k, k) -> (S, RN)
@@ -296,8 +306,10 @@ def _newton_step(problem: _Problem, x: torch.Tensor, fwd: Forward, near: torch.T
         phi_g = torch.stack([torch.einsum("mrnk,mak->mrna", rows[:, :, :, b], kinks.ctx[:, :, b])
                              * torch.einsum("mnk,mak->mna", query[:, b], kinks.query[:, :, b]).unsqueeze(1) for b in range(B)]).sum(0)
         phi_g = phi_g.reshape(S, R * N, -1)  # (S, RN, A) Phi G^T
-        g_hinv_gt = (kinks.gram() - phi_g.transpose(1, 2) @ solve(phi_g)) / lam  # (S, A, A) G H^-1 G^T
-        g_hinv_g = (kinks.apply(grad) - (phi_g.transpose(1, 2) @ solve(phi(grad).unsqueeze(-1))).squeeze(-1)) / lam.view(-1, 1)
+        half = torch.linalg.solve_triangular(chol, torch.cat([phi_g, phi(grad).unsqueeze(-1)], -1), upper=False)  # (S, RN, A + 1)
+        half_g, half_grad = half[..., :-1], half[..., -1:]  # L^-1 Phi G^T, L^-1 Phi grad
+        g_hinv_gt = (kinks.gram() - half_g.transpose(1, 2) @ half_g) / lam  # (S, A, A) G H^-1 G^T
+        g_hinv_g = (kinks.apply(grad) - (half_g.transpose(1, 2) @ half_grad).squeeze(-1)) / lam.view(-1, 1)  # (S, A) G H^-1 g
         theta = _box_qp(coef.unsqueeze(-1) * g_hinv_gt * coef.unsqueeze(1), coef * (g_hinv_g - scores), kinks.valid,
                         kinks.gather(duals.view_as(near)))
         grad = grad + kinks.adjoint(coef * theta)
