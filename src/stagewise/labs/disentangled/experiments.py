@@ -140,19 +140,21 @@ def grid_variants(config: Config) -> dict[str, dict[str, Any]]:
 INTEGER_AXES = ("t1", "batch_size")
 
 
-def floor_tables(group: Group) -> dict[str, pd.DataFrame]:
+def floor_tables(group: Group, interrupt: Callable[[], None] | None = None) -> dict[str, pd.DataFrame]:
     """The attainable floors of the group's members (:func:`.floor_tables.floor_tables`: ``floors``, one
     row per member, and ``floor_starts``, one per member and start; identical problems solved
-    once) under the run store's variant names."""
+    once) under the run store's variant names; ``interrupt()`` is called between Newton iterations."""
     from .floor_tables import floor_tables as solve_floors
 
-    return solve_floors(group.config, group.members).frames(group.name, [group.variant_of(m) for m in group.members])
+    tables = solve_floors(group.config, group.members, interrupt)
+    return tables.frames(group.name, [group.variant_of(m) for m in group.members])
 
 
-def end_tables(group: Group) -> dict[str, pd.DataFrame]:
+def end_tables(group: Group, interrupt: Callable[[], None] | None = None) -> dict[str, pd.DataFrame]:
     """The tables a group logs after its last step besides ``stages``: ``floors`` and
-    ``floor_starts`` when ``experiment.floors`` is on."""
-    return floor_tables(group) if group.config.experiment.floors else {}
+    ``floor_starts`` when ``experiment.floors`` is on (a stop request ends them at the next
+    Newton iteration through ``interrupt``)."""
+    return floor_tables(group, interrupt) if group.config.experiment.floors else {}
 
 
 def run_experiment(config: Config, ctx: RunContext) -> list[Group]:

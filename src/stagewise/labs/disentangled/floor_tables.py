@@ -34,7 +34,7 @@ TEST_COLUMNS = {"K1": "test.K1.p_queries", "K2": "test.K2.q_queries", "K1.all": 
 """Row column -> the test metric at the optimum it holds (K1, K2: the claims' P-/Q-bearing queries)."""
 
 
-def floor_tables(config: Config, members: list[Member]) -> FloorTables:
+def floor_tables(config: Config, members: list[Member], interrupt: Callable[[], None] | None = None) -> FloorTables:
     """The floors of ``members``: table ``floors`` (one row per member: seed, variant, control,
     l2, objective, the numerical floor of the chosen start (K1, K2 = test K1.p_queries /
     K2.q_queries, K1.all, K2.all, m_P, m_Q, accuracies, J, grad_norm, iterations, kinks,
@@ -45,13 +45,13 @@ def floor_tables(config: Config, members: list[Member]) -> FloorTables:
     converged ones (:func:`.floor_starts.choose`). A member :func:`floor_reason` refuses (lambda =
     0, out of range, too large, gate-noise regime) gives no floor and that reason, a start that
     ends unconverged (MAX_ITER, TIME_LIMIT_S) its reason (values kept), non-finite NaN values and
-    its reason."""
+    its reason. ``interrupt()`` is called between Newton iterations (a run's stop request)."""
     keys = [problem_key(m) for m in members]
     skipped = {k: floor_reason(config, m) for k, m in zip(keys, members)}
     unique = {k: m for k, m in zip(keys, members) if skipped[k] is None}
     order = sorted(unique, key=lambda k: (k[0], *k[2:], k[1]))  # data-major: the lambda variants of one dataset together
     starts = list(config.experiment.floor_starts)
-    solutions, failed = _solve_all(config, [unique[k] for k in order], starts)
+    solutions, failed = _solve_all(config, [unique[k] for k in order], starts, interrupt)
     rows, start_rows = [], []
     for key, m in zip(keys, members):
         cols = [_columns(solutions.get((key, s)), failed.get((key, s)) or skipped[key] or "") for s in starts]
@@ -117,8 +117,8 @@ def _solve_all(config: Config, members: list[Member], starts: list[str],
         else:
             solutions.update(zip(keys, out))
 
-    what = f"floors ({len(members)} members x {len(starts)} starts, {workers} at a time)"
-    with Progress(len(problems), what, unit="problems") as shown:  # a solve can take minutes: a sign of life
+    with Progress(len(problems), "floors", unit="problems") as shown:  # a solve can take minutes: a sign of life
+        shown.note(f"{len(members)} members x {len(starts)} starts, {workers} at a time")
         if workers == 1:
             for batch, names in jobs:
                 collect(*solve(batch, names))

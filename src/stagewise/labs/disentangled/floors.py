@@ -79,6 +79,7 @@ NEAR_REL = 1e-2  # candidate kinks: |s_a| <= NEAR_REL * rms of the member's nonz
 ZERO_REL = 1e-10  # the kinks an iterate sits on: |s_a| <= ZERO_REL * rms
 FLAT = 1e-12  # the line search accepts J(X + t v) <= J(X) + FLAT |J| (round-off: decreases of 1e-16 |J| are invisible)
 MAX_HALVINGS = 40  # step halvings of the line search
+SEARCH_CHUNK = 8  # the dual QP's search evaluates this many step lengths in one batched product
 JITTER = 1e-12  # added to the (scaled) dual QP's matrix: more hinges than independent rows make it singular
 QP_ITER = 100  # projected Newton iterations of the dual QP ...
 QP_TOL = 1e-14  # ... until max |projected gradient| <= QP_TOL (the QP scaled to unit diagonal maximum)
@@ -244,13 +245,16 @@ def _box_qp(q: torch.Tensor, b: torch.Tensor, valid: torch.Tensor, start: torch.
     scale = q.diagonal(dim1=1, dim2=2).amax(-1).clamp_min(1e-300)  # (S,)
     q, b = q / scale[:, None, None], b / scale[:, None]
     eye = torch.eye(q.shape[-1], dtype=q.dtype, device=q.device)
-    value = lambda qm, bm, th: 0.5 * (th * (qm @ th.unsqueeze(-1)).squeeze(-1)).sum(-1) + (bm * th).sum(-1)  # noqa: E731  (S',)
+    halvings = 0.5 ** torch.arange(MAX_HALVINGS, dtype=q.dtype, device=q.device)  # (H,) the search's t, 1 first
     theta = torch.zeros_like(b) if start is None else start.clamp(0.0, 1.0) * valid
     active = torch.nonzero(valid.any(-1)).flatten()  # (S',) members still iterating
+    taken: torch.Tensor | None = None
     for _ in range(QP_ITER):
         if active.numel() == 0:
             break
-        qa, ba, ok_a, th = q[active], b[active], valid[active], theta[active]  # (S', A, A), (S', A) ...
+        if taken is None or not torch.equal(taken, active):  # the active members' data, re-taken when one stops
+            taken, qa, ba, ok_a = active, q[active], b[active], valid[active]  # (S', A, A), (S', A), (S', A)
+        th = theta[active]  # (S', A)
         grad = (qa @ th.unsqueeze(-1)).squeeze(-1) + ba  # (S', A)
         projected = ((th - (th - grad).clamp(0.0, 1.0)) * ok_a).abs().amax(-1)  # (S',)
         going = projected > QP_TOL
@@ -258,19 +262,22 @@ def _box_qp(q: torch.Tensor, b: torch.Tensor, valid: torch.Tensor, start: torch.
         free = (~fixed).to(q.dtype)
         reduced = qa * free.unsqueeze(-1) * free.unsqueeze(-2) + torch.diag_embed(1.0 - free) + JITTER * eye
         step = torch.cholesky_solve((-grad * free).unsqueeze(-1), torch.linalg.cholesky(reduced)).squeeze(-1)  # (S', A)
-        t, current = torch.ones_like(projected), value(qa, ba, th)
-        searching, new = going.clone(), th.clone()
-        for _ in range(MAX_HALVINGS):
-            trial = (th + t.unsqueeze(-1) * step).clamp(0.0, 1.0) * ok_a
-            ok = searching & (value(qa, ba, trial) <= current)
-            new = torch.where(ok.unsqueeze(-1), trial, new)
-            searching = searching & ~ok
-            if not bool(searching.any()):
+        current = 0.5 * (th * (grad + ba)).sum(-1)  # (S',) th^T q th / 2 + b^T th = th^T (q th + 2 b) / 2
+        new = th.clone()
+        for first in range(0, len(halvings), SEARCH_CHUNK):  # SEARCH_CHUNK step lengths per batched evaluation
+            t = halvings[first:first + SEARCH_CHUNK]  # (T,)
+            trial = (th.unsqueeze(1) + t[:, None] * step.unsqueeze(1)).clamp(0.0, 1.0) * ok_a.unsqueeze(1)  # (S', T, A)
+            values = 0.5 * (trial * (trial @ qa)).sum(-1) + (trial * ba.unsqueeze(1)).sum(-1)  # (S', T) (qa symmetric)
+            ok = (values <= current.unsqueeze(1)) & going.unsqueeze(1)  # (S', T)
+            hit = ok.any(-1)  # (S',)
+            pick = ok.to(torch.int8).argmax(-1)  # (S',) the first acceptable t of the chunk
+            new = torch.where(hit.unsqueeze(-1), trial[torch.arange(len(th), device=th.device), pick], new)
+            going = going & ~hit
+            if not bool(going.any()):
                 break
-            t = torch.where(searching, 0.5 * t, t)
         moved = (new != th).any(-1)  # a member that did not move would repeat this iteration exactly
         theta[active] = new
-        active = active[going & moved]
+        active = active[moved & (projected > QP_TOL)]
     return theta
 
 

@@ -15,6 +15,7 @@ Metrics logged at step t describe the weights after t updates.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -27,6 +28,7 @@ from ...engine.driver import StepOutput, TrainingDriver
 from ...engine.perf import training_threads
 from ...measure import truncate_svd
 from ...runs.groups import GroupContext
+from ...runs.stops import Interrupted
 from ..contract import RunContext
 from .claims import control_of
 from .config import Config
@@ -236,8 +238,10 @@ STAGE_COLUMNS = ("test.acc.p_only", "test.acc.q_only", "test.acc.both", "test.ac
 
 
 STAGE_KEYS = ("group", "variant", "seed", "stage", "step")
-EndTables = Callable[[Group], Mapping[str, pd.DataFrame]] | None
-"""Tables a group logs after its last step besides ``stages`` (name -> frame), or None."""
+EndTables = Callable[[Group, Callable[[], None]], Mapping[str, pd.DataFrame]] | None
+"""Tables a group logs after its last step besides ``stages`` (name -> frame), or None. The
+second argument, ``interrupt()``, raises :class:`~stagewise.runs.Interrupted` once a stop was
+requested: a long end-of-run computation (the floors) calls it often and stops there."""
 
 
 def _stage_rows(group: Group, stage: str, step: int, values: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
@@ -336,8 +340,17 @@ class GroupLoop(UpdateLoop):
         if t == self.total:
             frame = pd.DataFrame(self.stage_rows)
             self.ctx.log_table("stages", frame[[c for c in STAGE_KEYS + STAGE_COLUMNS if c in frame]], part=self.group.name)
-            for name, table in (self.end_tables(self.group) if self.end_tables is not None else {}).items():
+            for name, table in (self.end_tables(self.group, self.interrupt) if self.end_tables is not None else {}).items():
                 self.ctx.log_table(name, table, part=self.group.name)
+
+    def interrupt(self) -> None:
+        """Raise :class:`~stagewise.runs.Interrupted` if SIGINT/SIGTERM asked the run to stop. The
+        end-of-run tables (the floors: minutes at some sizes) run after the last step, where no
+        next step would take the stop request, so they call this between their iterations: the
+        run stops there with status interrupted, and a resume goes on from its last checkpoint
+        (the last step and the tables are computed again)."""
+        if self.ctx.stop_requested():
+            raise Interrupted(getattr(self.ctx, "stop_signal", None) or signal.SIGINT)
 
     def meta(self, t: int) -> dict[str, Any]:
         return {"group": self.index, "step": t, "stage_rows": self.stage_rows}
