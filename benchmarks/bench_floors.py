@@ -20,7 +20,13 @@ of its solves; whether the verdict inputs (the floors row's K1, K2 and K2.min) e
 recomputed here from the per-start rows; and the preset's floors time with the init start
 alone (the floors before the starts) vs all starts.
 
-Usage: python benchmarks/bench_floors.py [--json benchmarks/results/floors.json] [--spec-table] [--starts]
+With --starts --starts-json PATH the per-seed lowest J, K1*, K2* and each case's seconds go to PATH;
+--compare BEFORE.json prints them beside a BEFORE file written the same way by an earlier source tree
+(PYTHONPATH=<old checkout>/src python benchmarks/bench_floors.py --starts --starts-json before.json):
+seconds before/after and the largest |J_after - J_before| / |J_before| over the seeds of each case.
+
+Usage: python benchmarks/bench_floors.py [--json benchmarks/results/floors.json] [--spec-table]
+       [--starts [--starts-json PATH] [--compare BEFORE.json]]
 """
 
 from __future__ import annotations
@@ -47,12 +53,20 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     parser.add_argument("--spec-table", action="store_true", help="print the spec cells' predicted-vs-measured table only")
     parser.add_argument("--starts", action="store_true", help="print the floors over the declared starts only")
+    parser.add_argument("--starts-json", default=None, help="with --starts: also write the per-seed floors and seconds here")
+    parser.add_argument("--compare", default=None, help="with --starts: a --starts-json file of an earlier tree to compare")
     args = parser.parse_args()
     if args.spec_table:
         spec_table()
         return
     if args.starts:
-        starts_table()
+        results = starts_table()
+        if args.starts_json:
+            with open(args.starts_json, "w") as fh:
+                json.dump(results, fh, indent=1)
+        if args.compare:
+            with open(args.compare) as fh:
+                compare(json.load(fh), results)
         return
     rows = []
     print(f"{'case':32} {'first s':>8} {'repeat s':>8} {'iter':>9} {'max grad':>9} {'K1*':>7} {'an.K1*':>7} {'K2*':>7} {'an.K2*':>7}")
@@ -120,11 +134,27 @@ def timed_solves(seconds: dict[tuple[int, str], float]):
     return real, solve
 
 
-def starts_table() -> None:
+def compare(before: dict, after: dict) -> None:
+    """Seconds and lowest objectives of two --starts-json results, case by case."""
+    print("\n| case | before s | after s | speed-up | max rel. J difference over seeds | K2* max abs. difference |\n"
+          "|---|---:|---:|---:|---:|---:|")
+    for case, now in after.items():
+        old = before.get(case)
+        if old is None:
+            continue
+        rel = max(abs(a["J"] - b["J"]) / abs(b["J"]) for a, b in zip(now["seeds"], old["seeds"]))
+        k2 = max(abs(a["K2"] - b["K2"]) for a, b in zip(now["seeds"], old["seeds"]))
+        print(f"| {case} | {old['seconds']:.1f} | {now['seconds']:.1f} | {old['seconds'] / now['seconds']:.2f}x | {rel:.1e} | "
+              f"{k2:.1e} |")
+
+
+def starts_table() -> dict:
     from stagewise.labs.disentangled import floor_tables, floors
     from stagewise.labs.disentangled.floor_starts import TIE_REL
     from stagewise.labs.disentangled.train import members_from_config
 
+    results: dict = {}
+    floor_tables.floor_tables(resolve(Config, {"n_seeds": 1}), members_from_config(resolve(Config, {"n_seeds": 1})))  # warm-up
     for name, overrides in STARTS_CASES.items():
         config = resolve(Config, overrides)
         members = members_from_config(config)
@@ -137,6 +167,7 @@ def starts_table() -> None:
         finally:
             floors.solve = real
         starts = list(config.experiment.floor_starts)
+        results[name] = {"seconds": total, "seeds": [{k: r[k] for k in ("seed", "J", "K1", "K2", "start")} for r in tables.rows]}
         print(f"\n{name}: {len(members)} seeds x {len(starts)} starts in {total:.1f} s", flush=True)
         print(f"{'seed':>4} " + " ".join(f"{s + ' J / K1* / K2*':>30}" for s in starts)
               + f" {'chosen':>8} {'J spread':>9} {'K2 spread':>9} {'s':>6} {'verdict inputs = lowest':>23}")
@@ -157,6 +188,8 @@ def starts_table() -> None:
             print(f"default preset floors: init start alone (before) {time.perf_counter() - begin:.1f} s vs "
                   f"{len(starts)} starts {total:.1f} s", flush=True)
     print("! = that start did not converge (max |generalised grad| >= GRAD_TOL; left out of the choice and the spreads)")
+    print("s: seconds of a seed's solves (wall time while solving; two batches run side by side on 2 cores)")
+    return results
 
 
 if __name__ == "__main__":
