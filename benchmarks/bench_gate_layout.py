@@ -12,6 +12,7 @@ bandwidth at the same thread count):
     einsum      today's model.py: torch.einsum (dispatched to bmm of (C x k) @ (k x K) per prompt)
     bmm-T       the transposed product (K x k) @ (k x C) per prompt: the member dimension as the
                 GEMM's rows, the context tokens as its long dimension
+    bmm-T-pad   bmm-T with the members padded with zeros to a multiple of 8 (the kernel's width)
     members     the K members as one (C x k) @ (k x K) GEMM per prompt over all datasets' prompts
                 flattened: one bmm of U B N products (the layout's batch of large GEMMs)
     compiled    torch.compile (inductor's C++ backend) of the einsum pair, when a C++ compiler is
@@ -37,6 +38,7 @@ import torch
 
 from stagewise.engine.perf import training_threads
 
+PAD = 8  # bmm-T-pad: members padded to a multiple of this
 EQUAL_TOL = 1e-10  # float64 agreement of a variant with einsum (relative to the largest entry)
 SIZES = {"gate-noise": dict(U=4, B=2, N=400, C=999, k=200, K=5), "small": dict(U=4, B=2, N=200, C=249, k=50, K=5)}
 
@@ -62,6 +64,17 @@ def bmm_transposed(ctx: torch.Tensor, key: torch.Tensor, coef: torch.Tensor) -> 
     weighted = torch.bmm(coef_p, flat)  # (P, K, k)
     back = lambda t, last: t.view(U, B, N, K, last).permute(0, 3, 1, 2, 4)  # noqa: E731  (P, K, .) -> (U, K, B, N, .)
     return back(scores, C), back(weighted, k)
+
+
+def bmm_transposed_padded(ctx: torch.Tensor, key: torch.Tensor, coef: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """bmm-T with the members padded with zero rows to a multiple of PAD (the GEMM kernel's register width)."""
+    K = key.shape[1]
+    extra = -K % PAD
+    if extra == 0:
+        return bmm_transposed(ctx, key, coef)
+    pad = lambda t: torch.cat([t, t.new_zeros(t.shape[0], extra, *t.shape[2:])], 1)  # noqa: E731  (U, K, ...) -> (U, K + extra, ...)
+    scores, weighted = bmm_transposed(ctx, pad(key), pad(coef))
+    return scores[:, :K], weighted[:, :K]
 
 
 def members_gemm(ctx: torch.Tensor, key: torch.Tensor, coef: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,7 +131,8 @@ def main() -> None:
     args = parser.parse_args()
     shape = SIZES[args.size]
     threads = int(os.environ.get("STAGEWISE_THREADS", torch.get_num_threads()))
-    variants: dict[str, Passes] = {"einsum": einsum_pair, "bmm-T": bmm_transposed, "members": members_gemm}
+    variants: dict[str, Passes] = {"einsum": einsum_pair, "bmm-T": bmm_transposed, "bmm-T-pad": bmm_transposed_padded,
+                                   "members": members_gemm}
     compiled_note = ""
     try:
         variants["compiled"] = torch.compile(product_sum_pair, dynamic=False)

@@ -127,6 +127,25 @@ def test_floors_do_not_depend_on_batching(monkeypatch):
             assert abs(row[key] - alone[key]) <= BATCH_TOL, (member, key)
 
 
+def test_floors_do_not_depend_on_the_workers_or_on_the_other_starts_of_a_batch(monkeypatch):
+    """Batches solved side by side (one per core) give the floors of one worker, and a start solved
+    beside the member's other starts (each dropping out when it converges) gives its floor alone."""
+    from stagewise.labs.disentangled import floor_tables
+
+    cfg = config(n_seeds=3, data={"d": 8, "prompt_len": 8, "n_train": 60, "n_test": 80})
+    members = members_from_config(cfg)
+    assert floor_tables.floor_workers(cfg.model_copy(update={"train": cfg.train.model_copy(update={"threads": 2})}), 3) == 2
+    one = floor_tables.floor_tables(cfg.model_copy(update={"train": cfg.train.model_copy(update={"threads": 1})}), members)
+    two = floor_tables.floor_tables(cfg.model_copy(update={"train": cfg.train.model_copy(update={"threads": 2})}), members)
+    assert [r["J"] for r in one.start_rows] == [r["J"] for r in two.start_rows]  # the same solves, whatever ran beside them
+    starts = list(cfg.experiment.floor_starts)
+    together = floors.solve(cfg, [members[0]] * len(starts), starts=starts, threads=1)
+    for name, sol in zip(starts, together):
+        alone = floors.solve(cfg, [members[0]], starts=[name], threads=1)[0]
+        assert sol.iterations == alone.iterations, name
+        assert abs(sol.objective - alone.objective) <= BATCH_TOL * abs(alone.objective), name
+
+
 def test_lambda_zero_has_no_floor_and_says_why():
     cfg = config(data={"d": 6, "prompt_len": 6, "n_train": 40, "n_test": 60})
     rows = floor_rows(cfg, [Member(seed=0, variant="no-l2", noise=0.05, lr_stage1=1.0, lr_stage2=0.1, t1=300, l2=0.0)])
