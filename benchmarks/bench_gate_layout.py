@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 from collections.abc import Callable
 
 import torch
 
+from bench_disentangled import copy_bandwidth  # the same bound as section 4 there (run from benchmarks/ or by path)
 from stagewise.engine.perf import training_threads
 
 PAD = 8  # bmm-T-pad: members padded to a multiple of this
@@ -95,19 +95,6 @@ def product_sum_pair(ctx: torch.Tensor, key: torch.Tensor, coef: torch.Tensor) -
     scores = (ctx.unsqueeze(1) * key.unsqueeze(-2)).sum(-1)  # (U, K, B, N, C)
     weighted = (coef.unsqueeze(-1) * ctx.unsqueeze(1)).sum(-2)  # (U, K, B, N, k)
     return scores, weighted
-
-
-def copy_bandwidth(threads: int, nbytes: int = 1 << 30, repeats: int = 5) -> float:
-    """Read + write bytes per second of dst.copy_(src) (float32, ``nbytes``), best of ``repeats``."""
-    src = torch.ones(nbytes // 4, dtype=torch.float32)
-    dst = torch.empty_like(src)
-    best = math.inf
-    with training_threads(threads):
-        for _ in range(repeats):
-            start = time.perf_counter()
-            dst.copy_(src)
-            best = min(best, time.perf_counter() - start)
-    return 2 * nbytes / best
 
 
 def inputs(shape: dict[str, int], dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
