@@ -74,10 +74,16 @@ def floor_workers(config: Config, batches: int) -> int:
     floors step is hundreds of small operations (batched Cholesky, projected Newton on the dual
     QP, a BVLS certificate), so one batch gains little from a second torch thread (measured at the
     default size: 12.6 s on 1 thread, 12.0 s on 2), while two batches side by side take 1.6x less
-    wall time; a batch's result does not depend on its neighbours."""
+    wall time; a batch's result does not depend on its neighbours. With ``train.threads=auto`` the
+    lab's own rule decides whether the problems are large enough to use the cores
+    (``config.thread_count`` of one batch: the default preset's are; a test's d 8 problems are
+    not, and stay on one core)."""
     if resolve_device(config.device).type != "cpu":
         return 1
-    cores = available_cores() if config.train.threads == "auto" else int(config.train.threads)
+    if config.train.threads != "auto":
+        cores = int(config.train.threads)
+    else:
+        cores = available_cores() if config.thread_count(len(config.experiment.floor_starts)) > 1 else 1
     return max(1, min(cores, batches))
 
 
