@@ -197,13 +197,16 @@ def _absolute_imports(path: Path) -> set[str]:
             if isinstance(n, ast.ImportFrom) and not n.level and (n.module or "").startswith("stagewise")}
 
 
-LM_LAB_MODULES = 20
+LM_LAB_MODULES = 22
 """The lm lab's module budget (issue 25): the lab (config, tasks, categories, controls, prepare,
 batching, records, train, summary, claim specs, figures, resources, lab) and its run analyses;
 the model-weights toolkit is :mod:`stagewise.lmkit`. Issue 29 added one concept, ``track``
 (the lab's records of a model it did not train: probes, saved models, trajectories). Issue 38
 added ``claims`` (one file judging every lm claim) within the budget: typeclaims became
-``phases`` (the measurements alone) and spectralclaim's measurement went into ``rankcurve``."""
+``phases`` (the measurements alone) and spectralclaim's measurement went into ``rankcurve``. Issue 44
+added one concept in two files, the pretraining study's acquisition analysis (``acquisition``: the
+per-paradigm acquisition steps and the study's claims over runs) and its figures (``acquisition_figures``:
+the lab's own run figures stay in ``figures``)."""
 
 
 def test_the_lm_lab_keeps_to_its_module_budget():

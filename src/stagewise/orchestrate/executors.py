@@ -2,7 +2,10 @@
 
 Every executor runs the same worker, :func:`.tasks.run_task` ("run one spec into its run
 directory", through :func:`~stagewise.orchestrate.runner.execute_spec`), and reports
-``(key, status, error)`` per task as it ends. The options come from the sweep file's
+``(key, status, error)`` per task as it ends. A study whose tasks are not lab runs (a
+training the researcher writes: examples/pretraining_stages) passes its own ``worker``, a
+module-level function with run_task's signature and contract (never raises for one task's
+problem; ``spec_json`` is whatever JSON its tasks carry). The options come from the sweep file's
 ``executor:`` section, ``--executor`` and ``--set executor.KEY=VALUE``::
 
     executor: {kind: ray, address: auto, cpus_per_run: 1, gpus_per_run: 0.25}
@@ -31,7 +34,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import UserError
 from ..runs.stops import STOP_SIGNALS, signum_of
@@ -45,9 +48,13 @@ STOP_GRACE_S = 120.0    # after a stop, how long the sweep waits for its workers
 RAY_POLL_S = 1.0        # ray.wait timeout, so a stop request is seen within a second
 SLURM_POLL_S = 1.0      # how often submitit jobs are polled
 
+Worker = Callable[..., tuple[str, "str | None"]]
+"""run_task's signature: (spec_json, root, key, block, catch_stop, allow_large, sinks) -> (status, error)."""
+
 
 # ------------------------------------------------------------------------------ local
-def run_local(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Report, block: bool = False) -> None:
+def run_local(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Report, block: bool = False,
+              worker: Worker = run_task) -> None:
     """A spawned process pool of ``max_parallel`` workers (default: the cores; 1 runs inline).
     A worker that dies (SIGKILL, out of memory) breaks the pool: the unfinished tasks go to a
     fresh pool, and a task whose worker died ``WORKER_DEATHS`` times is marked failed. Pools
@@ -62,7 +69,7 @@ def run_local(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Repo
     workers = min(opts.max_parallel or os.cpu_count() or 1, len(tasks))
     if workers <= 1:
         for t in tasks:
-            report(t.key, *run_task(t.spec_json, str(root), t.key, block, False, opts.allow_large,
+            report(t.key, *worker(t.spec_json, str(root), t.key, block, False, opts.allow_large,
                                           tuple(opts.sinks)))
         return
     deaths: dict[str, int] = {}
@@ -76,7 +83,7 @@ def run_local(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Repo
         stopped = context.Event()  # set on a stop: a worker starts no further run
         with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
                                  initializer=start_pool_worker, initargs=(os.getpid(), stopped)) as pool:
-            futures = {pool.submit(run_task, t.spec_json, str(root), t.key, block, True, opts.allow_large,
+            futures = {pool.submit(worker, t.spec_json, str(root), t.key, block, True, opts.allow_large,
                                    tuple(opts.sinks)): t for t in todo}
             pending = set(futures)
             try:
@@ -179,7 +186,8 @@ def _import_ray():
     return ray
 
 
-def run_ray(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Report, block: bool = False) -> None:
+def run_ray(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Report, block: bool = False,
+            worker: Worker = run_task) -> None:
     """Ray tasks on the cluster at ``opts.address`` (or a local one started here), each
     asking for ``cpus_per_run`` CPUs, ``gpus_per_run`` GPUs (fractional allowed) and
     ``mem_gb``; at most ``max_parallel`` in flight. Ray must import stagewise on every node."""
@@ -199,7 +207,7 @@ def run_ray(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Report
                                  "max_retries": WORKER_DEATHS - 1}  # a worker that died: Ray reruns the task once
     if opts.mem_gb:
         resources["memory"] = int(opts.mem_gb * 2**30)
-    remote = ray.remote(run_task).options(**resources)
+    remote = ray.remote(worker).options(**resources)
     cap = opts.max_parallel or len(tasks)
     todo = list(reversed(tasks))
     inflight: dict[Any, Task] = {}
@@ -235,8 +243,8 @@ def _import_submitit():
     return submitit
 
 
-def requeueable_job():
-    """``run_task`` as a submitit Checkpointable (requeued on preemption or timeout)."""
+def requeueable_job(worker=run_task):  # untyped: submitit's classes are not (mypy would check the body)
+    """``worker`` (``run_task``) as a submitit Checkpointable (requeued on preemption or timeout)."""
     submitit = _import_submitit()
 
     class SweepJob(submitit.helpers.Checkpointable):
@@ -248,7 +256,7 @@ def requeueable_job():
                      sweep: tuple[int, str | None] | None = None) -> tuple[str, str | None]:
             if sweep is not None:  # submitit's local cluster: die with the sweep process (pid, start time)
                 lifeline.watch(*sweep)
-            return run_task(spec_json, root, key, block, True, allow_large, sinks)
+            return worker(spec_json, root, key, block, True, allow_large, sinks)
 
     return SweepJob()
 
@@ -272,13 +280,14 @@ def slurm_executor(root: Path, opts: ExecutorOptions):
     return executor
 
 
-def run_slurm(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Report, block: bool = False) -> None:
+def run_slurm(tasks: list[Task], root: Path, opts: ExecutorOptions, report: Report, block: bool = False,
+              worker: Worker = run_task) -> None:
     """One SLURM job array (``%max_parallel`` concurrency cap) through submitit; on
     ``cluster: local`` submitit runs the jobs as local processes, the cap is kept here and
     each job dies with this process (:mod:`.lifeline`), as local pool workers do. A job that
     cannot be submitted (a full disk under ``ROOT/slurm``) is that run's failure."""
     executor = slurm_executor(root, opts)
-    job_fn = requeueable_job()
+    job_fn = requeueable_job(worker)
     n = len(tasks)
     args = [[t.spec_json for t in tasks], [str(root)] * n, [t.key for t in tasks], [block] * n, [opts.allow_large] * n,
             [tuple(opts.sinks)] * n]

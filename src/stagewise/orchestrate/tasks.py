@@ -130,6 +130,12 @@ Report = Callable[[str, str, "str | None"], None]  # (key, status, error) as eac
 _SWEEP_STOPPED: Any = None  # in a pool worker: the sweep's stop Event (:func:`start_pool_worker`)
 
 
+def stop_requested() -> bool:
+    """In a pool worker: whether the sweep was stopped (a worker of one's own checks it before it
+    starts a task, as :func:`run_task` does); False elsewhere."""
+    return _SWEEP_STOPPED is not None and bool(_SWEEP_STOPPED.is_set())
+
+
 def start_pool_worker(parent_pid: int, stopped: Any) -> None:
     """A pool worker: dies with the sweep (:func:`.lifeline.pool_worker_init`), keeps the sweep's
     stop Event (a task queued before a stop does not start a run after it) and, while idle,

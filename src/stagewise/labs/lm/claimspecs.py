@@ -246,7 +246,96 @@ PROBE_ORDER = ClaimSpec(
     "probes): the same order claim must fail or be not testable there; over seeds the exact interval of the median lead, "
     "6 seeds at least", aggregation="median", min_seeds=MIN_SEEDS)
 
+# ---- issue 44: in what order a small GPT-2 learns grammar and meaning while it is pretrained, declared before its
+# runs (judged by acquisition.judge_study; the definitions, with formulas, in acquisition.py's docstring).
+FINAL_RECORDS = 2
+"""A curve's final value: the mean of its last 2 records (one record alone is one noisy draw)."""
+ACQUIRED_GAIN = 0.10
+"""A paradigm is acquired in a run when final - chance >= 0.10 (chance: its accuracy at the first record, step 0)."""
+HALF = 0.5
+"""An acquisition step (an onset) is where the curve first reaches chance + 0.5 x its gain (start + 0.5 x its rise)."""
+SUSTAIN = 2
+"""... and stays there at 2 records in a row (measure.stages.crossing_step, direction above)."""
+HEURISTIC_DROP = 0.10
+"""A learned heuristic: final <= chance - 0.10 while the held-out loss fell (last record below the first); reported
+per paradigm with its number of seeds, never averaged away."""
+MIN_COVERED_PAIRS = 50
+"""A paradigm with fewer minimal pairs whose words the corpus covers is not testable for that corpus."""
+MIN_RISE = 0.02
+"""A word-share curve whose final - start is below 0.02 did not rise: no onset."""
+MIN_PARADIGMS = 5
+"""Claim 2 needs at least 5 paradigms acquired in every real seed (fewer: not testable, naming how many)."""
+PERMUTATIONS = 10_000
+"""Draws of claim 2's permutation null (paradigm labels permuted within each seed independently)."""
+PERMUTATION_SEED = 44
+"""The seed of the numpy Generator that draws claim 2's permutations (fixed: the same p on every rerun)."""
+ORDER_ALPHA = 0.05
+"""Claim 2 holds when its permutation p <= 0.05."""
+PARALLEL_SHARE = 0.2
+"""Claim 3 holds when the last-acquired tercile has done >= 0.2 of its learning when the first tercile is acquired."""
+MIN_TERCILE_PARADIGMS = 6
+"""Claim 3 needs at least 6 acquired paradigms in a seed (two per tercile; fewer: no value for that seed)."""
+BEYOND_NGRAM = 0.05
+"""Claim 4 holds for a paradigm when the model's final accuracy beats the best n-gram order's by >= 0.05."""
+_SHUFFLED = ("the shuffled-word corpus (the same text, words shuffled within each sentence: syntax destroyed, word "
+             "statistics kept), trained and probed the same way")
+_ACQUISITION = (f"Per paradigm and run: chance = the accuracy at the first record (step 0), final = the mean of the last "
+                f"{FINAL_RECORDS} records, acquired when final - chance >= {ACQUIRED_GAIN:g}, its step the first record "
+                f"from which the accuracy is >= chance + {HALF:g} (final - chance) at {SUSTAIN} records in a row; "
+                f"paradigms with fewer than {MIN_COVERED_PAIRS} covered pairs are not testable for that corpus.")
+SYNTAX_BEFORE_SEMANTICS_PRETRAINING = ClaimSpec(
+    id="syntax_before_semantics_pretraining", statement="pretrained from scratch on raw text, a small GPT-2 predicts "
+    "the right word class at content-word positions before the exact word: the share of content positions whose top-1 "
+    "is of the gold word's class (the exact word included) reaches half of its rise at an earlier record than the "
+    "exact-word share", source=paper("paper1", "abstract: syntactically wrong -> type-correct -> right, asked of "
+                                               "pretraining from scratch (issue 44)"),
+    quantity="log2(onset(exact) + 1) - log2(onset(class_correct) + 1), onset(m) = the first record from which m >= "
+    f"start + {HALF:g} (final - start) at {SUSTAIN} records in a row (start: the first record; final: the mean of the "
+    f"last {FINAL_RECORDS}); exact never rising: log2(last step + 2) in its place (a lower bound); no rise (final - "
+    f"start < {MIN_RISE:g}) in either: no value", relation=">", threshold=0.0, unit="log2 steps", over="every",
+    control=_SHUFFLED + ", judged by the same rule, must fail (a control that holds makes the claim fail: not "
+    "specific); over seeds the exact interval of the median, 6 seeds at least",
+    aggregation="median", min_seeds=MIN_SEEDS, missing="not testable")
+ACQUISITION_ORDER_AGREES_OVER_SEEDS = ClaimSpec(
+    id="acquisition_order_agrees_over_seeds", statement="the order in which grammar paradigms are acquired agrees "
+    "over seeds: the mean over seed pairs of Spearman's rho between their acquisition steps, over the paradigms "
+    "acquired in every seed, is larger than the same paradigm labels permuted within each seed give. " + _ACQUISITION,
+    source=own("issue 44; Choshen et al. ACL 2022 (The Grammar-Learning Trajectories of Neural Language Models): "
+               "are paradigms learned in the same order whatever the seed"),
+    quantity=f"permutation p = (1 + #null >= observed) / (1 + {PERMUTATIONS}) of the mean pairwise Spearman rho "
+    f"(paradigm labels permuted within each seed independently, a numpy Generator seeded {PERMUTATION_SEED}); fewer "
+    f"than {MIN_PARADIGMS} paradigms acquired in every seed: not testable", relation="<=", threshold=ORDER_ALPHA,
+    over="run", control=_SHUFFLED + ", over the same paradigms (one not acquired there takes the last rank, tied; no "
+    "variance at all: p = 1, no order to agree on), must fail; 6 seeds at least (fewer: inconclusive)",
+    min_seeds=MIN_SEEDS)
+PARALLEL_ACQUISITION = ClaimSpec(
+    id="parallel_acquisition", statement="paradigms are learned in parallel, not one after another: by the time the "
+    f"first-acquired third of a seed's paradigms are acquired, the last-acquired third have done at least "
+    f"{PARALLEL_SHARE:g} of their learning. " + _ACQUISITION,
+    source=own("issue 44; Evanson et al. ACL Findings 2023: are grammatical abilities acquired in parallel or in "
+               "sequence"),
+    quantity="per seed: its acquired paradigms sorted by step, early = the median (on log2(step + 1)) step of the "
+    "first-acquired tercile; the median over the last-acquired tercile of (accuracy at the last record at or before "
+    f"early - chance) / gain; fewer than {MIN_TERCILE_PARADIGMS} acquired paradigms: no value",
+    relation=">=", threshold=PARALLEL_SHARE, over="every",
+    control="no trainable control makes learning sequential, so none is run as an arm; the shuffled-word corpus's "
+    "value is reported beside it; over seeds the exact interval of the median, 6 seeds at least",
+    aggregation="median", min_seeds=MIN_SEEDS, missing="not testable")
+BEYOND_NGRAM_CLAIM = ClaimSpec(
+    id="beyond_ngram", statement="the model's grammar goes beyond the corpus's n-gram statistics: on paradigm P its "
+    "final minimal-pair accuracy exceeds the best n-gram reference's (orders 1-4, trained on the same corpus, scored "
+    f"on the same covered pairs) by at least {BEYOND_NGRAM:g}. " + _ACQUISITION,
+    source=own("issue 44; Choshen et al. ACL 2022: n-gram models as the reference of what word statistics explain"),
+    quantity="final accuracy (the mean of the last records) minus the best n-gram order's accuracy on the same pairs",
+    relation=">=", threshold=BEYOND_NGRAM, over="every",
+    floor=f"not testable for a paradigm with fewer than {MIN_COVERED_PAIRS} covered pairs (the coverage is shown)",
+    control=_SHUFFLED + ", against the shuffled corpus's own n-gram references, must fail; over seeds the exact "
+    "interval of the median, 6 seeds at least", aggregation="median", min_seeds=MIN_SEEDS, missing="not testable")
+ACQUISITION_CLAIMS = (SYNTAX_BEFORE_SEMANTICS_PRETRAINING, ACQUISITION_ORDER_AGREES_OVER_SEEDS, PARALLEL_ACQUISITION,
+                      BEYOND_NGRAM_CLAIM)
+"""Issue 44's claims, judged over the seeds of a pretraining study (acquisition.judge_study), not by a run's summary."""
+
 CLAIMS: tuple[ClaimSpec, ...] = (*TYPE_CLAIMS, SYNTAX_BEFORE_SEMANTICS, SPECTRAL_SMALL_DIRECTIONS_EARLY,
-                                 *MECHANISM_CLAIMS, PROBE_ORDER)
+                                 *MECHANISM_CLAIMS, PROBE_ORDER, *ACQUISITION_CLAIMS)
 """Every declared claim; the spectral one is made by ``stagewise lm rank-curve ... --claim`` (claims.spectral_claim),
 the mechanism claims only over seeds (claims.across_runs: an arm against the real runs), not by a run's summary."""
