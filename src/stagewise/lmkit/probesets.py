@@ -2,7 +2,7 @@
 functions of (model, tokenizer, probe set) -> records, usable in a notebook with no run
 folder; the lm lab's probe (``probes:`` in its config) logs them at every record.
 
-Three kinds:
+Four kinds:
 
 * **questions**: a JSON-lines file of ``{"prompt", "answer", "group"?, "kind"?}``. With the
   prompt's tokens ``p`` and the answer's ``a_1..a_m`` (the answer after the prompt, as the
@@ -26,9 +26,14 @@ Three kinds:
   training corpus; default the probe text itself) so that each holds about 1/B of its
   occurrences; a token never seen there is in the last bucket.
 * **pairs**: minimal pairs in the language-modelling framing (BLiMP's ``<paradigm>.jsonl`` or
-  Zorro's ``<paradigm>.txt``, odd lines bad, even lines good): a pair is right when the good
-  sentence's total log-probability is at least the bad one's (lm-eval's rule,
-  :mod:`stagewise.lmkit.blimp`); ``accuracy``, ``field.F.accuracy``, ``paradigm.P.accuracy``.
+  Zorro's ``<paradigm>.txt``, odd lines bad, even lines good, or one JSON-lines file of
+  ``{"good", "bad", "group", "field"?}``, :func:`~stagewise.lmkit.corpora.read_neutral_pairs`):
+  a pair is right when the good sentence's total log-probability is at least the bad one's
+  (lm-eval's rule, :mod:`stagewise.lmkit.blimp`); ``accuracy``, ``field.F.accuracy``,
+  ``paradigm.P.accuracy``.
+* **words**: held-out text windowed as for ``text``, with a word-class lexicon (``classes``):
+  at each position whose gold token is a whole word, the top-1 is the word (``exact``), another
+  word of its class (``same_class``) or neither (``other``); :mod:`stagewise.lmkit.wordclasses`.
 
 Every reader checks its file up front (one UserError line naming file, line and key). Every
 forward pass is batched (length-sorted for pairs; equal windows for text); no Python loop runs
@@ -38,7 +43,8 @@ Example::
 
     sets = [read_probe_set("facts", "questions", Path("facts.jsonl"), tok),
             read_probe_set("heldout", "text", Path("heldout.txt"), tok),
-            read_probe_set("blimp", "pairs", Path("blimp"), tok, limit=50)]
+            read_probe_set("blimp", "pairs", Path("blimp"), tok, limit=50),
+            read_probe_set("words", "words", Path("heldout.txt"), tok, classes=Path("classes.json"))]
     records = measure(model, sets)    # {"facts.accuracy": 0.31, "heldout.loss.bucket_1": 2.9, "blimp.field.syntax.accuracy": ...}
 """
 
@@ -56,10 +62,12 @@ import torch
 
 from stagewise.errors import UserError, short_repr
 from stagewise.lmkit.blimp import FIELD_ALIASES, read_blimp_pairs, score_blimp
+from stagewise.lmkit.corpora import read_neutral_pairs
 from stagewise.lmkit.readers import check_folder, get_key, read_jsonl, read_text
 from stagewise.lmkit.scoring import MIN_SOFTMAX_DTYPE, prefix_token_id
+from stagewise.lmkit.wordclasses import WordPositions, read_lexicon, word_positions, word_records
 
-KINDS = ("questions", "text", "pairs")
+KINDS = ("questions", "text", "pairs", "words")
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 """A probe set's, group's or category's name in a metric: letters, digits, '_' and '-'."""
 CATEGORIES = ("semantic_correct", "type_correct", "type_wrong")
@@ -93,15 +101,16 @@ class ProbeSet:
 
     Attributes:
         name: its name in the records (``{name}.accuracy``, ...).
-        kind: questions, text or pairs.
+        kind: questions, text, pairs or words.
         ids: (N, L) int64 token ids, right-padded with 0: questions ``[prefix, prompt, answer]``;
-            text windows ``[prefix, window]``; unused for pairs.
+            text and words windows ``[prefix, window]``; unused for pairs.
         lengths: (N,) real tokens per row.
         answer_start: (N,) questions: the position of the answer's first token.
         frequency_bucket: text: (N, L) bucket index (0-based) of each token, -1 at the prefix and padding.
         questions: the question rows; ``pairs``: the minimal pairs (a frame of :mod:`.blimp`'s columns).
         type_keys: questions: (K,) sorted ``i * V' + r`` for every row r that is type-correct for question i.
         categorize: questions: ``(questions, predictions) -> names`` and its declared names.
+        words: words: the scored positions and the rows' word classes.
     """
 
     name: str
@@ -118,6 +127,7 @@ class ProbeSet:
     row_strings: list[str] = field(default_factory=list)
     categorize: Callable[[Sequence[Question], Sequence[str]], Sequence[str]] | None = None
     categories: tuple[str, ...] = ()
+    words: WordPositions | None = None
 
 
 # ------------------------------------------------------------------ readers
@@ -177,13 +187,19 @@ def read_zorro_pairs(folder: Path, paradigms: Sequence[str] | None = None, limit
 
 
 def read_pairs(path: Path, paradigms: Sequence[str] | None = None, limit: int | None = None) -> pd.DataFrame:
-    """Minimal pairs from a BLiMP folder (``*.jsonl``) or a Zorro folder (``*.txt``).
+    """Minimal pairs from a BLiMP folder (``*.jsonl``), a Zorro folder (``*.txt``) or one
+    JSON-lines file of ``{"good", "bad", "group", "field"?}`` (:func:`read_neutral_pairs`).
 
     Example::
 
         pairs = read_pairs(Path("../shared/data/blimp"), ["anaphor_gender_agreement"], limit=20)
     """
     folder = Path(path)
+    if folder.is_file():
+        if folder.suffix != ".jsonl":
+            raise UserError(f"{folder}: minimal pairs are a BLiMP or Zorro folder, or a .jsonl file of "
+                            '{"good", "bad", "group", "field"?}')
+        return read_neutral_pairs(folder, paradigms, limit)
     check_folder(folder)
     if any(folder.glob("*.jsonl")):
         return read_blimp_pairs(folder, paradigms, limit)
@@ -408,6 +424,13 @@ def _measure_text(model: Any, s: ProbeSet) -> dict[str, float]:
     return out
 
 
+def _measure_words(model: Any, s: ProbeSet) -> dict[str, float]:
+    """The records of a words set (:func:`~stagewise.lmkit.wordclasses.word_records`)."""
+    assert s.words is not None
+    logp, top = token_logprobs(model, s.ids, s.lengths)
+    return word_records(logp, top, s.ids, s.words)
+
+
 def _measure_pairs(model: Any, s: ProbeSet) -> dict[str, float]:
     """The records of a minimal-pair set: overall, per field and per paradigm accuracy."""
     assert s.pairs is not None
@@ -420,7 +443,7 @@ def _measure_pairs(model: Any, s: ProbeSet) -> dict[str, float]:
     return out
 
 
-MEASURES = {"questions": _measure_questions, "text": _measure_text, "pairs": _measure_pairs}
+MEASURES = {"questions": _measure_questions, "text": _measure_text, "pairs": _measure_pairs, "words": _measure_words}
 
 
 def measure(model: Any, sets: Sequence[ProbeSet]) -> dict[str, float]:
@@ -446,11 +469,12 @@ def read_probe_set(name: str, kind: str, path: Path | None, tokenizer: Any, *, l
                    frequency: Path | None = None, vocab_ids: torch.Tensor | None = None,
                    kind_words: Mapping[str, frozenset[str]] | None = None, context: int | None = None,
                    categorize: Callable[[Sequence[Question], Sequence[str]], Sequence[str]] | None = None,
-                   categories: Sequence[str] = ()) -> ProbeSet:
+                   categories: Sequence[str] = (), classes: Path | None = None) -> ProbeSet:
     """A probe set read from ``path`` and tokenized for ``tokenizer`` (module docstring); one
     UserError line for a bad name, kind, file or row. ``limit``: questions, the first rows;
-    text, the first tokens; pairs, the first pairs per paradigm. ``context``: the model's
-    longest input (a longer question is one line; text windows must fit).
+    text and words, the first tokens; pairs, the first pairs per paradigm. ``context``: the
+    model's longest input (a longer question is one line; text windows must fit). ``classes``:
+    words only (required), the word-class lexicon file (:func:`~.wordclasses.read_lexicon`).
 
     Example::
 
@@ -461,7 +485,12 @@ def read_probe_set(name: str, kind: str, path: Path | None, tokenizer: Any, *, l
     if kind not in KINDS:
         raise UserError(f"probe set {name}: kind={short_repr(kind)}; allowed: {', '.join(KINDS)}")
     if path is None:
-        raise UserError(f"probe set {name}: give its path (a {'folder' if kind == 'pairs' else 'file'})")
+        raise UserError(f"probe set {name}: give its path (a {'folder or .jsonl file' if kind == 'pairs' else 'file'})")
+    if (classes is None) == (kind == "words"):
+        raise UserError(f"probe set {name}: " + ("give classes=, the word-class lexicon file (a JSON object {word: CLASS})"
+                                                 if kind == "words" else f"classes= is for kind=words only (this is {kind})"))
+    if kind == "words" and (frequency is not None or buckets != DEFAULT_BUCKETS):
+        raise UserError(f"probe set {name}: frequency/buckets are for kind=text; a words set has no frequency buckets")
     if kind == "questions":
         s = _encode_questions(name, read_questions(Path(path), limit), tokenizer, vocab_ids, kind_words, context)
         if categorize is not None:
@@ -475,13 +504,19 @@ def read_probe_set(name: str, kind: str, path: Path | None, tokenizer: Any, *, l
             s = replace(s, categorize=categorize, categories=tuple(categories))
             _user_categories(s, [""] * len(s.questions))  # its shape checked once, before any record
         return s
-    if kind == "text":
+    if kind in ("text", "words"):
         if context is not None and window + 1 > context:
             raise UserError(f"probe set {name}: window={window} (+ the prefix token) is longer than the model's context "
                             f"{context}")
+        lexicon = read_lexicon(Path(classes)) if classes is not None else None
         reference = read_text(Path(frequency)) if frequency is not None else None
-        return _encode_text(name, read_text(Path(path)), tokenizer, window=window, limit=limit, frequency=reference,
-                           buckets=buckets, vocab_ids=vocab_ids)
+        s = _encode_text(name, read_text(Path(path)), tokenizer, window=window, limit=limit, frequency=reference,
+                         buckets=buckets, vocab_ids=vocab_ids)
+        if lexicon is None:
+            return s
+        strings = _row_strings(tokenizer, vocab_ids, len(vocab_ids) if vocab_ids is not None else len(tokenizer))
+        return replace(s, kind="words", frequency_bucket=None, buckets=0,
+                       words=word_positions(name, s.ids, s.lengths, strings, lexicon))
     if vocab_ids is not None:
         raise UserError(f"probe set {name}: minimal pairs are scored over the tokenizer's whole vocabulary; give a model "
                         "with the tokenizer's full vocabulary")
@@ -491,4 +526,4 @@ def read_probe_set(name: str, kind: str, path: Path | None, tokenizer: Any, *, l
 
 
 __all__ = ["CATEGORIES", "FIELD_ALIASES", "KINDS", "ProbeSet", "Question", "frequency_buckets", "measure",
-           "read_pairs", "read_probe_set", "read_questions", "read_zorro_pairs", "token_logprobs"]
+           "read_neutral_pairs", "read_pairs", "read_probe_set", "read_questions", "read_zorro_pairs", "token_logprobs"]

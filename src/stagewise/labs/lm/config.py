@@ -255,7 +255,7 @@ class SourceConfig(ProbeSource):
         return self
 
 
-PROBE_KINDS: tuple[str, ...] = ("questions", "text", "pairs")
+PROBE_KINDS: tuple[str, ...] = ("questions", "text", "pairs", "words")
 ORDER_CONDITION = re.compile(r"^\s*(?P<metric>[A-Za-z0-9_.\-]+)\s*(?P<relation>>=|<=)\s*(?P<threshold>[-+0-9.eE]+)\s*$")
 """An order claim's condition: ``METRIC >= X`` or ``METRIC <= X`` (a probe metric, a number)."""
 
@@ -265,20 +265,24 @@ class ProbeSetConfig(ConfigModel):
     record of a model trained elsewhere; its records are ``probe.{name}.{record}`` [ours, issue 39]."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="the set's name in the records (probe.NAME.*)")
-    kind: Literal["questions", "text", "pairs"] = Field(description="questions: a JSONL of {prompt, answer, group?, kind?}\n"
-                                                       "(loss, accuracy, category shares, per group); text: held-out plain\n"
-                                                       "text (loss per token, by frequency bucket); pairs: minimal pairs, BLiMP\n"
-                                                       "or Zorro (accuracy, per field and paradigm)")
-    path: Path | None = Field(None, description="the file (questions, text) or folder (pairs; null: data.root's blimp/)")
-    limit: int | None = Field(None, ge=1, description="questions: the first N rows; text: the first N tokens (null: 16384);\n"
-                              "pairs: the first N pairs per paradigm")
+    kind: Literal["questions", "text", "pairs", "words"] = Field(
+        description="questions: a JSONL of {prompt, answer, group?, kind?} (loss, accuracy, category shares, per group);\n"
+                    "text: held-out plain text (loss per token, by frequency bucket); pairs: minimal pairs, BLiMP or Zorro\n"
+                    "or a JSONL of {good, bad, group, field?} (accuracy, per field and paradigm); words: held-out plain\n"
+                    "text with a word-class lexicon (shares of exact / same-class / other top-1 words)")
+    path: Path | None = Field(None, description="the file (questions, text, words) or folder or .jsonl file (pairs; null:\n"
+                              "data.root's blimp/)")
+    limit: int | None = Field(None, ge=1, description="questions: the first N rows; text, words: the first N tokens (null:\n"
+                              "16384); pairs: the first N pairs per paradigm")
     paradigms: list[str] | None = Field(None, description="pairs: the paradigms (file stems; null: all)")
-    window: int = Field(128, ge=1, le=1 << 20, description="text: tokens per window (each after the prefix token)")
+    window: int = Field(128, ge=1, le=1 << 20, description="text, words: tokens per window (each after the prefix token)")
     buckets: int = Field(4, ge=1, le=64, description="text: token-frequency buckets (1: the most frequent)")
     frequency: Path | None = Field(None, description="text: the reference text whose counts rank the tokens (e.g. the\n"
                                    "training corpus; null: the probe text itself)")
     categories: list[str] = Field(default_factory=list, description="questions: the category names a researcher's\n"
                                   "categorize function returns (Tracker(categorizers={NAME: fn})), shares probe.NAME.share.C")
+    classes: Path | None = Field(None, description="words: the word-class lexicon, a JSON object {lower-cased word: CLASS}\n"
+                                 "(stagewise.lmkit.wordclasses.tag_lexicon writes one)")
 
     @model_validator(mode="after")
     def _check(self):
@@ -286,8 +290,13 @@ class ProbeSetConfig(ConfigModel):
             raise ValueError(f"probes[{self.name}].categories: only for kind=questions (this is {self.kind})")
         if self.kind != "pairs" and self.paradigms is not None:
             raise ValueError(f"probes[{self.name}].paradigms: only for kind=pairs (this is {self.kind})")
-        if self.kind != "text" and (self.frequency is not None or self.window != 128 or self.buckets != 4):
-            raise ValueError(f"probes[{self.name}].window/buckets/frequency: only for kind=text (this is {self.kind})")
+        if self.kind != "text" and (self.frequency is not None or self.buckets != 4):
+            raise ValueError(f"probes[{self.name}].buckets/frequency: only for kind=text (this is {self.kind})")
+        if self.kind not in ("text", "words") and self.window != 128:
+            raise ValueError(f"probes[{self.name}].window: only for kind=text or words (this is {self.kind})")
+        if (self.classes is not None) != (self.kind == "words"):
+            raise ValueError(f"probes[{self.name}].classes: " + ("give the word-class lexicon file (a JSON object {word: "
+                             "CLASS})" if self.kind == "words" else f"only for kind=words (this is {self.kind})"))
         if self.kind != "pairs" and self.path is None:
             raise ValueError(f"probes[{self.name}].path: give the {self.kind} file")
         bad = next((c for c in self.categories if not re.match(r"^[A-Za-z0-9_-]{1,64}$", c)), None)

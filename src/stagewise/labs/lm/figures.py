@@ -110,7 +110,7 @@ def spectra_figure(frame: pd.DataFrame, folder: Path) -> list[Path]:
 
 
 PROBE_LINES = {"questions": ("accuracy", "share.type_correct", "share.type_wrong"), "text": ("loss", "loss.bucket_"),
-               "pairs": ("accuracy", "field.")}
+               "pairs": ("accuracy", "field."), "words": ("share.exact", "share.class_correct", "content.share.")}
 """What each kind of probe set plots: its records whose name is one of these or starts with one ending in '_' or '.'."""
 
 

@@ -203,7 +203,8 @@ def probe_sets(config: Config, tokenizer: Any, *, vocab_ids: torch.Tensor | None
             raise UserError(f"categorizers[{p.name!r}]: declare the names it returns in probes[{p.name}].categories")
         out.append(read_probe_set(p.name, p.kind, path, tokenizer, limit=p.limit, paradigms=p.paradigms,
                                   window=p.window, buckets=p.buckets, frequency=p.frequency, vocab_ids=vocab_ids,
-                                  kind_words=TypeLexicons(), context=context, categorize=fn, categories=p.categories))
+                                  kind_words=TypeLexicons(), context=context, categorize=fn, categories=p.categories,
+                                  classes=p.classes))
     return out
 
 
