@@ -36,12 +36,13 @@ from stagewise.lmkit.wordclasses import tag_lexicon, write_lexicon
 from stagewise.runs.atomic import atomic_write_json, atomic_write_text
 from studyconfig import Corpus, StudyConfig
 
+ARMS = ("real", "shuffled")
+
 
 def corpus_digest(cfg: StudyConfig, corpus: Corpus) -> dict[str, Any]:
     """The settings a corpus folder depends on (a folder made with others is refused)."""
     return {"corpus": corpus.model_dump(), "tokenizer": cfg.tokenizer.model_dump(), "probes": cfg.probes.model_dump(),
-            "shuffle_seed": cfg.shuffle_seed, "ngram_orders": cfg.ngram_orders, "arms": list(cfg.arms),
-            "seq_len": cfg.train.seq_len}
+            "shuffle_seed": cfg.shuffle_seed, "ngram_orders": cfg.ngram_orders, "seq_len": cfg.train.seq_len}
 
 
 def encode_lines(tok: Any, lines: list[str]) -> list[list[int]]:
@@ -93,7 +94,7 @@ def prepare_corpus(cfg: StudyConfig, corpus: Corpus, out: Path, log: Any = print
     write_lexicon(tag_lexicon(train), folder / "lexicon.json")
     times["tagger_s"] = time.perf_counter() - t0
     counts = word_counts(train)
-    sequences = {arm: encode_lines(tok, texts[arm].split("\n")) for arm in cfg.arms}
+    sequences = {arm: encode_lines(tok, texts[arm].split("\n")) for arm in ARMS}  # both, whichever arms train
     for suite in cfg.probes.suites:
         t0 = time.perf_counter()
         pairs = pair_coverage(read_pairs(cfg.root() / suite), counts, cfg.probes.min_count)
@@ -104,7 +105,7 @@ def prepare_corpus(cfg: StudyConfig, corpus: Corpus, out: Path, log: Any = print
         coverage.to_parquet(folder / f"{suite}-coverage.parquet")
         write_pairs_jsonl(kept, folder / f"{suite}.jsonl")
         log(f"{corpus.name}: {suite}: {len(testable)} of {len(coverage)} paradigms testable, {len(kept)} pairs")
-        for arm in cfg.arms:
+        for arm in ARMS:
             table = paradigm_accuracy(kept, tok, sequences[arm], orders=tuple(cfg.ngram_orders)) if len(kept) else \
                 pd.DataFrame(columns=["order", "paradigm", "field", "accuracy", "pairs"])
             table.to_parquet(folder / f"{suite}-ngram-{arm}.parquet")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -77,6 +78,9 @@ def train_all(cfg: StudyConfig, out: Path, folders: dict[str, Path], keep_checkp
     """Every run on the configured executor; {key: status}. A failed run is reported, the rest go on."""
     opts = ExecutorOptions(kind=cfg.executor.kind, max_parallel=cfg.executor.max_parallel, cluster=cfg.executor.cluster)
     check_available(opts)
+    # Ray's and submitit's processes import the worker (training.run_job) by name: they inherit the
+    # environment (SLURM's sbatch exports it), so the study's folder goes on PYTHONPATH
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
     tasks = tasks_of(cfg, folders, keep_checkpoints)
     statuses: dict[str, str] = {}
     began = time.perf_counter()

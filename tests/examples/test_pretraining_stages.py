@@ -7,8 +7,12 @@ claims judged (inconclusive on 1 seed: the verdict engine needs 6)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -39,11 +43,26 @@ SHORT = ["seeds=[0]", "corpora=[{name: tinystories, path: text/tinystories_10k.t
          "probes.heldout_tokens=2048", "probes.suites=[zorro]", "executor.max_parallel=2"]
 
 
-def test_pretraining_study_short_path(tmp_path: Path) -> None:
+def _sets(items: list[str]) -> list[str]:
+    return [a for s in items for a in ("--set", s)]
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The short study's corpus folder, prepared once (BPE, tagger, covered pairs, n-grams: about 1 min)."""
     _need()
+    out = tmp_path_factory.mktemp("prepared")
+    done = subprocess.run([sys.executable, str(STUDY), "prepare", "--out", str(out), "--data", str(DATA), *_sets(SHORT)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out / "corpora"
+
+
+def test_pretraining_study_short_path(tmp_path: Path, corpora: Path) -> None:
     out, results, figures = tmp_path / "study", tmp_path / "results", tmp_path / "figures"
+    shutil.copytree(corpora, out / "corpora")
     cmd = [sys.executable, str(STUDY), "all", "--out", str(out), "--data", str(DATA), "--keep-checkpoints",
-           "--results", str(results), "--figures", str(figures)] + [a for s in SHORT for a in ("--set", s)]
+           "--results", str(results), "--figures", str(figures)] + _sets(SHORT)
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for arm in ("real", "shuffled"):
@@ -78,3 +97,36 @@ def test_pretraining_study_short_path(tmp_path: Path) -> None:
     assert claims and all(c["judged_by"] for c in claims if c["verdict"] in ("holds", "fails", "inconclusive"))
     assert not any(c["verdict"] in ("holds", "fails") and c.get("aggregation") for c in claims)
     assert any(figures.glob("*.png"))
+
+
+RESUME = ["train.steps=60", "train.save_steps=20", "records.steps=[0, 10, 20, 30, 40, 50, 60]", "arms=[real]",
+          "executor.max_parallel=1"]
+
+
+def test_a_killed_study_resumes_to_the_records_of_an_uninterrupted_one(tmp_path: Path, corpora: Path) -> None:
+    """SIGKILL after the Trainer's checkpoint at step 40; the same command again resumes from it (the
+    Trainer's checkpoint, the tracker's last record) and ends with an uninterrupted study's records."""
+    runs = {}
+    for name in ("whole", "killed"):
+        out = tmp_path / name
+        shutil.copytree(corpora, out / "corpora")
+        cmd = [sys.executable, str(STUDY), "train", "--out", str(out), "--data", str(DATA), *_sets(SHORT + RESUME)]
+        if name == "killed":
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            checkpoint = out / "trainer" / "tinystories-real-s0" / "checkpoint-40"
+            began = time.monotonic()
+            while not (checkpoint / "trainer_state.json").is_file() and proc.poll() is None and time.monotonic() - began < 600:
+                time.sleep(0.05)
+            assert proc.poll() is None, "the training ended before it could be killed"
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            manifest = json.loads((out / "runs" / "tinystories-real-s0" / "manifest.json").read_text())
+            assert manifest["status"] == "running"  # killed: nothing recorded it
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        runs[name] = pd.read_parquet(out / "runs" / "tinystories-real-s0" / "metrics.parquet")
+    probe = {k: f[f["metric"].str.startswith("probe.")].set_index(["step", "metric"])["value"].sort_index()
+             for k, f in runs.items()}
+    assert list(probe["whole"].index) == list(probe["killed"].index)
+    diff = (probe["whole"] - probe["killed"]).abs() / probe["whole"].abs().clip(lower=1e-12)
+    assert float(diff.max()) <= REL_TOL, diff.sort_values().tail()
