@@ -76,6 +76,15 @@ def paradigm_rows(verdicts: StudyVerdicts, ngram: pd.DataFrame, coverage: pd.Dat
     return pd.DataFrame(rows)
 
 
+def _shown(path: Path) -> str:
+    """A figure's path as the claims file keeps it: from the repository root when inside it (the
+    findings page links it), else as written."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _fmt(x: Any, digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "never" if isinstance(x, float) and math.isinf(x) else "-"
@@ -116,28 +125,30 @@ def judge_all(cfg: StudyConfig, out: Path, folders: dict[str, Path], *, results:
         shuffled = frames_of(cfg, out, corpus.name, "shuffled") if "shuffled" in cfg.arms else {}
         keys = [run_key(corpus.name, arm, s) for arm in cfg.arms for s in cfg.seeds]
         first = True
+        figures.mkdir(parents=True, exist_ok=True)
         for suite in cfg.probes.suites:
             coverage = pd.read_parquet(folder / f"{suite}-coverage.parquet")
             ngram = pd.read_parquet(folder / f"{suite}-ngram-real.parquet")
             ngram_shuffled = pd.read_parquet(folder / f"{suite}-ngram-shuffled.parquet") \
                 if (folder / f"{suite}-ngram-shuffled.parquet").is_file() else ngram.iloc[0:0]
             verdicts = judge_study(real, shuffled, ngram, ngram_shuffled, coverage, probe=suite)
+            rows = paradigm_rows(verdicts, ngram, coverage)
+            sections.append((f"{corpus.name}, {suite}", rows, verdicts))
+            made = []
+            if first and shuffled:
+                made.append(category_curves(real, shuffled, figures / f"pretraining_{corpus.name}_categories.png"))
+            if len(rows) and (rows["covered_pairs"] >= cfg.probes.min_pairs).any():
+                made.append(acquisition_heatmap(real, verdicts.tables[REAL], coverage,
+                                                figures / f"pretraining_{corpus.name}_{suite}_heatmap.png", probe=suite))
             claims = [c for c in verdicts.claims if first or c.id != FIRST_CLAIM]
             first = False
             notes = {"corpus": corpus.name, "suite": suite, "runs": len(keys), "wall_s": round(_wall(out, keys), 1),
-                     "heuristics": verdicts.heuristics, "not_testable": int(len(verdicts.not_testable))}
+                     "heuristics": verdicts.heuristics, "not_testable": int(len(verdicts.not_testable)),
+                     "figures": [_shown(p) for p in made]}
             record = ClaimsFile(f"{label}: {corpus.name}, {suite}", "lm", command, list(cfg.seeds), dict(SOURCES), claims,
                                 notes=notes)
-            written += save([record], results)
-            rows = paradigm_rows(verdicts, ngram, coverage)
-            sections.append((f"{corpus.name}, {suite}", rows, verdicts))
-            figures.mkdir(parents=True, exist_ok=True)
-            if len(rows) and (rows["covered_pairs"] >= cfg.probes.min_pairs).any():
-                written.append(acquisition_heatmap(real, verdicts.tables[REAL], coverage,
-                                                   figures / f"pretraining_{corpus.name}_{suite}_heatmap.png", probe=suite))
-        if shuffled:
-            written.append(category_curves(real, shuffled, figures / f"pretraining_{corpus.name}_categories.png"))
-    atomic_write_text(results / f"{label}.md", markdown(sections, cfg.model_dump(mode="json")))
+            written += save([record], results) + made
+    atomic_write_text(results / f"{label}.md", markdown(sections, cfg.model_dump(mode="json", exclude={"data_root", "executor"})))
     walls = {p.stem: json.loads(p.read_text())["wall_s"] for p in sorted((out / "times").glob("*.json"))}
     atomic_write_json(results / f"{label}.times.json", {"runs": walls, "total_s": float(np.sum(list(walls.values())))})
     for path in written:

@@ -96,7 +96,9 @@ class StudyConfig(Strict):
         return root
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+        """What the study's results depend on: every setting but where the data lie and where the runs execute."""
+        kept = self.model_dump(mode="json", exclude={"data_root", "executor"})
+        return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def load_config(path: Path, overrides: list[str]) -> StudyConfig:

@@ -110,3 +110,15 @@ def test_a_sweep_with_claims_over_seeds_reads_them_there_not_once_per_run(run_ca
     assert [r.label for r in records] == ["sweep: a", "sweep: over seeds"]
     assert [c.id for c in records[0].claims] == [c["id"] for c in rest]
     assert [c.id for c in records[1].claims] == [pooled["id"]]
+
+
+def test_a_claims_files_figures_are_shown_after_the_tables(tmp_path):
+    """notes.figures (paths from the repository root) become images linked from docs/ (the page's folder)."""
+    from stagewise.orchestrate.findings import ClaimsFile, markdown
+
+    record = ClaimsFile("study: corpus", "lm", "python study.py", [0], {}, [],
+                        notes={"figures": ["docs/figures/heat.png", "results/lm/curves.png", "/abs/x.png"]})
+    page = markdown([record])
+    figures = page[page.index("## Figures"):page.index("## Reproduce")]
+    assert "](figures/heat.png)" in figures and "](../results/lm/curves.png)" in figures and "](/abs/x.png)" in figures
+    assert "## Figures" not in markdown([ClaimsFile("plain", "lm", "cmd", [0], {}, [])])

@@ -19,7 +19,8 @@ A claims file is the small, committable record of one run (or one sweep's claims
 the lab, the label, the command that reproduces it, the seeds, the papers' headings and the
 claims as the engine judged them; no metrics. ``--save DIR`` writes one per input; ``--markdown
 FILE`` the page (docs/findings.md is generated this way from results/, and a test regenerates
-it and compares).
+it and compares); a claims file's ``notes.figures`` (paths from the repository root) are shown
+on the page after the tables.
 
 Control verdicts: a claim's declared ``control`` that names another claim of the same file by
 its id (e.g. ``gn_control_not_learned``) shows that claim's verdict; a claim whose controls the
@@ -331,6 +332,13 @@ def markdown(records: Sequence[ClaimsFile | PhaseMap], title: str = TITLE) -> st
                       "|---|---|---|---|---|---|---|"]
         lines.append(f"| `{row['claim']}`: {esc(row['statement'])} | {esc(row['run'])} | **{esc(row['verdict'])}** | "
                      f"{esc(row['value'])} | {esc(row['bound'])} | {esc(row['control'])} | {esc(row['reason']) or '-'} |")
+    shown = [(rec.label, str(f)) for rec in records if isinstance(rec, ClaimsFile) for f in rec.notes.get("figures") or []]
+    if shown:  # a claims file's figures (notes.figures: paths from the repository root), as the page in docs/ links them
+        lines += ["", "## Figures", ""]
+        for label, figure in dict.fromkeys(shown):
+            link = figure[len("docs/"):] if figure.startswith("docs/") else figure if Path(figure).is_absolute() else f"../{figure}"
+            lines += [f"![{esc(label)}: {esc(Path(figure).stem)}]({link})", ""]
+        lines.pop()
     lines += ["", "## Reproduce", "", "| run | lab | seeds | command | claims file |", "|---|---|---|---|---|"]
     for rec in records:
         if isinstance(rec, PhaseMap):
