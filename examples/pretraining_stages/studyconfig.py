@@ -11,14 +11,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stagewise.config import deep_merge
-from stagewise.errors import UserError
+from stagewise.errors import UserError, validation_line
 from stagewise.overrides import parse_overrides
+from stagewise.yamlio import load_yaml
 
 
 class Strict(BaseModel):
@@ -103,16 +103,8 @@ class StudyConfig(Strict):
 
 def load_config(path: Path, overrides: list[str]) -> StudyConfig:
     """The YAML file with ``a.b=v`` overrides, validated (one UserError line on any problem)."""
-    try:
-        data: Any = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise UserError(f"{path}: cannot read the study's settings ({str(err).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: the study's settings must be a mapping")
-    data = deep_merge(data, parse_overrides(StudyConfig, overrides))
+    data = deep_merge(load_yaml(path), parse_overrides(StudyConfig, overrides))
     try:
         return StudyConfig.model_validate(data)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise UserError(f"{path}: {where}: {first['msg']}") from None
+        raise UserError(f"{path}: {validation_line(err)}") from None

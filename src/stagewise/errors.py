@@ -101,6 +101,15 @@ def problem_kind(message: str, prefix: str = "") -> str:
     return re.sub(r"\d+", "N", first) or "other"
 
 
+def validation_line(err: Any) -> str:
+    """A pydantic ``ValidationError``'s first problem as one line: ``a.b: what is wrong`` (the
+    validator's "Value error, " prefix dropped; no location: the message alone)."""
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return f"{loc}: {message}" if loc else message
+
+
 def short_repr(value: object, limit: int = MAX_REPR) -> str:
     """``repr(value)`` on one line, cut to ``limit`` characters (``...`` at the end when cut)."""
     text = " ".join(repr(value).split())

@@ -41,7 +41,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..config import config_hash, deep_merge, dotted_overrides, validate
-from ..errors import UserError
+from ..errors import UserError, validation_line
 from ..labs import RunSpec, get_lab, spec_config, spec_lab
 from ..yamlio import load_yaml
 
@@ -118,9 +118,7 @@ def _random_axis(where: str, spec: dict[str, Any]) -> RandomAxis:
     try:
         return RandomAxis.model_validate(spec)
     except ValidationError as err:
-        first = err.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        raise UserError(f"{where}: {loc + ': ' if loc else ''}{first['msg'].removeprefix('Value error, ')}") from None
+        raise UserError(f"{where}: {validation_line(err)}") from None
 
 
 def axis_values(name: str, spec: Any) -> list[Any]:
