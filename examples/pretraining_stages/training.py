@@ -52,6 +52,22 @@ class Blocks(torch.utils.data.Dataset):
         return {"input_ids": self.data[i], "labels": self.data[i]}
 
 
+CHECKPOINT_FILES = ("trainer_state.json", "model.safetensors", "optimizer.pt", "scheduler.pt")
+"""What a Trainer checkpoint needs to resume from (trainer_state.json is written last)."""
+
+
+def last_complete_checkpoint(trainer_dir: Path) -> str | None:
+    """The newest ``checkpoint-N`` folder holding every file of :data:`CHECKPOINT_FILES`: a kill
+    while a checkpoint was being written leaves one without them, and the training goes on from
+    the one before (or from the start: the seeded training is deterministic, and the run's records
+    at or before its last one are not taken again)."""
+    if not trainer_dir.is_dir():
+        return None
+    folders = sorted((p for p in trainer_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+                     key=lambda p: int(p.name.split("-")[-1]), reverse=True)
+    return next((str(p) for p in folders if all((p / f).is_file() for f in CHECKPOINT_FILES)), None)
+
+
 def run_key(corpus: str, arm: str, seed: int) -> str:
     return f"{corpus}-{arm}-s{seed}"
 
@@ -60,7 +76,6 @@ def train_one(cfg: StudyConfig, folder: Path, arm: str, seed: int, run_dir: Path
               keep_checkpoints: bool = False) -> dict[str, Any]:
     """Train one model and track it into ``run_dir`` (module docstring); the callback's summary."""
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments, set_seed
-    from transformers.trainer_utils import get_last_checkpoint
 
     from stagewise import StagewiseCallback
 
@@ -86,7 +101,7 @@ def train_one(cfg: StudyConfig, folder: Path, arm: str, seed: int, run_dir: Path
                                  f"{cfg.model.n_embd}", settings={"study": cfg.model_dump(mode="json"), "arm": arm,
                                                                   "corpus": folder.name}, **when)
     trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tok, callbacks=[callback])
-    last = get_last_checkpoint(str(trainer_dir)) if trainer_dir.is_dir() else None
+    last = last_complete_checkpoint(trainer_dir)
     with callback:
         trainer.train(resume_from_checkpoint=last)
     return read_manifest(run_dir)

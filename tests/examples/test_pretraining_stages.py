@@ -118,6 +118,7 @@ def test_a_killed_study_resumes_to_the_records_of_an_uninterrupted_one(tmp_path:
             while not (checkpoint / "trainer_state.json").is_file() and proc.poll() is None and time.monotonic() - began < 600:
                 time.sleep(0.05)
             assert proc.poll() is None, "the training ended before it could be killed"
+            time.sleep(0.5)  # past the checkpoint's last write, well before the record at step 50
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             manifest = json.loads((out / "runs" / "tinystories-real-s0" / "manifest.json").read_text())
