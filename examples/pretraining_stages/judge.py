@@ -22,6 +22,7 @@ from stagewise.labs.lm.acquisition import REAL, SHUFFLED, StudyVerdicts, judge_s
 from stagewise.labs.lm.acquisition_figures import acquisition_heatmap, category_curves
 from stagewise.labs.lm.claimspecs import SOURCES
 from stagewise.orchestrate.findings import ClaimsFile, save
+from stagewise.runs import read_manifest
 from stagewise.runs.atomic import atomic_write_json, atomic_write_text
 from studyconfig import StudyConfig
 from training import run_key
@@ -36,17 +37,11 @@ def frames_of(cfg: StudyConfig, out: Path, corpus: str, arm: str) -> dict[int, p
     frames = {}
     for seed in cfg.seeds:
         run = out / "runs" / run_key(corpus, arm, seed)
-        manifest = run / "manifest.json"
-        if not manifest.is_file() or json.loads(manifest.read_text()).get("status") != "done":
+        if not (run / "manifest.json").is_file() or read_manifest(run).get("status") != "done":
             raise UserError(f"{run}: not a finished run; train first (the same command resumes the study)")
         frame = pd.read_parquet(run / "metrics.parquet")
         frames[seed] = frame[["step", "metric", "value"]]
     return frames
-
-
-def _wall(out: Path, keys: list[str]) -> float:
-    times = [json.loads(p.read_text())["wall_s"] for k in keys if (p := out / "times" / f"{k}.json").is_file()]
-    return float(sum(times))
 
 
 def paradigm_rows(verdicts: StudyVerdicts, ngram: pd.DataFrame, coverage: pd.DataFrame) -> pd.DataFrame:
@@ -117,6 +112,7 @@ def judge_all(cfg: StudyConfig, out: Path, folders: dict[str, Path], *, results:
     """Judge every corpus and suite; write the claims files, the per-paradigm page and the figures."""
     results = results or out / "results"
     figures = figures or out / "figures"
+    walls = {p.stem: float(json.loads(p.read_text())["wall_s"]) for p in sorted((out / "times").glob("*.json"))}
     written: list[Path] = []
     sections = []
     for corpus in cfg.corpora:
@@ -142,14 +138,13 @@ def judge_all(cfg: StudyConfig, out: Path, folders: dict[str, Path], *, results:
                                                 figures / f"pretraining_{corpus.name}_{suite}_heatmap.png", probe=suite))
             claims = [c for c in verdicts.claims if first or c.id != FIRST_CLAIM]
             first = False
-            notes = {"corpus": corpus.name, "suite": suite, "runs": len(keys), "wall_s": round(_wall(out, keys), 1),
+            notes = {"corpus": corpus.name, "suite": suite, "runs": len(keys), "wall_s": round(sum(walls.get(k, 0.0) for k in keys), 1),
                      "heuristics": verdicts.heuristics, "not_testable": int(len(verdicts.not_testable)),
                      "figures": [_shown(p) for p in made]}
             record = ClaimsFile(f"{label}: {corpus.name}, {suite}", "lm", command, list(cfg.seeds), dict(SOURCES), claims,
                                 notes=notes)
             written += save([record], results) + made
     atomic_write_text(results / f"{label}.md", markdown(sections, cfg.model_dump(mode="json", exclude={"data_root", "executor"})))
-    walls = {p.stem: json.loads(p.read_text())["wall_s"] for p in sorted((out / "times").glob("*.json"))}
     atomic_write_json(results / f"{label}.times.json", {"runs": walls, "total_s": float(np.sum(list(walls.values())))})
     for path in written:
         print(f"wrote {path}")

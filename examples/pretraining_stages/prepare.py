@@ -32,6 +32,7 @@ from stagewise.errors import UserError, read_json_object
 from stagewise.lmkit.corpora import paradigm_coverage, pair_coverage, shuffle_words, train_bpe, word_counts, write_pairs_jsonl
 from stagewise.lmkit.ngrams import paradigm_accuracy
 from stagewise.lmkit.probesets import read_pairs
+from stagewise.lmkit.scoring import encode_texts
 from stagewise.lmkit.wordclasses import tag_lexicon, write_lexicon
 from stagewise.runs.atomic import atomic_write_json, atomic_write_text
 from studyconfig import Corpus, StudyConfig
@@ -43,11 +44,6 @@ def corpus_digest(cfg: StudyConfig, corpus: Corpus) -> dict[str, Any]:
     """The settings a corpus folder depends on (a folder made with others is refused)."""
     return {"corpus": corpus.model_dump(), "tokenizer": cfg.tokenizer.model_dump(), "probes": cfg.probes.model_dump(),
             "shuffle_seed": cfg.shuffle_seed, "ngram_orders": cfg.ngram_orders, "seq_len": cfg.train.seq_len}
-
-
-def encode_lines(tok: Any, lines: list[str]) -> list[list[int]]:
-    """Each line's token ids (no special tokens), one batched tokenizer call."""
-    return [list(x) for x in tok(lines, add_special_tokens=False)["input_ids"]]
 
 
 def probe_config(cfg: StudyConfig, folder: Path) -> dict[str, Any]:
@@ -94,7 +90,7 @@ def prepare_corpus(cfg: StudyConfig, corpus: Corpus, out: Path, log: Any = print
     write_lexicon(tag_lexicon(train), folder / "lexicon.json")
     times["tagger_s"] = time.perf_counter() - t0
     counts = word_counts(train)
-    sequences = {arm: encode_lines(tok, texts[arm].split("\n")) for arm in ARMS}  # both, whichever arms train
+    sequences = {arm: encode_texts(tok, texts[arm].split("\n")) for arm in ARMS}  # both, whichever arms train
     for suite in cfg.probes.suites:
         t0 = time.perf_counter()
         pairs = pair_coverage(read_pairs(cfg.root() / suite), counts, cfg.probes.min_count)

